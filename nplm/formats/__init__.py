@@ -1,0 +1,1 @@
+"""File formats: the nplm binary container and foreign model formats."""

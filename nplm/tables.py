@@ -1,0 +1,48 @@
+"""The in-memory form of a back-off n-gram model, shared by every producer and
+consumer: the ARPA reader and writer, Kneser-Ney estimation, distillation and the
+back-off query engine all speak ``NGramTables``.
+"""
+from dataclasses import dataclass, field
+from typing import List
+
+import numpy as np
+
+
+@dataclass
+class NGramTables:
+    """A back-off model as plain arrays, in ARPA order.
+
+    vocab:   the unigram words in the order of the ARPA's 1-gram section.  Word ids
+             elsewhere index this list.  It holds ``<s>`` and ``</s>`` and normally
+             ``<unk>``.
+    ids:     ids[k] is an int32 array of shape (count_{k+1}, k+1): the words of each
+             (k+1)-gram, oldest first.  ids[0] is ``arange(len(vocab))[:, None]``.
+    logprob: logprob[k] float32 (count_{k+1},): log10 p(w_n | w_1..w_{n-1}).
+    backoff: backoff[k] float32 (count_{k+1},): log10 back-off weight; zeros for the
+             highest order (which has no back-off column in ARPA).
+    """
+    vocab: List[str]
+    ids: List[np.ndarray]
+    logprob: List[np.ndarray]
+    backoff: List[np.ndarray]
+    comments: List[str] = field(default_factory=list)
+
+    @property
+    def order(self):
+        return len(self.ids)
+
+    @property
+    def counts(self):
+        return [len(p) for p in self.logprob]
+
+    def validate(self):
+        """Check shapes and dtypes (cheap); raises ValueError."""
+        if not (len(self.ids) == len(self.logprob) == len(self.backoff)) or not self.ids:
+            raise ValueError("ids, logprob and backoff must have one entry per order")
+        if len(self.vocab) != len(self.logprob[0]):
+            raise ValueError("vocab and 1-gram arrays differ in length")
+        for k, (i, p, b) in enumerate(zip(self.ids, self.logprob, self.backoff)):
+            if i.dtype != np.int32 or i.ndim != 2 or i.shape[1] != k + 1 or i.shape[0] != len(p):
+                raise ValueError(f"ids[{k}] must be int32 of shape (n, {k + 1})")
+            if p.dtype != np.float32 or b.dtype != np.float32 or len(b) != len(p):
+                raise ValueError(f"logprob[{k}]/backoff[{k}] must be float32 of equal length")

@@ -1,0 +1,90 @@
+"""Opening (possibly compressed) files and writing files atomically.
+
+Compression is detected from the magic bytes, not the file name, so a ``.arpa`` that
+is really gzip still loads, and stdin can be compressed too.
+"""
+import bz2
+import contextlib
+import gzip
+import io
+import lzma
+import os
+import sys
+import tempfile
+
+_MAGIC = (
+    (b"\x1f\x8b", gzip.open),
+    (b"BZh", bz2.open),
+    (b"\xfd7zXZ\x00", lzma.open),
+)
+
+
+def compression_of(head):
+    """The opener for a file starting with ``head`` bytes (None for plain)."""
+    for magic, opener in _MAGIC:
+        if head.startswith(magic):
+            return opener
+    return None
+
+
+def open_binary(path):
+    """A binary reader of ``path`` ('-' is stdin), decompressing gzip/bz2/xz.
+
+    Raises OSError naming the path when it cannot be opened."""
+    if path == "-" or path is None:
+        raw = sys.stdin.buffer
+        buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)
+        opener = compression_of(buffered.peek(6)[:6])
+        return opener(buffered, "rb") if opener else buffered
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "Is a directory", path)
+    f = open(path, "rb")
+    try:
+        opener = compression_of(f.read(6))
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    if opener is None:
+        return f
+    f.close()
+    return opener(path, "rb")
+
+
+def open_text(path, encoding="utf-8", errors="strict"):
+    """A text reader of ``path`` ('-' is stdin), decompressing gzip/bz2/xz."""
+    return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors, newline="\n")
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="wb"):
+    """Write ``path`` through a temporary file in the same directory, renamed into
+    place only when the block finishes without an exception.  A killed process leaves
+    at most a ``.nplm-tmp-*`` file behind, never a half-written ``path``."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".nplm-tmp-", suffix="-" + os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp creates 0600; give the result the usual permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def same_file(a, b):
+    """True when paths ``a`` and ``b`` name the same existing file (used to refuse
+    overwriting a command's own input)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
