@@ -3,7 +3,7 @@ consumer: the ARPA reader and writer, Kneser-Ney estimation, distillation and th
 back-off query engine all speak ``NGramTables``.
 """
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -26,6 +26,11 @@ class NGramTables:
     logprob: List[np.ndarray]
     backoff: List[np.ndarray]
     comments: List[str] = field(default_factory=list)
+    # Where the tables came from, for error messages that name a file and line:
+    # source is the file path, first_line[k] the line number of the first
+    # (k+1)-gram in that file (so entry i of order k+1 is on line first_line[k] + i).
+    source: Optional[str] = None
+    first_line: Optional[List[int]] = None
 
     @property
     def order(self):
