@@ -3,4 +3,17 @@
 ``import nplm as kenlm`` works in scripts written for the ``kenlm`` module.
 All probabilities are log10.
 """
+from ._kernels import FullScoreReturn, State, Vocab
+from .errors import FormatError, ModelLoadError
+from .model import ARPALoadComplain, Config, LanguageModel, LoadMethod, Model
+
 __version__ = "0.1.0"
+
+__all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "LoadMethod",
+           "ARPALoadComplain", "Vocab", "FormatError", "ModelLoadError", "build_binary"]
+
+
+def build_binary(arpa_path, out_path):
+    """Convert an ARPA file (plain or compressed) to an nplm binary (atomically)."""
+    from . import arpa, backoff
+    backoff.build_binary(arpa.read_arpa(arpa_path), out_path)

@@ -15,3 +15,14 @@ class FormatError(ValueError):
                 where += f":{line}"
             where += ": "
         super().__init__(where + message)
+
+
+class ModelLoadError(OSError, FormatError):
+    """``nplm.Model(path)`` could not load ``path``.  An OSError like kenlm's
+    ("Cannot read model '<path>' (<reason>)"), and a FormatError when the file
+    itself is malformed, so either ``except`` works."""
+
+    def __init__(self, path, reason):
+        OSError.__init__(self, f"Cannot read model '{path}' ({reason})")
+        self.path = path
+        self.line = getattr(reason, "line", None)

@@ -1,0 +1,943 @@
+# Query kernels: vocabulary hashing, the back-off engine (KenLM's probing model,
+# semantics included), the kenlm-compatible Python API over the LMCore protocol,
+# and batched scoring without the GIL.
+#
+# Layout of the back-off tables (all plain arrays, so they map straight from the
+# nplm binary file):
+#   uni      float32 (V, 2)   [prob, backoff] indexed by word id
+#   mid[k]   uint64  (B, 2)   entries {key, (prob, backoff)} for order k + 2
+#   longest  uint32  (B, 3)   packed entries {key, prob} for the highest order
+# Keys are 64-bit hashes of the n-gram built from the last word backwards, so a
+# query extends one hash per context word.  Key 0 marks an empty bucket.  As in
+# KenLM, the sign bit of a stored probability says "no longer n-gram ends with
+# this one" (so lookups can stop early) and a back-off of -0.0 says "no longer
+# n-gram starts with this one" (so the state can forget it).
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.math cimport fabsf, isfinite, pow
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy, memset
+from cython.parallel cimport prange
+
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    static inline uint64_t nplm_fastrange(uint64_t h, uint64_t n) {
+        return (uint64_t)(((__uint128_t)h * n) >> 64);
+    }
+    static inline uint64_t nplm_mix(uint64_t h) {
+        h ^= h >> 32; h *= 0xd6e8feb86659fd93ULL;
+        h ^= h >> 32; h *= 0xd6e8feb86659fd93ULL;
+        h ^= h >> 32;
+        return h;
+    }
+    /* Hash of a word's UTF-8 bytes, 8 bytes at a time.  Never 0 (the empty key). */
+    static inline uint64_t nplm_hash_bytes(const char *s, Py_ssize_t n) {
+        uint64_t h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)n * 0xff51afd7ed558ccdULL);
+        uint64_t k;
+        while (n >= 8) {
+            memcpy(&k, s, 8);
+            h = (h ^ nplm_mix(k)) * 0xc4ceb9fe1a85ec53ULL;
+            s += 8; n -= 8;
+        }
+        if (n > 0) {
+            k = 0;
+            memcpy(&k, s, (size_t)n);
+            h = (h ^ nplm_mix(k ^ 0x5bd1e995ULL)) * 0xc4ceb9fe1a85ec53ULL;
+        }
+        h = nplm_mix(h);
+        return h ? h : 1;
+    }
+    /* Extend an n-gram key by one (older) context word.  Never 0. */
+    static inline uint64_t nplm_combine(uint64_t h, uint32_t w) {
+        h = nplm_mix((h * 0x9e3779b97f4a7c15ULL) ^ (((uint64_t)w + 1) * 0xbf58476d1ce4e5b9ULL));
+        return h ? h : 1;
+    }
+    static inline int nplm_signbit(float f) { uint32_t i; memcpy(&i, &f, 4); return (int)(i >> 31); }
+    static inline float nplm_neg(float f) { uint32_t i; memcpy(&i, &f, 4); i |= 0x80000000u; memcpy(&f, &i, 4); return f; }
+    static inline float nplm_pos(float f) { uint32_t i; memcpy(&i, &f, 4); i &= 0x7fffffffu; memcpy(&f, &i, 4); return f; }
+    /* KenLM's marker: a back-off of exactly -0.0 means "nothing extends this n-gram". */
+    static inline int nplm_has_ext(float f) { uint32_t i; memcpy(&i, &f, 4); return i != 0x80000000u; }
+    static inline float nplm_no_ext(void) { return -0.0f; }
+    #pragma pack(push, 4)
+    typedef struct { uint64_t key; float prob; } nplm_long_entry;
+    #pragma pack(pop)
+    typedef struct { uint64_t key; float prob; float backoff; } nplm_mid_entry;
+    typedef struct { float prob; float backoff; } nplm_uni_entry;
+    """
+    uint64_t nplm_fastrange(uint64_t h, uint64_t n) noexcept nogil
+    uint64_t nplm_hash_bytes(const char *s, Py_ssize_t n) noexcept nogil
+    uint64_t nplm_combine(uint64_t h, uint32_t w) noexcept nogil
+    int nplm_signbit(float f) noexcept nogil
+    float nplm_neg(float f) noexcept nogil
+    float nplm_pos(float f) noexcept nogil
+    int nplm_has_ext(float f) noexcept nogil
+    float nplm_no_ext() noexcept nogil
+    ctypedef struct LongEntry "nplm_long_entry":
+        uint64_t key
+        float prob
+    ctypedef struct MidEntry "nplm_mid_entry":
+        uint64_t key
+        float prob
+        float backoff
+    ctypedef struct UniEntry "nplm_uni_entry":
+        float prob
+        float backoff
+
+
+# ---------------------------------------------------------------------------------
+# Hashing helpers exposed for building tables in Python and for tests.
+
+def hash_word(word):
+    """64-bit hash of a word (str or bytes, hashed as UTF-8), as stored in the vocab."""
+    cdef Py_ssize_t n
+    cdef const char *s = _utf8(word, &n)
+    return nplm_hash_bytes(s, n)
+
+
+def ngram_key(words):
+    """Table key of an n-gram given as engine word ids, oldest first."""
+    cdef Py_ssize_t i
+    cdef uint64_t h = <uint32_t>words[len(words) - 1]
+    for i in range(len(words) - 2, -1, -1):
+        h = nplm_combine(h, <uint32_t>words[i])
+    return h
+
+
+cdef inline const char *_utf8(object s, Py_ssize_t *n) except NULL:
+    """UTF-8 bytes of a str (cached by CPython, no copy for ASCII) or bytes."""
+    if isinstance(s, str):
+        return PyUnicode_AsUTF8AndSize(s, n)
+    if isinstance(s, bytes):
+        n[0] = PyBytes_GET_SIZE(s)
+        return PyBytes_AS_STRING(s)
+    raise TypeError(f"Cannot convert {type(s)} to string")
+
+
+cdef inline bint _is_space(char c) noexcept nogil:
+    # KenLM's util::kSpaces and Python's bytes.split(): \t \n \v \f \r and space.
+    return c == b' ' or (c >= 9 and c <= 13)
+
+
+# ---------------------------------------------------------------------------------
+# Vocabulary: word -> id by probing a table of 64-bit word hashes (like KenLM's
+# ProbingVocabulary: only the hash is stored); id -> word through a byte blob.
+
+def build_vocab_arrays(words, double multiplier=1.5):
+    """Hash table arrays for ``words`` (a list of str; index = word id).  Entry 0 is
+    the unknown word and is not inserted (a miss returns 0), nor is any word equal to
+    ``<unk>``/``<UNK>``.  Returns (keys uint64, vals uint32, offsets int64, blob uint8)
+    or raises ValueError naming a duplicate word."""
+    cdef Py_ssize_t n = len(words), i, m
+    cdef uint64_t buckets = max(<uint64_t>(n * multiplier) + 1, <uint64_t>(n + 1))
+    keys_a = np.zeros(buckets, dtype=np.uint64)
+    vals_a = np.zeros(buckets, dtype=np.uint32)
+    cdef uint64_t[::1] keys = keys_a
+    cdef uint32_t[::1] vals = vals_a
+    encoded = [w.encode("utf-8") if isinstance(w, str) else bytes(w) for w in words]
+    offsets_a = np.zeros(n + 1, dtype=np.int64)
+    cdef int64_t[::1] offsets = offsets_a
+    cdef int64_t total = 0
+    for i in range(n):
+        offsets[i] = total
+        total += len(encoded[i])
+    offsets[n] = total
+    blob = b"".join(encoded)
+    cdef uint64_t h, b
+    cdef const char *s
+    for i in range(1, n):
+        w = encoded[i]
+        if w == b"<unk>" or w == b"<UNK>":
+            continue
+        s = PyBytes_AS_STRING(w)
+        m = PyBytes_GET_SIZE(w)
+        h = nplm_hash_bytes(s, m)
+        b = nplm_fastrange(h, buckets)
+        while keys[b] != 0:
+            if keys[b] == h:
+                other = encoded[vals[b]]
+                if other == w:
+                    raise ValueError(f"duplicate word {words[i]!r} in the vocabulary")
+                raise ValueError(f"64-bit hash collision between words {other!r} and {w!r}")
+            b += 1
+            if b == buckets:
+                b = 0
+        keys[b] = h
+        vals[b] = <uint32_t>i
+    return keys_a, vals_a, offsets_a, np.frombuffer(blob, dtype=np.uint8).copy() if blob else np.zeros(0, np.uint8)
+
+
+cdef class Vocab:
+    """Word <-> id for a model.  Unknown words map to 0 (``<unk>``)."""
+
+    def __init__(self, keys, vals, offsets, blob):
+        self._keys = keys
+        self._vals = vals
+        self._offsets = offsets
+        self._blob = blob
+        self.buckets = keys.shape[0]
+        if self.buckets == 0 or vals.shape[0] != self.buckets or offsets.shape[0] < 1:
+            raise ValueError("malformed vocabulary arrays")
+        self.keys = &self._keys[0]
+        self.vals = &self._vals[0]
+        self.size = offsets.shape[0] - 1
+
+    cdef WordId index(self, const char *s, Py_ssize_t n) noexcept nogil:
+        cdef uint64_t h = nplm_hash_bytes(s, n)
+        cdef uint64_t b = nplm_fastrange(h, self.buckets)
+        cdef uint64_t k, probes
+        # Bounded so that a corrupt table without empty buckets cannot hang.
+        for probes in range(self.buckets):
+            k = self.keys[b]
+            if k == h:
+                return self.vals[b]
+            if k == 0:
+                return 0
+            b += 1
+            if b == self.buckets:
+                b = 0
+        return 0
+
+    def id(self, word):
+        """Id of ``word`` (str or bytes); 0 for unknown words."""
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(word, &n)
+        return self.index(s, n)
+
+    def word(self, Py_ssize_t i):
+        """The word with id ``i`` (str)."""
+        if i < 0 or i >= self.size:
+            raise IndexError(f"word id {i} out of range 0..{self.size - 1}")
+        return bytes(self._blob[self._offsets[i]:self._offsets[i + 1]]).decode("utf-8", "surrogateescape")
+
+    def ids(self, words):
+        """Ids of a sequence of words as an int32 array."""
+        out = np.empty(len(words), dtype=np.int32)
+        cdef int32_t[::1] o = out
+        cdef Py_ssize_t i = 0, n
+        cdef const char *s
+        for w in words:
+            s = _utf8(w, &n)
+            o[i] = self.index(s, n)
+            i += 1
+        return out
+
+    def words(self):
+        """All words, in id order (id 0 first)."""
+        return [self.word(i) for i in range(self.size)]
+
+    def __len__(self):
+        return self.size
+
+    def arrays(self):
+        return {"vocab_keys": np.asarray(self._keys), "vocab_vals": np.asarray(self._vals),
+                "vocab_offsets": np.asarray(self._offsets), "vocab_blob": np.asarray(self._blob)}
+
+
+# ---------------------------------------------------------------------------------
+# State and FullScoreReturn: the Python-visible values of the kenlm API.
+
+cdef class State:
+    """A language-model context (kenlm.State).  Compare and hash states to
+    recombine hypotheses: equal states give identical future scores.  Unlike
+    kenlm's, it can be deep-copied and pickled."""
+
+    def __init__(self):
+        memset(&self._c, 0, sizeof(NState))
+
+    def __richcmp__(State self, State other, int op):
+        cdef int c
+        if self._c.length != other._c.length:
+            c = -1 if self._c.length < other._c.length else 1
+        else:
+            c = memcmp(self._c.words, other._c.words, self._c.length * sizeof(WordId))
+        if op == 0:
+            return c < 0
+        if op == 1:
+            return c <= 0
+        if op == 2:
+            return c == 0
+        if op == 3:
+            return c != 0
+        if op == 4:
+            return c > 0
+        return c >= 0
+
+    def __hash__(self):
+        return hash((<char *>self._c.words)[:self._c.length * sizeof(WordId)])
+
+    def __copy__(self):
+        cdef State s = State.__new__(State)
+        s._c = self._c
+        return s
+
+    def __deepcopy__(self, memo=None):
+        return self.__copy__()
+
+    def __reduce__(self):
+        return (_state_from_bytes, ((<char *>&self._c)[:sizeof(NState)],))
+
+    @property
+    def length(self):
+        """Number of context words the state keeps (after KenLM's minimisation)."""
+        return self._c.length
+
+    @property
+    def words(self):
+        """The context word ids, most recent first."""
+        return tuple(self._c.words[i] for i in range(self._c.length))
+
+    def __repr__(self):
+        return f"State(length={self._c.length}, words={self.words})"
+
+
+def _state_from_bytes(bytes raw):
+    cdef State s = State.__new__(State)
+    if len(raw) != sizeof(NState):
+        raise ValueError("State pickle from an incompatible nplm build")
+    memcpy(&s._c, PyBytes_AS_STRING(raw), sizeof(NState))
+    if s._c.length >= MAX_ORDER:
+        raise ValueError("corrupt State pickle")
+    return s
+
+
+cdef class FullScoreReturn:
+    """Result of BaseFullScore: log10 probability, matched n-gram length, OOV flag."""
+    cdef readonly float log_prob
+    cdef readonly int ngram_length
+    cdef readonly bint oov
+
+    def __init__(self, log_prob, ngram_length, oov):
+        self.log_prob = log_prob
+        self.ngram_length = ngram_length
+        self.oov = oov
+
+    def __repr__(self):
+        return f"FullScoreReturn({self.log_prob!r}, {self.ngram_length!r}, {self.oov!r})"
+
+    def __eq__(self, other):
+        if not isinstance(other, FullScoreReturn):
+            return NotImplemented
+        return (self.log_prob, self.ngram_length, self.oov) == (other.log_prob, other.ngram_length, other.oov)
+
+    def __reduce__(self):
+        return (FullScoreReturn, (self.log_prob, self.ngram_length, self.oov))
+
+
+# ---------------------------------------------------------------------------------
+# The scoring protocol.
+
+cdef class LMCore:
+    """Base of every model kind's scorer.  Subclasses implement score_word (with
+    KenLM's semantics) and may override begin_state / null_state."""
+
+    cdef int score_word(self, const NState *in_state, WordId word, NState *out_state,
+                        Ret *ret) except -1 nogil:
+        with gil:
+            raise NotImplementedError("score_word")
+
+    cdef void begin_state(self, NState *out) noexcept nogil:
+        out.length = 1
+        out.words[0] = self.bos_id
+        out.backoff[0] = 0.0
+
+    cdef void null_state(self, NState *out) noexcept nogil:
+        out.length = 0
+
+
+cdef class BackoffCore(LMCore):
+    """KenLM's probing back-off model over memory-mappable arrays."""
+    cdef object _arrays                 # keeps the (mapped) arrays alive
+    cdef const UniEntry *uni
+    cdef Py_ssize_t n_uni
+    cdef const MidEntry *mid[MAX_ORDER]
+    cdef uint64_t mid_buckets[MAX_ORDER]
+    cdef const LongEntry *longest
+    cdef uint64_t long_buckets
+
+    def __init__(self, int order, uni, mids, longest, WordId bos_id, WordId eos_id):
+        """uni: float32 (V, 2); mids: list of uint64 (B, 2) for orders 2..N-1;
+        longest: uint32 (B, 3) for order N (ignored when N == 1)."""
+        cdef const float[:, ::1] u = uni
+        cdef const uint64_t[:, ::1] m
+        cdef const uint32_t[:, ::1] l
+        cdef int k
+        if order < 1 or order > MAX_ORDER:
+            raise ValueError(f"order {order} outside 1..{MAX_ORDER}")
+        if len(mids) != max(order - 2, 0):
+            raise ValueError("wrong number of middle tables")
+        self.order = order
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self._arrays = (uni, list(mids), longest)
+        if u.shape[1] != 2 or u.shape[0] < 1 or bos_id >= u.shape[0] or eos_id >= u.shape[0]:
+            raise ValueError("malformed unigram table")
+        self.uni = <const UniEntry *>&u[0, 0]
+        self.n_uni = u.shape[0]
+        for k in range(order - 2):
+            m = mids[k]
+            if m.shape[0] < 1 or m.shape[1] != 2:
+                raise ValueError(f"malformed {k + 2}-gram table")
+            self.mid[k] = <const MidEntry *>&m[0, 0]
+            self.mid_buckets[k] = m.shape[0]
+        if order >= 2:
+            l = longest
+            if l.shape[0] < 1 or l.shape[1] != 3:
+                raise ValueError(f"malformed {order}-gram table")
+            self.longest = <const LongEntry *>&l[0, 0]
+            self.long_buckets = l.shape[0]
+
+    cdef void begin_state(self, NState *out) noexcept nogil:
+        out.length = 1
+        out.words[0] = self.bos_id
+        out.backoff[0] = self.uni[self.bos_id].backoff
+
+    cdef int score_word(self, const NState *ins, WordId w, NState *out,
+                        Ret *ret) except -1 nogil:
+        # KenLM's GenericModel::FullScore (lm/model.cc): longest match first by
+        # extending the hash one context word at a time, then charge the
+        # back-offs of the context n-grams longer than the match.
+        cdef const UniEntry *u
+        cdef const MidEntry *me
+        cdef const LongEntry *le
+        cdef float prob
+        cdef bint indep
+        cdef int length = 1, next_use, i, n_ctx
+        cdef uint64_t node, b, probes
+        if w >= self.n_uni:
+            w = 0
+        u = &self.uni[w]
+        prob = nplm_neg(u.prob)
+        indep = nplm_signbit(u.prob)
+        out.backoff[0] = u.backoff
+        next_use = 1 if nplm_has_ext(u.backoff) else 0
+        n_ctx = ins.length
+        if n_ctx > self.order - 1:
+            n_ctx = self.order - 1
+        node = w
+        for i in range(n_ctx):
+            if indep:
+                break
+            node = nplm_combine(node, ins.words[i])
+            if i == self.order - 2:
+                b = nplm_fastrange(node, self.long_buckets)
+                for probes in range(self.long_buckets):
+                    le = &self.longest[b]
+                    if le.key == node:
+                        prob = le.prob
+                        length = self.order
+                        break
+                    if le.key == 0:
+                        break
+                    b += 1
+                    if b == self.long_buckets:
+                        b = 0
+                break
+            b = nplm_fastrange(node, self.mid_buckets[i])
+            me = NULL
+            for probes in range(self.mid_buckets[i]):
+                if self.mid[i][b].key == node:
+                    me = &self.mid[i][b]
+                    break
+                if self.mid[i][b].key == 0:
+                    break
+                b += 1
+                if b == self.mid_buckets[i]:
+                    b = 0
+            if me == NULL:
+                break
+            out.backoff[i + 1] = me.backoff
+            prob = nplm_neg(me.prob)
+            indep = nplm_signbit(me.prob)
+            length = i + 2
+            if nplm_has_ext(me.backoff):
+                next_use = length
+        # Context words after the new one: copy before writing out.words[0], in
+        # case in_state and out_state are the same object.
+        for i in range(next_use - 1, 0, -1):
+            out.words[i] = ins.words[i - 1]
+        out.words[0] = w
+        for i in range(length - 1, n_ctx):
+            prob += ins.backoff[i]
+        out.length = <uint8_t>next_use
+        ret.prob = prob
+        ret.ngram_length = length
+        return 0
+
+    def table_bytes(self):
+        """Bytes held by the probability tables (for memory reports)."""
+        uni, mids, longest = self._arrays
+        return int(uni.nbytes + sum(m.nbytes for m in mids) + (longest.nbytes if longest is not None else 0))
+
+
+# ---------------------------------------------------------------------------------
+# Building the back-off tables from NGramTables arrays (KenLM's ARPA loading rules,
+# lm/search_hashed.cc: contexts must exist, missing suffixes of pruned models get
+# "blank" entries whose probability is the backed-off one).
+
+cdef enum BuildError:
+    BUILD_OK = 0
+    BUILD_DUPLICATE = 1
+    BUILD_NO_CONTEXT = 2
+    BUILD_FULL = 3
+
+
+cdef inline MidEntry *_mid_find_or_insert(MidEntry *t, uint64_t nb, uint64_t key,
+                                          bint *found, uint64_t *used) noexcept nogil:
+    cdef uint64_t b = nplm_fastrange(key, nb)
+    while True:
+        if t[b].key == key:
+            found[0] = True
+            return &t[b]
+        if t[b].key == 0:
+            if used[0] + 1 >= nb:
+                return NULL
+            found[0] = False
+            t[b].key = key
+            used[0] += 1
+            return &t[b]
+        b += 1
+        if b == nb:
+            b = 0
+
+
+cdef inline MidEntry *_mid_find(MidEntry *t, uint64_t nb, uint64_t key) noexcept nogil:
+    cdef uint64_t b = nplm_fastrange(key, nb)
+    while True:
+        if t[b].key == key:
+            return &t[b]
+        if t[b].key == 0:
+            return NULL
+        b += 1
+        if b == nb:
+            b = 0
+
+
+cdef inline void _set_extension(float *backoff) noexcept nogil:
+    if not nplm_has_ext(backoff[0]):
+        backoff[0] = 0.0
+
+
+@cython.boundscheck(False)
+cdef int _insert_order(int n, int order, const int32_t[:, ::1] ids, const float[::1] probs,
+                       const float[::1] backoffs, UniEntry *uni, MidEntry **mid,
+                       uint64_t *mid_buckets, uint64_t *mid_used, LongEntry *longest,
+                       uint64_t long_buckets, Py_ssize_t *bad) noexcept nogil:
+    cdef Py_ssize_t j, count = ids.shape[0]
+    cdef uint64_t keys[MAX_ORDER]
+    cdef MidEntry *between[MAX_ORDER]
+    cdef UniEntry *uni_between
+    cdef int h, lower, n_between, basis
+    cdef bint found
+    cdef uint64_t key, b, backoff_hash
+    cdef float prob, bo
+    cdef MidEntry *e
+    cdef MidEntry *ctx
+    cdef LongEntry *le
+    for j in range(count):
+        # keys[h]: the (h+2)-gram suffix, built from the last word backwards.
+        keys[0] = nplm_combine(<uint32_t>ids[j, n - 1], <uint32_t>ids[j, n - 2])
+        for h in range(1, n - 1):
+            keys[h] = nplm_combine(keys[h - 1], <uint32_t>ids[j, n - 2 - h])
+        key = keys[n - 2]
+        prob = nplm_neg(probs[j])
+        if n == order:
+            b = nplm_fastrange(key, long_buckets)
+            while longest[b].key != 0:
+                if longest[b].key == key:
+                    bad[0] = j
+                    return BUILD_DUPLICATE
+                b += 1
+                if b == long_buckets:
+                    b = 0
+            longest[b].key = key
+            longest[b].prob = prob
+        else:
+            e = _mid_find_or_insert(mid[n - 2], mid_buckets[n - 2], key, &found, &mid_used[n - 2])
+            if e == NULL:
+                bad[0] = j
+                return BUILD_FULL
+            if found:
+                # Blanks of this order are only inserted while reading longer
+                # orders, so an existing key here is a repeated n-gram.
+                bad[0] = j
+                return BUILD_DUPLICATE
+            bo = backoffs[j]
+            e.backoff = bo if bo != 0.0 else nplm_no_ext()
+            e.prob = prob
+        # FindLower: the longest suffix present, inserting blanks for missing ones.
+        n_between = 0
+        uni_between = NULL
+        lower = n - 3
+        while True:
+            if lower == -1:
+                uni_between = &uni[ids[j, n - 1]]
+                break
+            e = _mid_find_or_insert(mid[lower], mid_buckets[lower], keys[lower], &found, &mid_used[lower])
+            if e == NULL:
+                bad[0] = j
+                return BUILD_FULL
+            between[n_between] = e
+            n_between += 1
+            if found:
+                break
+            e.backoff = nplm_no_ext()
+            lower -= 1
+        # AdjustLower: give blanks their backed-off probability.
+        if n_between + (1 if uni_between != NULL else 0) > 1:
+            if uni_between != NULL:
+                prob = -fabsf(uni_between.prob)
+                basis = 1
+            else:
+                prob = -fabsf(between[n_between - 1].prob)
+                basis = n - n_between
+            # between[i] is the (n - 1 - i)-gram suffix; blanks are the ones above basis.
+            if basis == 1:
+                _set_extension(&uni[ids[j, n - 2]].backoff)
+                prob += uni[ids[j, n - 2]].backoff
+                between[n - 3].prob = prob      # the bigram blank
+                basis = 2
+            backoff_hash = <uint32_t>ids[j, n - 2]
+            for h in range(2, basis + 1):
+                backoff_hash = nplm_combine(backoff_hash, <uint32_t>ids[j, n - 1 - h])
+            while basis < n - 1:
+                ctx = _mid_find(mid[basis - 2], mid_buckets[basis - 2], backoff_hash)
+                if ctx != NULL:
+                    _set_extension(&ctx.backoff)
+                    prob += ctx.backoff
+                # the (basis + 1)-gram blank
+                between[n - 2 - basis].prob = prob
+                backoff_hash = nplm_combine(backoff_hash, <uint32_t>ids[j, n - 2 - basis])
+                basis += 1
+        # MarkExtends: every entry on the way down extends left.
+        for h in range(n_between):
+            between[h].prob = nplm_pos(between[h].prob)
+        if uni_between != NULL:
+            uni_between.prob = nplm_pos(uni_between.prob)
+        # Activate: the context (w_1 .. w_{n-1}) extends right.
+        if n == 2:
+            _set_extension(&uni[ids[j, 0]].backoff)
+        else:
+            backoff_hash = <uint32_t>ids[j, n - 2]
+            for h in range(n - 3, -1, -1):
+                backoff_hash = nplm_combine(backoff_hash, <uint32_t>ids[j, h])
+            ctx = _mid_find(mid[n - 3], mid_buckets[n - 3], backoff_hash)
+            if ctx == NULL:
+                bad[0] = j
+                return BUILD_NO_CONTEXT
+            _set_extension(&ctx.backoff)
+    return BUILD_OK
+
+
+def build_backoff_tables(int order, uni, list ids, list probs, list backoffs, double multiplier=1.5):
+    """Fill probing tables from per-order arrays (engine word ids, oldest first).
+
+    uni: float32 (V, 2) [prob, backoff], modified in place (extension and
+    extends-left marks).  ids/probs/backoffs: one entry per order 2..N.
+    Returns (mids, longest) or raises _BuildError(code, order, index)."""
+    cdef float[:, ::1] u = uni
+    cdef Py_ssize_t k, nb
+    cdef MidEntry *mid[MAX_ORDER]
+    cdef uint64_t mid_buckets[MAX_ORDER]
+    cdef uint64_t mid_used[MAX_ORDER]
+    cdef uint64_t[:, ::1] mview
+    cdef uint32_t[:, ::1] lview
+    cdef Py_ssize_t bad = 0
+    cdef int n, code
+    cdef const int32_t[:, ::1] idv
+    cdef const float[::1] pv
+    cdef const float[::1] bv
+    # The unigram backoffs: zero means "does not extend" until a bigram says so.
+    cdef Py_ssize_t i
+    for i in range(u.shape[0]):
+        if u[i, 1] == 0.0:
+            u[i, 1] = nplm_no_ext()
+    mids = []
+    for k in range(order - 2):
+        nb = max(<Py_ssize_t>(len(probs[k]) * multiplier) + 1, len(probs[k]) + 2)
+        arr = np.zeros((nb, 2), dtype=np.uint64)
+        mview = arr
+        mid[k] = <MidEntry *>&mview[0, 0]
+        mid_buckets[k] = nb
+        mid_used[k] = 0
+        mids.append(arr)
+    longest = None
+    if order >= 2:
+        nb = max(<Py_ssize_t>(len(probs[order - 2]) * multiplier) + 1, len(probs[order - 2]) + 2)
+        longest = np.zeros((nb, 3), dtype=np.uint32)
+        lview = longest
+    for n in range(2, order + 1):
+        idv = ids[n - 2]
+        pv = probs[n - 2]
+        bv = backoffs[n - 2]
+        with nogil:
+            code = _insert_order(n, order, idv, pv, bv, <UniEntry *>&u[0, 0], mid, mid_buckets,
+                                 mid_used, <LongEntry *>&lview[0, 0], lview.shape[0], &bad)
+        if code != BUILD_OK:
+            raise _BuildError(code, n, bad)
+    return mids, longest
+
+
+class _BuildError(Exception):
+    """Raised by build_backoff_tables; the Python layer turns it into a FormatError."""
+    DUPLICATE = BUILD_DUPLICATE
+    NO_CONTEXT = BUILD_NO_CONTEXT
+    FULL = BUILD_FULL
+
+    def __init__(self, code, order, index):
+        super().__init__(code, order, index)
+        self.code = code
+        self.order = order
+        self.index = index
+
+
+# ---------------------------------------------------------------------------------
+# The kenlm-compatible API, written once over (LMCore, Vocab).
+
+cdef class ModelBase:
+    """Everything of kenlm.Model that is not loading: scoring, states, vocabulary.
+    Subclasses (nplm.Model) load a file and call _attach(core, vocab)."""
+    cdef LMCore _core
+    cdef Vocab _vocab
+    cdef WordId _eos
+
+    def _attach(self, LMCore core, Vocab vocab):
+        self._core = core
+        self._vocab = vocab
+        self._eos = core.eos_id
+
+    cdef inline void _check(self) except *:
+        if self._core is None:
+            raise RuntimeError("model is not loaded")
+
+    @property
+    def order(self):
+        """The model's n-gram order."""
+        self._check()
+        return self._core.order
+
+    @property
+    def vocab(self):
+        """The model's Vocab (word <-> id; len() is the vocabulary size)."""
+        return self._vocab
+
+    def score(self, sentence, bos=True, eos=True):
+        """log10 p(sentence [</s>] | [<s>]): the total log10 probability of a string
+        of whitespace-separated words (str or bytes).  Same semantics as kenlm:
+        with ``bos`` the context starts as <s>, with ``eos`` </s> is scored at the
+        end; do not include <s> in the string.  Accumulated in float32 like kenlm."""
+        self._check()
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(sentence, &n)
+        cdef float total = 0
+        self._score_buf(s, n, bos, eos, &total, NULL, NULL, NULL, 0)
+        return total
+
+    cdef Py_ssize_t _score_buf(self, const char *s, Py_ssize_t n, bint bos, bint eos, float *total,
+                               float *probs, int32_t *lengths, uint8_t *oovs, Py_ssize_t cap) except -1 nogil:
+        """Score the tokens of s[:n]; optionally record per-token results (up to cap).
+        Returns the number of items scored (tokens + </s>)."""
+        cdef NState st[2]
+        cdef int cur = 0
+        cdef Ret ret
+        cdef Py_ssize_t i = 0, start, count = 0
+        cdef WordId w
+        if bos:
+            self._core.begin_state(&st[0])
+        else:
+            self._core.null_state(&st[0])
+        while True:
+            while i < n and _is_space(s[i]):
+                i += 1
+            if i >= n:
+                break
+            start = i
+            while i < n and not _is_space(s[i]):
+                i += 1
+            w = self._vocab.index(s + start, i - start)
+            self._core.score_word(&st[cur], w, &st[1 - cur], &ret)
+            cur = 1 - cur
+            total[0] += ret.prob
+            if count < cap:
+                probs[count] = ret.prob
+                lengths[count] = ret.ngram_length
+                oovs[count] = w == 0
+            count += 1
+        if eos:
+            self._core.score_word(&st[cur], self._eos, &st[1 - cur], &ret)
+            total[0] += ret.prob
+            if count < cap:
+                probs[count] = ret.prob
+                lengths[count] = ret.ngram_length
+                oovs[count] = 0
+            count += 1
+        return count
+
+    def full_scores(self, sentence, bos=True, eos=True):
+        """Iterate (log10_prob, ngram_length, oov) per word, plus one for </s> when
+        ``eos``: kenlm's full_scores."""
+        self._check()
+        cdef Py_ssize_t n, m, k
+        cdef const char *s = _utf8(sentence, &n)
+        cdef float total = 0
+        # A sentence of n bytes has at most n // 2 + 1 tokens, plus </s>.
+        cdef Py_ssize_t cap = n // 2 + 2
+        probs = np.empty(cap, dtype=np.float32)
+        lengths = np.empty(cap, dtype=np.int32)
+        oovs = np.empty(cap, dtype=np.uint8)
+        cdef float[::1] pv = probs
+        cdef int32_t[::1] lv = lengths
+        cdef uint8_t[::1] ov = oovs
+        m = self._score_buf(s, n, bos, eos, &total, &pv[0], &lv[0], &ov[0], cap)
+        return iter([(<double>pv[k], lv[k], ov[k] != 0) for k in range(m)])
+
+    def perplexity(self, sentence):
+        """10 ** (-score(sentence) / (words + 1)): kenlm's per-sentence perplexity
+        (bos and eos on, OOVs included)."""
+        self._check()
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(sentence, &n)
+        cdef float total = 0
+        cdef Py_ssize_t count = self._score_buf(s, n, True, True, &total, NULL, NULL, NULL, 0)
+        return 10.0 ** (-total / count)
+
+    def BeginSentenceWrite(self, State state):
+        """Overwrite ``state`` with the beginning-of-sentence context."""
+        self._check()
+        self._core.begin_state(&state._c)
+
+    def NullContextWrite(self, State state):
+        """Overwrite ``state`` with the empty context."""
+        self._check()
+        self._core.null_state(&state._c)
+
+    def BaseScore(self, State in_state, word, State out_state):
+        """log10 p(word | in_state); writes the successor context to out_state.
+        ``word`` may be str or bytes, and in_state may be out_state."""
+        self._check()
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(word, &n)
+        cdef Ret ret
+        cdef NState tmp = in_state._c
+        self._core.score_word(&tmp, self._vocab.index(s, n), &out_state._c, &ret)
+        return ret.prob
+
+    def BaseFullScore(self, State in_state, word, State out_state):
+        """Like BaseScore, returning FullScoreReturn(log_prob, ngram_length, oov)."""
+        self._check()
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(word, &n)
+        cdef Ret ret
+        cdef NState tmp = in_state._c
+        cdef WordId w = self._vocab.index(s, n)
+        self._core.score_word(&tmp, w, &out_state._c, &ret)
+        return FullScoreReturn(ret.prob, ret.ngram_length, w == 0)
+
+    def __contains__(self, word):
+        cdef Py_ssize_t n
+        cdef const char *s = _utf8(word, &n)
+        return self._vocab.index(s, n) != 0
+
+    # --- beyond kenlm: ids, distributions and batches --------------------------
+
+    def score_id(self, State in_state, Py_ssize_t word_id, State out_state):
+        """BaseFullScore by word id: returns (log10_prob, ngram_length)."""
+        self._check()
+        cdef Ret ret
+        cdef NState tmp = in_state._c
+        if word_id < 0 or word_id >= self._vocab.size:
+            raise IndexError(f"word id {word_id} out of range")
+        self._core.score_word(&tmp, <WordId>word_id, &out_state._c, &ret)
+        return ret.prob, ret.ngram_length
+
+    def log10_distribution(self, State state):
+        """log10 p(w | state) for every word id w (numpy float32 of vocabulary
+        size), in one call.  Entry 0 is <unk>; the entry of <s> is whatever the
+        model gives it (lmplz: p(<s>) = 1, i.e. only back-off penalties)."""
+        self._check()
+        cdef Py_ssize_t v = self._vocab.size, w
+        out = np.empty(v, dtype=np.float32)
+        cdef float[::1] o = out
+        cdef NState tmp
+        cdef Ret ret
+        with nogil:
+            for w in range(v):
+                self._core.score_word(&state._c, <WordId>w, &tmp, &ret)
+                o[w] = ret.prob
+        return out
+
+    def score_sentences(self, sentences, bos=True, eos=True, int threads=1):
+        """Total log10 probability of each sentence (a sequence of str/bytes) as a
+        float64 array: equal to [score(s, bos, eos) for s in sentences], computed
+        in one call without the GIL (``threads`` > 1 splits the work)."""
+        self._check()
+        cdef Py_ssize_t m = len(sentences), i
+        keep = list(sentences)
+        ptrs = np.empty(m, dtype=np.uintp)
+        lens = np.empty(m, dtype=np.intp)
+        cdef size_t[::1] pv = ptrs
+        cdef Py_ssize_t[::1] lv = lens
+        cdef Py_ssize_t n
+        for i in range(m):
+            pv[i] = <size_t>_utf8(keep[i], &n)
+            lv[i] = n
+        out = np.empty(m, dtype=np.float64)
+        cdef double[::1] o = out
+        cdef float total
+        cdef bint b = bos, e = eos
+        if threads < 1:
+            raise ValueError("threads must be >= 1")
+        if threads == 1 or m < 64:
+            with nogil:
+                for i in range(m):
+                    total = 0
+                    self._score_buf(<const char *>pv[i], lv[i], b, e, &total, NULL, NULL, NULL, 0)
+                    o[i] = total
+        else:
+            for i in prange(m, nogil=True, schedule="dynamic", chunksize=256, num_threads=threads):
+                total = 0
+                self._score_buf(<const char *>pv[i], lv[i], b, e, &total, NULL, NULL, NULL, 0)
+                o[i] = total
+        return out
+
+    def full_scores_batch(self, sentences, bos=True, eos=True):
+        """Per-token results of many sentences in flat arrays: returns
+        (log10_prob float32, ngram_length int32, oov bool, offsets int64) where
+        sentence i's items are [offsets[i]:offsets[i+1]] (tokens, then </s>)."""
+        self._check()
+        cdef Py_ssize_t m = len(sentences), i, n, total_cap = 0, pos = 0, got
+        keep = list(sentences)
+        ptrs = np.empty(m, dtype=np.uintp)
+        lens = np.empty(m, dtype=np.intp)
+        cdef size_t[::1] pv = ptrs
+        cdef Py_ssize_t[::1] lv = lens
+        for i in range(m):
+            pv[i] = <size_t>_utf8(keep[i], &n)
+            lv[i] = n
+            total_cap += n // 2 + 2
+        probs = np.empty(total_cap + 1, dtype=np.float32)
+        lengths = np.empty(total_cap + 1, dtype=np.int32)
+        oovs = np.empty(total_cap + 1, dtype=np.uint8)
+        offsets = np.empty(m + 1, dtype=np.int64)
+        cdef float[::1] p = probs
+        cdef int32_t[::1] l = lengths
+        cdef uint8_t[::1] ov = oovs
+        cdef int64_t[::1] off = offsets
+        cdef float total
+        cdef bint b = bos, e = eos
+        with nogil:
+            for i in range(m):
+                off[i] = pos
+                total = 0
+                got = self._score_buf(<const char *>pv[i], lv[i], b, e, &total,
+                                      &p[pos], &l[pos], &ov[pos], lv[i] // 2 + 2)
+                pos += got
+            off[m] = pos
+        return probs[:pos], lengths[:pos], oovs[:pos].view(bool), offsets

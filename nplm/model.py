@@ -1,0 +1,100 @@
+"""``nplm.Model``: the kenlm.Model-compatible entry point for every model kind.
+
+The file's content decides what it is: an nplm binary (its header names the kind)
+or an ARPA file (plain or compressed).  Scoring itself lives in
+``_kernels.ModelBase`` and is the same code for every kind.
+"""
+import os
+import sys
+
+from . import _kernels
+from .errors import FormatError, ModelLoadError
+from .formats import container
+
+
+class LoadMethod:
+    """kenlm.LoadMethod.  nplm binaries are always memory-mapped; POPULATE_* and
+    READ prefault the pages (MAP_POPULATE), LAZY maps without touching them."""
+    LAZY = 0
+    POPULATE_OR_LAZY = 1
+    POPULATE_OR_READ = 2
+    READ = 3
+    PARALLEL_READ = 4
+
+
+class ARPALoadComplain:
+    """kenlm.ARPALoadComplain: whether loading an ARPA prints the advice to build a binary."""
+    ALL = 0
+    EXPENSIVE = 1
+    NONE = 2
+
+
+class Config:
+    """kenlm.Config: load options.  ``show_progress`` shows a progress bar while an
+    ARPA loads; ``arpa_complain`` prints the advice to convert it to a binary."""
+
+    def __init__(self):
+        self.load_method = LoadMethod.POPULATE_OR_READ
+        self.show_progress = True
+        self.arpa_complain = ARPALoadComplain.ALL
+
+    def __repr__(self):
+        return (f"Config(load_method={self.load_method}, show_progress={self.show_progress}, "
+                f"arpa_complain={self.arpa_complain})")
+
+
+def _as_path_bytes(path):
+    if isinstance(path, bytes):
+        return path
+    if isinstance(path, str):
+        return path.encode("utf-8")
+    if isinstance(path, os.PathLike):
+        return os.fsencode(path)
+    raise TypeError(f"Cannot convert {type(path)} to string")
+
+
+def _load(path, config):
+    """The BackoffData (or other model data) of a file."""
+    if container.is_container(path):
+        head = container.read(path)
+        kind = head.kind
+        if kind == "backoff":
+            from . import backoff
+            populate = config.load_method in (LoadMethod.POPULATE_OR_LAZY, LoadMethod.POPULATE_OR_READ,
+                                              LoadMethod.READ, LoadMethod.PARALLEL_READ)
+            return backoff.load_binary(path, populate=populate)
+        raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
+    from . import arpa, backoff
+    if config.arpa_complain == ARPALoadComplain.ALL:
+        print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
+    tables = arpa.read_arpa(path, progress=config.show_progress)
+    return backoff.from_tables(tables)
+
+
+class Model(_kernels.ModelBase):
+    """A language model with kenlm.Model's API.  ``path`` may be an ARPA file (plain
+    or .gz/.bz2/.xz) or an nplm binary of any model kind.  All scores are log10."""
+
+    def __init__(self, path, config=None):
+        if config is None:
+            config = Config()
+        raw = _as_path_bytes(path)
+        self.path = os.path.abspath(raw)
+        self.config = config
+        name = os.fsdecode(raw)
+        try:
+            data = _load(name, config)
+        except (OSError, ValueError) as e:
+            raise ModelLoadError(name, e) from e
+        self._data = data
+        self._attach(data.core, data.vocab)
+
+    def __repr__(self):
+        return "<Model from {0}>".format(os.path.basename(self.path))
+
+    def __reduce__(self):
+        return (Model, (self.path,))
+
+
+class LanguageModel(Model):
+    """Backwards-compatible alias of Model (as in kenlm)."""
