@@ -24,6 +24,99 @@ def _error(message):
 # --- commands are defined below, one class each -------------------------------------
 
 
+def _open_lines(path):
+    from .textio import open_text
+    return open_text(path or "-")
+
+
+@command("query", "Score text like KenLM's query: per-word output and a perplexity summary")
+class Query:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("model", help="ARPA file (plain/.gz/.bz2/.xz) or nplm binary")
+        p.add_argument("--text", default="-", help="text to score, one sentence per line (default stdin)")
+        p.add_argument("-n", dest="no_context", action="store_true",
+                       help="do not wrap each line in <s> and </s>")
+        p.add_argument("-v", dest="verbosity", action="append", choices=["summary", "sentence", "word"],
+                       help="print statistics at this level (repeatable; default: all three)")
+
+    @staticmethod
+    def run(args):
+        import sys
+        from . import Model, Config
+        from .corpus import evaluate
+        levels = set(args.verbosity or ["summary", "sentence", "word"])
+        cfg = Config()
+        cfg.show_progress = False
+        model = Model(args.model, cfg)
+        out = sys.stdout
+        context = not args.no_context
+        vocab = model.vocab
+        eos = vocab.id("</s>")
+
+        def per_line(line, probs, lengths, oovs):
+            words = line.split()
+            if "word" in levels:
+                items = [f"{w}={vocab.id(w)} {l} {p:.7g}" for w, p, l in zip(words, probs, lengths)]
+                if context:
+                    items.append(f"</s>={eos} {lengths[-1]} {probs[-1]:.7g}")
+                out.write("\t".join(items) + "\t")
+            if "sentence" in levels:
+                out.write(f"Total: {probs.astype('f8').sum():.7g} OOV: {int(oovs.sum())}\n")
+            elif "word" in levels:
+                out.write("\n")
+
+        with _open_lines(args.text) as f:
+            stats = evaluate(model, f, context, per_line if levels & {"word", "sentence"} else None)
+        if "summary" in levels:
+            out.write(stats.summary())
+        return 0
+
+
+@command("perplexity", "Corpus perplexity of a text (including and excluding OOVs)")
+class Perplexity:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("model", help="ARPA file or nplm binary")
+        p.add_argument("text", help="text file, one sentence per line ('-' for stdin; may be compressed)")
+
+    @staticmethod
+    def run(args):
+        import sys
+        from . import Model, Config
+        from .corpus import evaluate
+        cfg = Config()
+        cfg.show_progress = False
+        cfg.arpa_complain = 2
+        model = Model(args.model, cfg)
+        with _open_lines(args.text) as f:
+            stats = evaluate(model, f)
+        sys.stdout.write(stats.summary())
+        return 0
+
+
+@command("build-binary", "Convert an ARPA file to an nplm binary (memory-mapped, loads in milliseconds)")
+class BuildBinary:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("arpa", help="input ARPA file (plain/.gz/.bz2/.xz)")
+        p.add_argument("out", help="output nplm binary")
+        p.add_argument("-p", dest="multiplier", type=float, default=1.5,
+                       help="probing hash table size multiplier (> 1.0; default 1.5, as KenLM)")
+
+    @staticmethod
+    def run(args):
+        from . import arpa, backoff
+        from .textio import same_file
+        if args.multiplier <= 1.0:
+            raise ValueError("probing multiplier must be > 1.0")
+        if same_file(args.arpa, args.out):
+            raise ValueError(f"refusing to overwrite the input {args.arpa}")
+        tables = arpa.read_arpa(args.arpa, progress=True)
+        backoff.build_binary(tables, args.out, args.multiplier)
+        return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="nplm", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
