@@ -1,0 +1,394 @@
+"""The feed-forward neural n-gram network: configuration, parameters, save/load and
+exact scoring.
+
+Architecture (Bengio et al. 2003; Vaswani et al. 2013; Baltescu & Blunsom 2015)::
+
+    x_j  = emb[w_j]                           j = 1..n-1 (context words, oldest first)
+    a0   = f(sum_j C_j x_j + b0)              C_j: full (d x r0) or diagonal (d)
+    a_l  = f(W_l a_{l-1} + b_l)               the remaining hidden layers
+    out  = softmax | class-factored | tree-factored over h = a_last
+
+With ``context="full"`` the first hidden size is the size of a0 (so ``hidden=(750,150)``
+is Vaswani et al.'s network); with ``"diagonal"`` a0 has the embedding size and every
+hidden size is a further dense layer (``hidden=()`` is Baltescu & Blunsom's model).
+f is ReLU, tanh or identity.  Probabilities are exact for every output kind; NCE-trained
+models can also be read unnormalised (log-normaliser taken as 0).
+"""
+import dataclasses
+import math
+
+import numpy as np
+
+from .errors import FormatError
+from .formats import container
+from .vocab import SPECIALS, Vocabulary
+
+try:
+    from . import _nn
+except ImportError as e:  # pragma: no cover - build problem
+    raise ImportError("nplm._nn is not built; run `python setup.py build_ext --inplace` "
+                      f"in the source tree ({e})") from None
+
+KIND = "neural"
+FORMAT = 1
+LOG10E = 1.0 / math.log(10.0)
+_CTX = {"full": 0, "diagonal": 1}
+_ACT = {"relu": 0, "tanh": 1, "identity": 2}
+_OUT = {"softmax": 0, "class": 1, "tree": 2}
+_OBJ = {"mle": 0, "nce": 1}
+PARAM_NAMES = _nn.PARAM_NAMES
+WORK_NAMES = _nn.WORK_NAMES
+
+
+@dataclasses.dataclass
+class NeuralConfig:
+    """Shape of the network.  The defaults are the recommended PTB model."""
+    order: int = 5
+    embedding_dim: int = 256
+    hidden: tuple = (1024, 256)
+    context: str = "full"
+    activation: str = "relu"
+    output: str = "class"
+    objective: str = "mle"
+    noise_samples: int = 100
+    classes: int = 0            # 0: about sqrt(V)
+    clustering: str = "brown"
+    variable_history: bool = False
+
+    def validate(self):
+        """Raise ValueError naming the first nonsense setting."""
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(msg)
+        need(isinstance(self.order, int) and self.order >= 2,
+             f"order must be at least 2 (a neural model needs a context), not {self.order}")
+        need(self.order <= 16, f"order {self.order} is above the supported maximum of 16")
+        need(self.embedding_dim >= 1, f"embedding dimension must be positive, not {self.embedding_dim}")
+        self.hidden = tuple(int(h) for h in self.hidden)
+        need(len(self.hidden) <= 2, f"at most two hidden layers are supported, not {len(self.hidden)}")
+        need(all(h >= 1 for h in self.hidden), f"hidden layer sizes must be positive, not {self.hidden}")
+        need(self.context in _CTX, f"context must be one of {sorted(_CTX)}, not {self.context!r}")
+        need(self.activation in _ACT, f"activation must be one of {sorted(_ACT)}, not {self.activation!r}")
+        need(self.output in _OUT, f"output must be one of {sorted(_OUT)}, not {self.output!r}")
+        need(self.objective in _OBJ, f"objective must be one of {sorted(_OBJ)}, not {self.objective!r}")
+        need(not (self.output == "tree" and self.objective == "nce"),
+             "tree output is normalised by construction; train it with objective 'mle'")
+        if self.objective == "nce":
+            need(self.noise_samples >= 1, f"NCE needs at least one noise sample, not {self.noise_samples}")
+        need(self.classes >= 0, f"number of classes must be positive (or 0 for automatic), not {self.classes}")
+        need(self.clustering in ("brown", "frequency"),
+             f"clustering must be 'brown' or 'frequency', not {self.clustering!r}")
+        return self
+
+    @property
+    def layer_sizes(self):
+        """(r0, dense sizes) for this configuration."""
+        if self.context == "full" and self.hidden:
+            return self.hidden[0], self.hidden[1:]
+        return self.embedding_dim, self.hidden
+
+    def to_json(self):
+        d = dataclasses.asdict(self)
+        d["hidden"] = list(self.hidden)
+        return d
+
+    @classmethod
+    def from_json(cls, d):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - fields
+        if unknown:
+            raise ValueError(f"unknown neural config keys {sorted(unknown)}")
+        d = dict(d)
+        d["hidden"] = tuple(d.get("hidden", ()))
+        return cls(**d).validate()
+
+
+def class_layout(word_class, n_classes):
+    """(class_start (C+1), class_words (V), word_pos (V)) for an assignment, words of a
+    class in id order.  Every class must be non-empty."""
+    word_class = np.asarray(word_class, dtype=np.int32)
+    if word_class.size and (word_class.min() < 0 or word_class.max() >= n_classes):
+        raise ValueError("word class outside 0..C-1")
+    sizes = np.bincount(word_class, minlength=n_classes)
+    if np.any(sizes == 0):
+        raise ValueError(f"class {int(np.flatnonzero(sizes == 0)[0])} has no words")
+    class_start = np.zeros(n_classes + 1, np.int32)
+    np.cumsum(sizes, out=class_start[1:])
+    class_words = np.argsort(word_class, kind="stable").astype(np.int32)
+    word_pos = np.empty_like(class_words)
+    word_pos[class_words] = np.arange(class_words.size, dtype=np.int32)
+    return class_start, class_words, word_pos
+
+
+def _dummy_structs(V):
+    z = np.zeros(1, np.int32)
+    return {"word_class": np.zeros(V, np.int32), "class_start": np.array([0, V], np.int32),
+            "class_words": np.arange(V, dtype=np.int32), "word_pos": np.arange(V, dtype=np.int32),
+            "points": z.reshape(1, 1), "codes": np.zeros((1, 1), np.int8), "lengths": np.zeros(V, np.int32)}
+
+
+class NeuralNet:
+    """A network: ``config`` (NeuralConfig), ``vocab`` (Vocabulary), ``params`` (dict of
+    float32 arrays, names as in PARAM_NAMES; unused ones have size 0) and ``structs``
+    (class layout / Huffman arrays)."""
+
+    def __init__(self, config, vocab, params, structs):
+        self.config = config.validate()
+        self.vocab = vocab
+        self.params = params
+        self.structs = structs
+        self._engine = None
+        self._check()
+
+    # -- construction
+    @classmethod
+    def create(cls, config, vocab, word_class=None, tree=None, seed=1):
+        """Randomly initialised network.  ``word_class`` (V,) int for class output;
+        ``tree`` = (points, codes, lengths) for tree output."""
+        config.validate()
+        V = len(vocab)
+        m, d = config.order - 1, config.embedding_dim
+        r0, dense = config.layer_sizes
+        rng = np.random.default_rng(seed)
+
+        def uni(shape, fan_in, fan_out):
+            a = math.sqrt(6.0 / (fan_in + fan_out))
+            return rng.uniform(-a, a, size=shape).astype(np.float32)
+
+        p = {}
+        p["emb"] = rng.uniform(-0.1, 0.1, size=(V, d)).astype(np.float32)
+        if config.context == "full":
+            p["ctx"] = uni((m * d, r0), m * d, r0)
+        else:
+            p["ctx"] = np.ones((m, d), np.float32)
+        p["b0"] = np.zeros(r0, np.float32)
+        sizes = [r0] + list(dense)
+        for i, name in enumerate(("w1", "w2")):
+            if i < len(dense):
+                p[name] = uni((sizes[i], sizes[i + 1]), sizes[i], sizes[i + 1])
+                p["b" + name[1]] = np.zeros(sizes[i + 1], np.float32)
+            else:
+                p[name] = np.zeros((0, 0), np.float32)
+                p["b" + name[1]] = np.zeros(0, np.float32)
+        r = sizes[-1]
+        counts = vocab.counts.astype(np.float64) + 0.5
+        logq = np.log(counts / counts.sum())
+        structs = _dummy_structs(V)
+        if config.output == "tree":
+            if tree is None:
+                raise ValueError("tree output needs a Huffman tree")
+            points, codes, lengths = (np.ascontiguousarray(tree[0], np.int32),
+                                      np.ascontiguousarray(tree[1], np.int8), np.ascontiguousarray(tree[2], np.int32))
+            structs.update(points=points, codes=codes, lengths=lengths)
+            p["out_w"] = np.zeros((max(V - 1, 1), r), np.float32)
+            p["out_b"] = np.zeros(max(V - 1, 1), np.float32)
+        else:
+            p["out_w"] = rng.uniform(-0.05, 0.05, size=(V, r)).astype(np.float32)
+            p["out_b"] = logq.astype(np.float32)
+        if config.output == "class":
+            if word_class is None:
+                raise ValueError("class output needs a word-class assignment")
+            word_class = np.ascontiguousarray(word_class, np.int32)
+            C = int(word_class.max()) + 1
+            class_start, class_words, word_pos = class_layout(word_class, C)
+            structs.update(word_class=word_class, class_start=class_start, class_words=class_words,
+                           word_pos=word_pos)
+            # rows of out_w in class order; word bias = log p(w | class)
+            ccount = np.bincount(word_class, weights=counts, minlength=C)
+            p["out_b"] = (logq - np.log(ccount[word_class] / counts.sum()))[class_words].astype(np.float32)
+            p["cls_w"] = rng.uniform(-0.05, 0.05, size=(C, r)).astype(np.float32)
+            p["cls_b"] = np.log(ccount / ccount.sum()).astype(np.float32)
+        else:
+            p["cls_w"] = np.zeros((0, 0), np.float32)
+            p["cls_b"] = np.zeros(0, np.float32)
+        return cls(config, vocab, p, structs)
+
+    def _check(self):
+        V = len(self.vocab)
+        c = self.config
+        m, d = c.order - 1, c.embedding_dim
+        r0, dense = c.layer_sizes
+        sizes = [r0] + list(dense)
+        C = self.n_classes
+        expect = {"emb": (V, d), "ctx": (m * d, r0) if c.context == "full" else (m, d), "b0": (r0,),
+                  "w1": (sizes[0], sizes[1]) if len(dense) >= 1 else (0, 0), "b1": (sizes[1],) if len(dense) >= 1 else (0,),
+                  "w2": (sizes[1], sizes[2]) if len(dense) >= 2 else (0, 0), "b2": (sizes[2],) if len(dense) >= 2 else (0,),
+                  "out_w": (self.n_out_rows, sizes[-1]), "out_b": (self.n_out_rows,),
+                  "cls_w": (C, sizes[-1]) if c.output == "class" else (0, 0), "cls_b": (C,) if c.output == "class" else (0,)}
+        for name in PARAM_NAMES:
+            a = self.params.get(name)
+            if a is None:
+                raise FormatError(f"parameter {name!r} is missing")
+            if tuple(a.shape) != expect[name] or a.dtype != np.float32:
+                raise FormatError(f"parameter {name!r} has shape {tuple(a.shape)} {a.dtype}, "
+                                  f"expected {expect[name]} float32")
+        s = self.structs
+        if c.output == "class":
+            wc = s["word_class"]
+            if wc.shape != (V,) or wc.min() < 0 or wc.max() >= C:
+                raise FormatError("class assignment does not match the vocabulary")
+            cs, cw, wp = class_layout(wc, C)
+            if not (np.array_equal(cs, s["class_start"]) and np.array_equal(wp, s["word_pos"])):
+                raise FormatError("class layout is inconsistent with the class assignment")
+        if c.output == "tree":
+            pts, codes, lens = s["points"], s["codes"], s["lengths"]
+            if lens.shape != (V,) or pts.shape != codes.shape or pts.shape[0] != V:
+                raise FormatError("Huffman tree does not match the vocabulary")
+            if lens.min() < 1 or lens.max() > pts.shape[1]:
+                raise FormatError("Huffman code lengths out of range")
+            L = pts.shape[1]
+            valid = np.arange(L)[None, :] < lens[:, None]
+            if np.any((pts < 0) & valid) or np.any((pts >= self.n_out_rows) & valid):
+                raise FormatError("Huffman tree node id out of range")
+            if np.any((codes != 0) & (codes != 1) & valid):
+                raise FormatError("Huffman codes must be 0 or 1")
+
+    @property
+    def n_classes(self):
+        if self.config.output != "class":
+            return 0
+        return int(self.structs["class_start"].size - 1)
+
+    @property
+    def n_out_rows(self):
+        V = len(self.vocab)
+        return max(V - 1, 1) if self.config.output == "tree" else V
+
+    @property
+    def order(self):
+        return self.config.order
+
+    # -- engines
+    def dims(self, nthreads=1, bmax=1):
+        c = self.config
+        r0, dense = c.layer_sizes
+        sizes = [r0] + list(dense)
+        return {"V": len(self.vocab), "m": c.order - 1, "d": c.embedding_dim, "r0": r0,
+                "h1": sizes[1] if len(sizes) > 1 else 0, "h2": sizes[2] if len(sizes) > 2 else 0,
+                "n_dense": len(dense), "r": sizes[-1], "C": max(self.n_classes, 1),
+                "n_out_rows": self.n_out_rows, "ctx_kind": _CTX[c.context], "act": _ACT[c.activation],
+                "out_kind": _OUT[c.output], "obj": _OBJ[c.objective], "k": c.noise_samples,
+                "max_len": int(self.structs["points"].shape[1]), "nthreads": nthreads, "bmax": bmax}
+
+    def engine(self, bmax, nthreads=1, dtype=np.float32, params=None, accum=None):
+        """A kernel engine over ``params`` (default: this net's arrays, which must then be
+        writeable) with fresh gradients, optimiser state ``accum`` and scratch space."""
+        dims = self.dims(nthreads, bmax)
+        params = [self.params[n] for n in PARAM_NAMES] if params is None else params
+        grads = [np.zeros(p.shape, dtype) for p in params]
+        if accum is None:
+            accum = [np.zeros(p.shape, dtype) for p in params]
+        B, m, d, V = bmax, dims["m"], dims["d"], dims["V"]
+        r0, h1, h2, r, k, C = dims["r0"], dims["h1"], dims["h2"], dims["r"], dims["k"], dims["C"]
+        ncols = max(V, C, k, dims["max_len"], 1)
+        shapes = {"X": (B, m * d), "A0": (B, r0), "A1": (B, h1), "A2": (B, h2), "D0": (B, r0), "D1": (B, h1),
+                  "D2": (B, h2), "M0": (B, r0), "M1": (B, h1), "M2": (B, h2), "dX": (B, m * d),
+                  "S": (B, ncols), "S2": (B,), "Hs": (B, r), "dHs": (B, r), "Wn": (k, r), "dWn": (k, r),
+                  "loss": (B,), "tmp": (3 * B,)}
+        work = [np.zeros(shapes[n], dtype) for n in WORK_NAMES]
+        structs = {k_: np.ascontiguousarray(v) for k_, v in self.structs.items()}
+        return _nn.Engine(dims, params, grads, accum, work, structs), grads, accum
+
+    def _eval_engine(self, bmax):
+        if self._engine is None or self._engine[1] < bmax:
+            params = [np.array(self.params[n], copy=True) if not self.params[n].flags.writeable
+                      else self.params[n] for n in PARAM_NAMES]
+            self._engine = (self.engine(bmax, nthreads=_default_threads(), params=params)[0], bmax)
+        return self._engine[0]
+
+    def invalidate(self):
+        """Call after changing params in place through another engine."""
+        self._engine = None
+
+    # -- scoring
+    def _contexts(self, context_ids, n=None):
+        ctx = np.ascontiguousarray(context_ids, dtype=np.int32)
+        if ctx.ndim != 2 or ctx.shape[1] != self.order - 1:
+            raise ValueError(f"contexts must have shape (N, {self.order - 1}), not {ctx.shape}")
+        if n is not None and ctx.shape[0] != n:
+            raise ValueError(f"{ctx.shape[0]} contexts for {n} words")
+        V = len(self.vocab)
+        if ctx.size and (ctx.min() < 0 or ctx.max() >= V):
+            raise ValueError(f"context word id outside 0..{V - 1}")
+        return ctx
+
+    def log_prob(self, context_ids, word_ids, normalised=True, batch=1024):
+        """Natural-log probabilities of ``word_ids`` (N,) after ``context_ids`` (N, n-1)
+        (oldest word first, <null>-padded).  normalised=False gives the self-normalised
+        score of an NCE model (exact anyway for tree output)."""
+        words = np.ascontiguousarray(word_ids, dtype=np.int32)
+        if words.ndim != 1:
+            raise ValueError("word ids must be one-dimensional")
+        ctx = self._contexts(context_ids, words.size)
+        V = len(self.vocab)
+        if words.size and (words.min() < 0 or words.max() >= V):
+            raise ValueError(f"word id outside 0..{V - 1}")
+        out = np.empty(words.size, np.float64)
+        eng = self._eval_engine(min(batch, max(words.size, 1)))
+        for lo in range(0, words.size, batch):
+            hi = min(lo + batch, words.size)
+            out[lo:hi] = eng.logprob(ctx[lo:hi], words[lo:hi], normalised)
+        return out
+
+    def log10_prob(self, context_ids, word_ids, normalised=True):
+        """log10 p(word | context) per row; see log_prob."""
+        return self.log_prob(context_ids, word_ids, normalised) * LOG10E
+
+    def log10_distribution(self, context_ids, batch=256):
+        """(N, V) log10 p(w | context) over the whole vocabulary, exact."""
+        ctx = self._contexts(context_ids)
+        out = np.empty((ctx.shape[0], len(self.vocab)), np.float32)
+        eng = self._eval_engine(min(batch, max(ctx.shape[0], 1)))
+        for lo in range(0, ctx.shape[0], batch):
+            hi = min(lo + batch, ctx.shape[0])
+            out[lo:hi] = eng.distribution(ctx[lo:hi]) * LOG10E
+        return out
+
+    def perplexity(self, contexts, targets):
+        """exp of the mean negative log-likelihood (exact normalisation)."""
+        if len(targets) == 0:
+            raise ValueError("no tokens to compute a perplexity over")
+        return float(np.exp(-np.mean(self.log_prob(contexts, targets))))
+
+    # -- persistence
+    def arrays(self):
+        a = {"param." + n: self.params[n] for n in PARAM_NAMES}
+        a.update(self.vocab.to_arrays())
+        for n, v in self.structs.items():
+            a["struct." + n] = v
+        return a
+
+    def save(self, path, extra_config=None, extra_arrays=None):
+        """Write atomically to nplm's binary container (kind 'neural')."""
+        config = {"format": FORMAT, "net": self.config.to_json(), "specials": list(SPECIALS)}
+        if extra_config:
+            config.update(extra_config)
+        arrays = self.arrays()
+        if extra_arrays:
+            arrays.update(extra_arrays)
+        container.write(path, KIND, config, arrays)
+
+    @classmethod
+    def load(cls, path, return_container=False):
+        """Map a saved network (arrays stay read-only views into the file)."""
+        c = container.read(path, expect_kind=KIND)
+        try:
+            if c.config.get("format") != FORMAT:
+                raise FormatError(f"neural model format {c.config.get('format')!r}, expected {FORMAT}", path)
+            config = NeuralConfig.from_json(c.config["net"])
+            vocab = Vocabulary.from_arrays(c.arrays)
+            params = {n: c.arrays["param." + n] for n in PARAM_NAMES}
+            structs = {n[len("struct."):]: v for n, v in c.arrays.items() if n.startswith("struct.")}
+            net = cls(config, vocab, params, structs)
+        except FormatError as e:
+            if e.path is None:
+                raise FormatError(str(e), path) from None
+            raise
+        except (KeyError, ValueError, TypeError) as e:
+            raise FormatError(f"not a valid neural model ({e})", path) from None
+        return (net, c) if return_container else net
+
+
+def _default_threads():
+    import os
+    return max(1, min(2, os.cpu_count() or 1))
