@@ -1,0 +1,804 @@
+# cython: language_level=3
+"""Kernels of the ARPA reader and writer (see ``nplm/arpa.py``).
+
+Reading: ``Parser.run`` parses the n-gram lines of one section from a buffer of
+complete lines without the GIL: floats, the unigram vocabulary (a C open-addressing
+hash table of the words' bytes) and the word ids of higher orders.  Everything that
+is not an n-gram line (headers, blank lines between sections, ``\\end\\``) and every
+error message is handled by the Python layer; the kernel only stops and says why.
+
+Writing: ``format_rows`` prints n-gram lines into a byte buffer, floats as the
+shortest decimal that reads back as the same float32 (like double-conversion's
+``ToShortestSingle``, which lmplz uses).
+"""
+from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memcmp, memset
+from libc.math cimport floor, log10, fabs, isfinite
+
+import numpy as np
+
+cdef extern from "<locale.h>" nogil:
+    ctypedef void* locale_t
+    int LC_ALL_MASK
+    locale_t newlocale(int mask, const char* locale, locale_t base)
+
+cdef extern from "<stdlib.h>" nogil:
+    # glibc: correctly rounded, and independent of the process's LC_NUMERIC.
+    float strtof_l(const char* s, char** end, locale_t loc)
+
+cdef extern from "<stdio.h>" nogil:
+    int snprintf(char* s, size_t n, const char* fmt, ...)
+
+cdef locale_t _C_LOCALE = newlocale(LC_ALL_MASK, "C", NULL)
+
+# Return codes of Parser.run.  Codes >= ERR_FIRST are errors, described by
+# err_line / err_start / err_tok / err_tok_end / err_other; Python words them.
+cdef enum:
+    DONE = 0            # the section has all its entries; the next line is Python's
+    NEED_INPUT = 1      # the buffer is used up
+    NEED_SPACE = 2      # the output arrays are full; grow them and call again
+    BACKSLASH = 3       # a '\' line arrived before the header's count was reached
+    ERR_FIRST = 10
+    ERR_FLOAT = 10      # malformed number (token in err_tok..err_tok_end)
+    ERR_NONFINITE = 11  # a number that overflows float32
+    ERR_POSITIVE = 12   # positive log10 probability
+    ERR_TAB = 13        # unigram: no tab after the probability
+    ERR_FEW_WORDS = 14  # the line ends before n words
+    ERR_AFTER_WORDS = 15  # neither tab nor end of line after the n-th word
+    ERR_AFTER_BACKOFF = 16  # junk after the back-off
+    ERR_HIGHEST_BACKOFF = 17  # non-zero back-off on the highest order
+    ERR_UNKNOWN_WORD = 18   # higher-order word not among the unigrams
+    ERR_DUPLICATE = 19  # unigram seen before (its id in err_other)
+    ERR_NUL = 20        # NUL byte in the line
+    ERR_MEMORY = 21     # malloc failed (bytes wanted in err_other)
+
+# Byte classes for the line scanner.  kARPASpaces in KenLM is tab, LF, CR, space.
+cdef enum:
+    C_WORD = 0
+    C_SEP = 1    # space, tab
+    C_CR = 2
+    C_LF = 3
+    C_NUL = 4
+
+cdef unsigned char CLS[256]
+memset(CLS, C_WORD, 256)
+CLS[ord(' ')] = C_SEP
+CLS[ord('\t')] = C_SEP
+CLS[ord('\r')] = C_CR
+CLS[ord('\n')] = C_LF
+CLS[0] = C_NUL
+
+# Powers of ten as doubles; entries up to 1e22 are exact.
+cdef double P10[100]
+cdef int _i
+for _i in range(100):
+    P10[_i] = float("1e%d" % _i)
+
+
+# ---------------------------------------------------------------------------
+# Numbers
+
+
+cdef inline uint64_t _f64_bits(double d) noexcept nogil:
+    cdef uint64_t u
+    memcpy(&u, &d, 8)
+    return u
+
+
+cdef int _slow_float(const unsigned char* p, Py_ssize_t n, float* out) noexcept nogil:
+    """Correctly rounded decimal -> float32 through glibc for the rare hard cases."""
+    cdef char buf[512]
+    cdef char* end
+    if n >= 512:
+        return ERR_FLOAT
+    memcpy(buf, p, n)
+    buf[n] = 0
+    out[0] = strtof_l(buf, &end, _C_LOCALE)
+    if end != buf + n:
+        return ERR_FLOAT
+    if not isfinite(out[0]):
+        return ERR_NONFINITE
+    return 0
+
+
+cdef inline int _decimal_to_float(uint64_t mant, int e10, bint neg, float* out) noexcept nogil:
+    """mant * 10^e10 correctly rounded to float32 when that is cheap; -1 otherwise.
+
+    One IEEE operation on exact doubles gives the correctly rounded double d.
+    Rounding d to float32 is then exact too unless d sits exactly halfway between
+    two floats (the only case where double rounding can go wrong) or is
+    subnormal/huge as a float; those return -1 for the slow path."""
+    cdef double d
+    cdef uint64_t bits
+    if mant == 0:
+        out[0] = -0.0 if neg else 0.0
+        return 0
+    if mant >= (<uint64_t>1 << 53) or e10 < -22 or e10 > 22:
+        return -1
+    if e10 >= 0:
+        d = <double>mant * P10[e10]
+    else:
+        d = <double>mant / P10[-e10]
+    if d < 1.1754943508222875e-38 or d > 1e38:
+        return -1
+    bits = _f64_bits(d)
+    if (bits & ((<uint64_t>1 << 29) - 1)) == (<uint64_t>1 << 28):
+        return -1
+    out[0] = <float>(-d if neg else d)
+    return 0
+
+
+cdef inline int parse_float(const unsigned char* p, const unsigned char** endp,
+                            float* out) noexcept nogil:
+    """Parse [+-]digits[.digits][(e|E)[+-]digits] at p into out (correctly rounded).
+
+    Returns 0, ERR_FLOAT (not a number; *endp at the offending byte) or
+    ERR_NONFINITE.  The caller checks what follows the number."""
+    cdef const unsigned char* s = p
+    cdef bint neg = False
+    cdef uint64_t mant = 0
+    cdef int digits = 0, sig = 0, e10 = 0, dropped = 0, ex = 0, exsign = 1, exdigits = 0
+    cdef int r
+    if s[0] == c'-':
+        neg = True
+        s += 1
+    elif s[0] == c'+':
+        s += 1
+    while c'0' <= s[0] <= c'9':
+        digits += 1
+        if mant == 0 and s[0] == c'0':
+            pass  # leading zero: not significant
+        elif sig < 19:
+            mant = mant * 10 + (s[0] - c'0')
+            sig += 1
+        else:
+            dropped += 1  # more than 19 significant digits: slow path
+            e10 += 1
+        s += 1
+    if s[0] == c'.':
+        s += 1
+        while c'0' <= s[0] <= c'9':
+            digits += 1
+            if mant == 0 and s[0] == c'0':
+                e10 -= 1
+            elif sig < 19:
+                mant = mant * 10 + (s[0] - c'0')
+                sig += 1
+                e10 -= 1
+            else:
+                dropped += 1
+            s += 1
+    if digits == 0:
+        endp[0] = s
+        return ERR_FLOAT
+    if s[0] == c'e' or s[0] == c'E':
+        s += 1
+        if s[0] == c'-':
+            exsign = -1
+            s += 1
+        elif s[0] == c'+':
+            s += 1
+        while c'0' <= s[0] <= c'9':
+            if ex < 100000:
+                ex = ex * 10 + (s[0] - c'0')
+            exdigits += 1
+            s += 1
+        if exdigits == 0:
+            endp[0] = s
+            return ERR_FLOAT
+        e10 += exsign * ex
+    endp[0] = s
+    if dropped == 0 and _decimal_to_float(mant, e10, neg, out) == 0:
+        return 0
+    return _slow_float(p, s - p, out)
+
+
+cdef int _roundtrips(uint64_t c, int q, float target) noexcept nogil:
+    """Does the decimal c * 10^q read back as ``target`` (positive)?"""
+    cdef float got
+    cdef char buf[64]
+    cdef int n
+    if _decimal_to_float(c, q, False, &got) != 0:
+        n = snprintf(buf, 64, "%llue%d", <unsigned long long>c, q)
+        if _slow_float(<const unsigned char*>buf, n, &got) == ERR_FLOAT:
+            return 0
+    return got == target
+
+
+cdef int _shortest_at(float a, int k, int p, uint64_t* best) noexcept nogil:
+    """The p-significant-digit decimal nearest to a that reads back as a, if any.
+
+    k estimates floor(log10(a)).  Scaling in double is not exact, so the
+    neighbours of the scaled value are tested by an exact round-trip check; the
+    nearest round-tripping candidate on either side of a is one of them."""
+    cdef int q = k - p + 1
+    cdef double s, lo, c, dist, best_dist = 1e300
+    cdef int found = 0
+    if q <= 0:
+        s = <double>a * P10[-q] if -q < 100 else 0.0
+    else:
+        s = <double>a / P10[q]
+    lo = floor(s)
+    c = lo - 1.0 if s - lo < 1e-6 else lo
+    while c <= lo + 2.0:
+        if c >= 1.0 and (c <= lo + 1.0 or lo + 1.0 - s < 1e-6):
+            if _roundtrips(<uint64_t>c, q, a):
+                dist = fabs(c - s)
+                # exact ties go to the even digit, as double-conversion does
+                if dist < best_dist or (dist == best_dist and (<uint64_t>c) % 2 == 0):
+                    best_dist = dist
+                    best[0] = <uint64_t>c
+                    found = 1
+        c += 1.0
+    return found
+
+
+cdef int format_float(float v, char* out) noexcept nogil:
+    """Write the shortest round-tripping decimal of v (finite) in double-conversion's
+    ToShortestSingle style (NO_FLAGS, exponential outside 1e-6 <= |v| < 1e21,
+    ``-0`` for negative zero).  Returns the number of bytes written."""
+    cdef int n = 0, k, p, q, L, i, point, exponent
+    cdef uint64_t c = 0, t
+    cdef float a = fabs(v)
+    cdef char digits[24]
+    if v < 0 or (v == 0 and _f64_bits(<double>v) >> 63):
+        out[0] = c'-'
+        n = 1
+    if a == 0:
+        out[n] = c'0'
+        return n + 1
+    k = <int>floor(log10(<double>a))
+    # Most ARPA numbers have 7-8 significant digits: try 8 first, then walk down.
+    if _shortest_at(a, k, 8, &c):
+        p = 8
+        t = c
+        while p > 1 and _shortest_at(a, k, p - 1, &t):
+            p -= 1
+            c = t
+    else:
+        p = 9
+        while p < 17 and not _shortest_at(a, k, p, &c):
+            p += 1
+    q = k - p + 1
+    while c % 10 == 0:
+        c //= 10
+        q += 1
+    L = 0
+    while c > 0:
+        digits[L] = <char>(c'0' + c % 10)
+        c //= 10
+        L += 1
+    # digits are reversed; point = position of the decimal point after digits[0..]
+    point = L + q
+    exponent = point - 1
+    if -6 <= exponent < 21:
+        if point <= 0:
+            out[n] = c'0'
+            out[n + 1] = c'.'
+            n += 2
+            for i in range(-point):
+                out[n] = c'0'
+                n += 1
+            for i in range(L):
+                out[n] = digits[L - 1 - i]
+                n += 1
+        elif point >= L:
+            for i in range(L):
+                out[n] = digits[L - 1 - i]
+                n += 1
+            for i in range(point - L):
+                out[n] = c'0'
+                n += 1
+        else:
+            for i in range(L):
+                if i == point:
+                    out[n] = c'.'
+                    n += 1
+                out[n] = digits[L - 1 - i]
+                n += 1
+    else:
+        out[n] = digits[L - 1]
+        n += 1
+        if L > 1:
+            out[n] = c'.'
+            n += 1
+            for i in range(1, L):
+                out[n] = digits[L - 1 - i]
+                n += 1
+        n += snprintf(out + n, 8, "e%d", exponent)
+    return n
+
+
+def format_floats(const float[::1] values):  # IN
+    """The strings format_float writes, as a list of str (for tests)."""
+    cdef char buf[64]
+    cdef Py_ssize_t i
+    cdef int n
+    result = []
+    for i in range(values.shape[0]):
+        n = format_float(values[i], buf)
+        result.append(buf[:n].decode("ascii"))
+    return result
+
+
+def parse_floats(list tokens):
+    """parse_float on each bytes token: (float32 array, list of error codes) (tests)."""
+    cdef Py_ssize_t i
+    cdef bytes t
+    cdef const unsigned char* end
+    cdef float f
+    cdef int r
+    out = np.zeros(len(tokens), dtype=np.float32)
+    codes = []
+    for i in range(len(tokens)):
+        t = tokens[i] + b"\n"
+        f = 0
+        r = parse_float(<const unsigned char*>t, &end, &f)
+        if r == 0 and end != <const unsigned char*>t + len(t) - 1:
+            r = ERR_FLOAT
+        out[i] = f
+        codes.append(r)
+    return out, codes
+
+
+# ---------------------------------------------------------------------------
+# Word hashing
+
+
+cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
+    h ^= h >> 33
+    h *= <uint64_t>0xff51afd7ed558ccd
+    h ^= h >> 33
+    return h
+
+
+cdef inline uint64_t hash_word(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = <uint64_t>0x9E3779B97F4A7C15 ^ (<uint64_t>n * <uint64_t>0xc2b2ae3d27d4eb4f)
+    cdef uint64_t w
+    while n >= 8:
+        memcpy(&w, p, 8)
+        h = (h ^ w) * <uint64_t>0xbf58476d1ce4e5b9
+        h ^= h >> 31
+        p += 8
+        n -= 8
+    if n > 0:
+        w = 0
+        memcpy(&w, p, n)
+        h = (h ^ w) * <uint64_t>0xbf58476d1ce4e5b9
+        h ^= h >> 31
+    return _mix(h)
+
+
+# ---------------------------------------------------------------------------
+# Reader
+
+
+ctypedef struct State:
+    # current section
+    int n               # its order (1-based); words per line
+    bint highest        # no back-off column expected (must be zero if present)
+    int64_t need        # entries the header promised
+    int64_t got         # entries parsed so far
+    int64_t cap         # rows the output arrays hold
+    int32_t* ids        # OUT (cap, n)
+    float* prob         # OUT (cap,)
+    float* backoff      # OUT (cap,)
+    int64_t line        # lines consumed so far in the file
+    int64_t first_line  # line of the first entry of this section (0 = none yet)
+    # unigram vocabulary: word bytes back to back, offsets, hashes, hash table
+    unsigned char* words
+    int64_t words_len, words_cap
+    int64_t* word_off   # (nwords + 1)
+    uint64_t* word_hash
+    int64_t nwords, nwords_cap
+    int32_t* table      # -1 = empty slot
+    uint64_t mask       # table size - 1
+    int32_t unk_id      # the unigram <unk>/<UNK> maps to in higher orders, -1 none
+    # error report
+    int64_t err_line
+    Py_ssize_t err_start, err_tok, err_tok_end
+    int64_t err_other
+
+
+cdef int _grow_words(State* st, Py_ssize_t extra) noexcept nogil:
+    cdef int64_t cap
+    cdef void* mem
+    if st.words_len + extra > st.words_cap:
+        cap = max(2 * st.words_cap, st.words_len + extra + 4096)
+        mem = realloc(st.words, cap)
+        if mem == NULL:
+            st.err_other = cap
+            return ERR_MEMORY
+        st.words = <unsigned char*>mem
+        st.words_cap = cap
+    if st.nwords + 2 > st.nwords_cap:
+        cap = max(2 * st.nwords_cap, 1024)
+        mem = realloc(st.word_off, cap * sizeof(int64_t))
+        if mem == NULL:
+            st.err_other = cap * 8
+            return ERR_MEMORY
+        st.word_off = <int64_t*>mem
+        mem = realloc(st.word_hash, cap * sizeof(uint64_t))
+        if mem == NULL:
+            st.err_other = cap * 8
+            return ERR_MEMORY
+        st.word_hash = <uint64_t*>mem
+        st.nwords_cap = cap
+    # keep the table at most half full
+    if 2 * (st.nwords + 1) > <int64_t>(st.mask + 1):
+        return _rehash(st, 2 * (st.mask + 1) if st.table != NULL else 2048)
+    return 0
+
+
+cdef int _rehash(State* st, uint64_t size) noexcept nogil:
+    cdef int32_t* table = <int32_t*>malloc(size * sizeof(int32_t))
+    cdef int64_t i
+    cdef uint64_t slot
+    if table == NULL:
+        st.err_other = size * 4
+        return ERR_MEMORY
+    memset(table, 0xff, size * sizeof(int32_t))
+    for i in range(st.nwords):
+        slot = st.word_hash[i] & (size - 1)
+        while table[slot] >= 0:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = <int32_t>i
+    free(st.table)
+    st.table = table
+    st.mask = size - 1
+    return 0
+
+
+cdef inline int32_t _lookup(const State* st, const unsigned char* w, Py_ssize_t n,
+                            uint64_t h, uint64_t* slot_out) noexcept nogil:
+    """The id of word w (n bytes, hash h), or -1 with *slot_out its free slot."""
+    cdef uint64_t slot = h & st.mask
+    cdef int32_t id
+    while True:
+        id = st.table[slot]
+        if id < 0:
+            slot_out[0] = slot
+            return -1
+        if (st.word_hash[id] == h and st.word_off[id + 1] - st.word_off[id] == n
+                and memcmp(st.words + st.word_off[id], w, n) == 0):
+            return id
+        slot = (slot + 1) & st.mask
+
+
+cdef inline int _error(State* st, int code, const unsigned char* base, const unsigned char* line,
+                       const unsigned char* tok, const unsigned char* tok_end) noexcept nogil:
+    st.err_line = st.line + 1
+    st.err_start = line - base
+    st.err_tok = tok - base
+    st.err_tok_end = tok_end - base
+    return code
+
+
+cdef inline const unsigned char* _token_end(const unsigned char* p) noexcept nogil:
+    while CLS[p[0]] == C_WORD:
+        p += 1
+    return p
+
+
+cdef int _has_nul(const unsigned char* p) noexcept nogil:
+    while p[0] != c'\n':
+        if p[0] == 0:
+            return 1
+        p += 1
+    return 0
+
+
+cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
+                     Py_ssize_t end) noexcept nogil:
+    """Parse the n-gram lines of the current section from base[*pos:end] (which
+    ends with a newline) until the section is complete, the buffer or the output
+    space runs out, or an error.  *pos advances past each consumed line."""
+    cdef const unsigned char* p
+    cdef const unsigned char* line
+    cdef const unsigned char* tok
+    cdef const unsigned char* w
+    cdef const unsigned char* stop = base + end
+    cdef int n = st.n, i, r
+    cdef float prob, bo
+    cdef int32_t id
+    cdef int32_t* row
+    cdef uint64_t h, slot
+    cdef Py_ssize_t wlen
+    while True:
+        if st.got == st.need:
+            return DONE
+        line = base + pos[0]
+        if line >= stop:
+            return NEED_INPUT
+        p = line
+        # Leading white space; white-space-only lines are skipped (KenLM's
+        # ReadFloat skips them too).
+        while p[0] == c' ' or p[0] == c'\t' or p[0] == c'\r' or p[0] == c'\v' or p[0] == c'\f':
+            p += 1
+        if p[0] == c'\n':
+            pos[0] = p + 1 - base
+            st.line += 1
+            continue
+        if p[0] == c'\\':
+            st.err_line = st.line + 1
+            st.err_start = line - base
+            return BACKSLASH
+        if st.got == st.cap:
+            return NEED_SPACE
+        if _has_nul(line):
+            return _error(st, ERR_NUL, base, line, line, line)
+        # probability
+        tok = p
+        r = parse_float(p, &p, &prob)
+        if r != 0 or CLS[p[0]] == C_WORD:
+            return _error(st, r if r else ERR_FLOAT, base, line, tok, _token_end(p))
+        if prob > 0:
+            return _error(st, ERR_POSITIVE, base, line, tok, p)
+        if n == 1 and p[0] != c'\t':
+            return _error(st, ERR_TAB, base, line, p, p + 1)
+        # words
+        row = st.ids + st.got * n
+        for i in range(n):
+            while CLS[p[0]] == C_SEP or (p[0] == c'\r' and p[1] != c'\n'):
+                p += 1
+            if CLS[p[0]] >= C_CR:
+                return _error(st, ERR_FEW_WORDS, base, line, p, p)
+            w = p
+            while CLS[p[0]] == C_WORD:
+                p += 1
+            wlen = p - w
+            h = hash_word(w, wlen)
+            if n == 1:
+                r = _grow_words(st, wlen)  # first: it may rebuild the table
+                if r != 0:
+                    return _error(st, r, base, line, w, p)
+                id = _lookup(st, w, wlen, h, &slot)
+                if id >= 0:
+                    st.err_other = id
+                    return _error(st, ERR_DUPLICATE, base, line, w, p)
+                id = <int32_t>st.nwords
+                memcpy(st.words + st.words_len, w, wlen)
+                st.word_off[id] = st.words_len
+                st.words_len += wlen
+                st.word_off[id + 1] = st.words_len
+                st.word_hash[id] = h
+                st.table[slot] = id
+                st.nwords += 1
+            else:
+                id = _lookup(st, w, wlen, h, &slot)
+                if id < 0:
+                    if (st.unk_id >= 0 and wlen == 5 and
+                            (memcmp(w, b"<unk>", 5) == 0 or memcmp(w, b"<UNK>", 5) == 0)):
+                        id = st.unk_id
+                    else:
+                        return _error(st, ERR_UNKNOWN_WORD, base, line, w, p)
+            row[i] = id
+        # optional back-off
+        bo = 0
+        if p[0] == c'\t':
+            p += 1
+            while p[0] == c' ' or p[0] == c'\t':
+                p += 1
+            tok = p
+            r = parse_float(p, &p, &bo)
+            if r != 0 or CLS[p[0]] == C_WORD:
+                return _error(st, r if r else ERR_FLOAT, base, line, tok, _token_end(p))
+            if st.highest and bo != 0:
+                return _error(st, ERR_HIGHEST_BACKOFF, base, line, tok, p)
+            if p[0] == c'\r' and p[1] == c'\n':
+                p += 1
+            if p[0] != c'\n':
+                return _error(st, ERR_AFTER_BACKOFF, base, line, p, _token_end(p + 1))
+        else:
+            if p[0] == c'\r' and p[1] == c'\n':
+                p += 1
+            if p[0] != c'\n':
+                return _error(st, ERR_AFTER_WORDS, base, line, p, _token_end(p + 1))
+        st.prob[st.got] = prob
+        st.backoff[st.got] = bo
+        if st.got == 0:
+            st.first_line = st.line + 1
+        st.got += 1
+        st.line += 1
+        pos[0] = p + 1 - base
+
+
+cdef class Parser:
+    """Holds the reader's C state; ``arpa.py`` drives it section by section."""
+    cdef State st
+    cdef object _ids, _prob, _backoff   # the numpy arrays st points into
+
+    def __cinit__(self):
+        memset(&self.st, 0, sizeof(State))
+        self.st.unk_id = -1
+
+    def __dealloc__(self):
+        free(self.st.words)
+        free(self.st.word_off)
+        free(self.st.word_hash)
+        free(self.st.table)
+
+    def start_section(self, int n, bint highest, int64_t need):
+        self.st.n = n
+        self.st.highest = highest
+        self.st.need = need
+        self.st.got = 0
+        self.st.cap = 0
+        self.st.first_line = 0
+        self._ids = self._prob = self._backoff = None
+
+    def set_arrays(self, int32_t[:, ::1] ids, float[::1] prob, float[::1] backoff):  # OUT
+        """Hand the kernel output arrays of ``cap`` rows; the first ``got`` rows must
+        already hold the entries parsed so far (the caller copies them on growth)."""
+        if ids.shape[1] != self.st.n or ids.shape[0] != prob.shape[0] or prob.shape[0] != backoff.shape[0]:
+            raise ValueError("output arrays do not match the section")
+        if ids.shape[0] < self.st.got:
+            raise ValueError("output arrays smaller than what was parsed")
+        self._ids, self._prob, self._backoff = ids, prob, backoff
+        self.st.cap = ids.shape[0]
+        self.st.ids = &ids[0, 0] if ids.shape[0] else NULL
+        self.st.prob = &prob[0] if prob.shape[0] else NULL
+        self.st.backoff = &backoff[0] if backoff.shape[0] else NULL
+
+    def run(self, const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end):  # IN
+        """Parse section lines from data[pos:end] (end just past a newline).
+        Returns (code, new_pos)."""
+        cdef int code
+        if end > data.shape[0] or pos < 0 or pos > end or (end > 0 and data[end - 1] != c'\n'):
+            raise ValueError("run() needs a buffer of complete lines")
+        if self.st.n == 0:
+            raise ValueError("no section started")
+        if end == pos:
+            return NEED_INPUT if self.st.got < self.st.need else DONE, pos
+        with nogil:
+            code = parse_lines(&self.st, &data[0], &pos, end)
+        return code, pos
+
+    def set_unk(self, int32_t unk_id):
+        self.st.unk_id = unk_id
+
+    def lookup(self, bytes word):
+        """The unigram id of ``word``, or -1."""
+        cdef uint64_t slot
+        cdef const unsigned char* w = word
+        if self.st.table == NULL:
+            return -1
+        return _lookup(&self.st, w, len(word), hash_word(w, len(word)), &slot)
+
+    def vocab_bytes(self):
+        """The unigram words joined by b'\\n' (words never contain a newline)."""
+        cdef int64_t i, o = 0, n = self.st.nwords
+        cdef bytearray out = bytearray(self.st.words_len + max(n - 1, 0))
+        cdef unsigned char* dst = out
+        for i in range(n):
+            if i:
+                dst[o] = c'\n'
+                o += 1
+            memcpy(dst + o, self.st.words + self.st.word_off[i], self.st.word_off[i + 1] - self.st.word_off[i])
+            o += self.st.word_off[i + 1] - self.st.word_off[i]
+        return bytes(out)
+
+    @property
+    def line(self):
+        return self.st.line
+
+    @line.setter
+    def line(self, int64_t value):
+        self.st.line = value
+
+    @property
+    def got(self):
+        return self.st.got
+
+    @property
+    def cap(self):
+        return self.st.cap
+
+    @property
+    def first_line(self):
+        return self.st.first_line
+
+    @property
+    def nwords(self):
+        return self.st.nwords
+
+    @property
+    def error(self):
+        """(line, line_start, token_start, token_end, other) of the last error."""
+        return (self.st.err_line, self.st.err_start, self.st.err_tok, self.st.err_tok_end,
+                self.st.err_other)
+
+
+CODES = {
+    "DONE": DONE, "NEED_INPUT": NEED_INPUT, "NEED_SPACE": NEED_SPACE, "BACKSLASH": BACKSLASH,
+    "ERR_FIRST": ERR_FIRST, "ERR_FLOAT": ERR_FLOAT, "ERR_NONFINITE": ERR_NONFINITE,
+    "ERR_POSITIVE": ERR_POSITIVE, "ERR_TAB": ERR_TAB, "ERR_FEW_WORDS": ERR_FEW_WORDS,
+    "ERR_AFTER_WORDS": ERR_AFTER_WORDS, "ERR_AFTER_BACKOFF": ERR_AFTER_BACKOFF,
+    "ERR_HIGHEST_BACKOFF": ERR_HIGHEST_BACKOFF, "ERR_UNKNOWN_WORD": ERR_UNKNOWN_WORD,
+    "ERR_DUPLICATE": ERR_DUPLICATE, "ERR_NUL": ERR_NUL, "ERR_MEMORY": ERR_MEMORY,
+}
+
+
+# ---------------------------------------------------------------------------
+# Writer
+
+
+def check_words(const unsigned char[::1] words):  # IN
+    """Index of the first byte that cannot be part of an ARPA word (space, tab,
+    CR, LF, NUL), or -1."""
+    cdef Py_ssize_t i, n = words.shape[0]
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(n):
+            if CLS[words[i]] != C_WORD:
+                bad = i
+                break
+    return bad
+
+
+cdef Py_ssize_t _format_rows(unsigned char* out, Py_ssize_t cap,
+                             const int32_t* ids, int n, const float* prob,
+                             const float* backoff, bint with_backoff,
+                             Py_ssize_t start, Py_ssize_t stop,
+                             const unsigned char* words, const int64_t* off, int64_t nwords,
+                             Py_ssize_t* next_row, Py_ssize_t* bad_row) noexcept nogil:
+    cdef Py_ssize_t o = 0, r, need, wl
+    cdef int i
+    cdef int32_t id
+    cdef const int32_t* row
+    for r in range(start, stop):
+        row = ids + r * n
+        need = 2 * 32 + n
+        for i in range(n):
+            id = row[i]
+            if id < 0 or id >= nwords:
+                bad_row[0] = r
+                next_row[0] = r
+                return o
+            need += off[id + 1] - off[id]
+        if o + need > cap:
+            next_row[0] = r
+            return o
+        o += format_float(prob[r], <char*>out + o)
+        for i in range(n):
+            out[o] = c'\t' if i == 0 else c' '
+            o += 1
+            id = row[i]
+            wl = off[id + 1] - off[id]
+            memcpy(out + o, words + off[id], wl)
+            o += wl
+        if with_backoff:
+            out[o] = c'\t'
+            o += 1
+            o += format_float(backoff[r], <char*>out + o)
+        out[o] = c'\n'
+        o += 1
+    next_row[0] = stop
+    return o
+
+
+def format_rows(unsigned char[::1] out,           # OUT
+                const int32_t[:, ::1] ids,         # IN (count, n)
+                const float[::1] prob,             # IN
+                const float[::1] backoff,          # IN
+                bint with_backoff,
+                Py_ssize_t start, Py_ssize_t stop,
+                const unsigned char[::1] words,    # IN all words back to back
+                const int64_t[::1] offsets):       # IN (V + 1,)
+    """Print rows start..stop-1 as ARPA lines into ``out``; stops early when ``out``
+    is full.  Returns (bytes written, next row, first row with an id out of
+    range or -1).  Floats must be finite (the caller checks)."""
+    cdef Py_ssize_t written, next_row = start, bad = -1
+    cdef int n = ids.shape[1]
+    cdef unsigned char empty = 0
+    if not (0 <= start <= stop <= ids.shape[0] and prob.shape[0] == ids.shape[0] == backoff.shape[0]):
+        raise ValueError("row range or array shapes do not match")
+    if out.shape[0] < 64 or start == stop:
+        return 0, start, -1
+    with nogil:
+        written = _format_rows(&out[0], out.shape[0], &ids[0, 0], n, &prob[0], &backoff[0],
+                               with_backoff, start, stop,
+                               &words[0] if words.shape[0] else &empty, &offsets[0],
+                               offsets.shape[0] - 1, &next_row, &bad)
+    return written, next_row, bad

@@ -1,0 +1,548 @@
+"""Reading and writing ARPA back-off language models.
+
+``read_arpa(path)`` streams a (plain, gzip, bzip2 or xz) ARPA file into
+``NGramTables``; ``write_arpa(tables, path)`` prints one in exactly lmplz's layout.
+
+The format accepted is KenLM's (``lm/read_arpa.cc``): optional blank and ``#`` lines
+before ``\\data\\``; ``ngram N=count`` lines numbered 1, 2, ...; ``\\N-grams:``
+sections holding exactly ``count`` lines ``prob<TAB>w1 w2 ...[<TAB>backoff]``;
+``\\end\\`` followed by nothing but blank lines.  Words are separated by tabs or
+spaces, a missing back-off is 0, CRLF line ends are fine.  Words are UTF-8.
+
+The Python layer here handles headers and words every error message (file:line);
+the n-gram lines themselves are parsed by ``nplm._arpa`` without the GIL while a
+second thread reads and decompresses the next chunk.
+"""
+import io
+import os
+import queue
+import re
+import threading
+import zlib
+import lzma
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .errors import FormatError
+from .tables import NGramTables
+from .textio import atomic_write, open_binary
+
+try:
+    from . import _arpa
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "nplm._arpa is not built; run `python setup.py build_ext --inplace` "
+        f"(or `pip install .`) first ({e})") from e
+
+__all__ = ["read_arpa", "write_arpa"]
+
+_C = _arpa.CODES
+CHUNK = 4 << 20              # bytes read per step
+MAX_LINE = 64 << 20          # a longer "line" is binary garbage, not ARPA
+MAX_ORDER = 64
+INITIAL_ROWS = 1 << 18       # first allocation when the header cannot be checked
+_COUNT_LINE = re.compile(rb"ngram ([0-9]+)=[ \t]*([0-9]+)[ \t]*")
+_KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
+_NPLM_MAGIC = b"\x93NPLM\r\n\x1a"
+
+
+def _show(raw, limit=60):
+    """A byte string as readable text for an error message."""
+    text = raw.decode("utf-8", "backslashreplace")
+    text = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _is_blank(line):
+    return not line.strip()
+
+
+# ---------------------------------------------------------------------------
+# Reading
+
+
+def _chunks(f, size):
+    """Yield chunks of ``f`` read by a background thread, so that decompression
+    (which releases the GIL) overlaps parsing."""
+    q = queue.Queue(maxsize=3)
+    stop = threading.Event()
+
+    def work():
+        try:
+            while not stop.is_set():
+                data = f.read(size)
+                q.put(data)
+                if not data:
+                    return
+        except BaseException as e:  # handed to the consumer
+            q.put(e)
+
+    t = threading.Thread(target=work, name="nplm-arpa-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if isinstance(item, BaseException):
+                raise item
+            if not item:
+                return
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a put() waiting on a full queue
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        t.join()
+
+
+class _Reader:
+    """The state machine over the parts of an ARPA file; n-gram lines go to the
+    Cython parser, every other line comes here."""
+
+    def __init__(self, path, plain_size, progress):
+        self.path = path
+        self.plain_size = plain_size    # bytes of a plain file (None if compressed)
+        self.parser = _arpa.Parser()
+        self.state = "prelude"
+        self.counts = []
+        self.comments = []
+        self.n = 0                       # order of the section being read / next one
+        self.ids, self.prob, self.backoff, self.first_line = [], [], [], []
+        self.vocab = None
+        self.bar = None
+        if progress:
+            from tqdm import tqdm
+            self.bar = tqdm(total=plain_size, unit="B", unit_scale=True, desc=os.path.basename(str(path)))
+
+    def error(self, message, line=None):
+        return FormatError(message, self.path, self.parser.line + 1 if line is None else line)
+
+    # -- the header and section boundaries (Python, a handful of lines) --
+
+    def header_line(self, line):
+        """Handle one complete line (without its newline) outside n-gram data."""
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if b"\0" in line and self.state != "prelude":
+            raise self.error("NUL byte in the line (binary garbage?)")
+        state = self.state
+        if state == "prelude":
+            if _is_blank(line):
+                return
+            if line.startswith(b"#"):
+                self.comments.append(line[1:].decode("utf-8", "replace").removeprefix(" "))
+                return
+            if line == b"\\data\\":
+                self.state = "counts"
+                return
+            raise self.error(self._not_arpa(line))
+        if state == "counts":
+            if _is_blank(line):
+                if not self.counts:
+                    raise self.error("no 'ngram N=count' lines after \\data\\")
+                self._check_counts()
+                self.state = "header"
+                self.n = 1
+                return
+            m = _COUNT_LINE.fullmatch(line)
+            if not m:
+                raise self.error(f"expected a count line 'ngram N=count', got {_show(line)}")
+            order, count = int(m.group(1)), int(m.group(2))
+            if order != len(self.counts) + 1:
+                raise self.error(f"ngram count lengths should be consecutive starting with 1: "
+                                 f"expected ngram {len(self.counts) + 1}=..., got {_show(line)}")
+            if order > MAX_ORDER:
+                raise self.error(f"order {order} is beyond the supported maximum {MAX_ORDER}")
+            if count >= 1 << 40:
+                raise self.error(f"absurd n-gram count {count}")
+            self.counts.append(count)
+            return
+        if state == "header":
+            if _is_blank(line):
+                return
+            expected = b"\\%d-grams:" % self.n
+            if line == expected:
+                self._start_section()
+                return
+            if not line.startswith(b"\\") and self.n > 1:
+                raise self.error(f"too many entries in the \\{self.n - 1}-grams: section: the header "
+                                 f"says {self.counts[self.n - 2]}")
+            raise self.error(f"expected n-gram header {expected.decode()} but got {_show(line)}")
+        if state == "end":
+            if _is_blank(line):
+                return
+            if line == b"\\end\\":
+                self.state = "after_end"
+                return
+            if not line.startswith(b"\\"):
+                raise self.error(f"too many entries in the \\{self.n - 1}-grams: section: the header "
+                                 f"says {self.counts[-1]}")
+            raise self.error(f"expected \\end\\ but got {_show(line)}")
+        if state == "after_end":
+            if not _is_blank(line):
+                raise self.error(f"trailing garbage after \\end\\: {_show(line)}")
+            return
+        raise AssertionError(state)
+
+    def _not_arpa(self, line):
+        if line.startswith(b"\x1f\x8b"):
+            return "looks like a gzip file inside a compressed file; decompress it first"
+        if line.startswith(_KENLM_MAGIC):
+            return ("this is a KenLM binary file, not an ARPA file (was a binary file "
+                    "compressed, or passed where an ARPA file is expected?)")
+        if line.startswith(_NPLM_MAGIC[:5]):
+            return "this is an nplm binary model, not an ARPA file; load it with nplm.Model"
+        if line.startswith(b"blmt"):
+            return "this looks like an IRSTLM binary file; run compile-lm --text yes first"
+        if line == b"iARPA":
+            return "this is an IRSTLM iARPA file; convert it with compile-lm --text yes first"
+        if b"\0" in line or not _valid_utf8(line):
+            return "binary garbage where \\data\\ was expected: this is not an ARPA file"
+        return f"first non-empty line was {_show(line)}, not \\data\\"
+
+    def _check_counts(self):
+        if self.counts[0] == 0:
+            raise self.error("the header announces no unigrams", line=self.parser.line)
+        if self.plain_size is not None:
+            # Each n-gram line needs at least "p\tw1 ... wn\n": 2n + 2 bytes.
+            least = sum(c * (2 * k + 4) for k, c in enumerate(self.counts))
+            if least > self.plain_size:
+                raise self.error(
+                    f"the header announces {sum(self.counts)} n-grams ({', '.join(map(str, self.counts))}), "
+                    f"more than a {self.plain_size}-byte file can hold", line=self.parser.line)
+
+    def _start_section(self):
+        n = self.n
+        count = self.counts[n - 1]
+        self.parser.start_section(n, n == len(self.counts), count)
+        rows = count if self.plain_size is not None else min(count, INITIAL_ROWS)
+        self._arrays(rows)
+        self.state = "section"
+
+    def _arrays(self, rows):
+        """(Re)allocate the current section's arrays with ``rows`` rows, keeping
+        what was parsed."""
+        n, got = self.n, self.parser.got
+        ids = np.empty((rows, n), dtype=np.int32)
+        prob = np.empty(rows, dtype=np.float32)
+        backoff = np.empty(rows, dtype=np.float32)
+        if got:
+            ids[:got] = self._cur[0][:got]
+            prob[:got] = self._cur[1][:got]
+            backoff[:got] = self._cur[2][:got]
+        self._cur = (ids, prob, backoff)
+        self.parser.set_arrays(ids, prob, backoff)
+
+    def _end_section(self):
+        n = self.n
+        ids, prob, backoff = self._cur
+        self._cur = None
+        got = self.parser.got
+        if got < len(prob):
+            ids, prob, backoff = ids[:got].copy(), prob[:got].copy(), backoff[:got].copy()
+        self.ids.append(ids)
+        self.prob.append(prob)
+        self.backoff.append(backoff)
+        self.first_line.append(self.parser.first_line or self.parser.line + 1)
+        if n == 1:
+            self._finish_vocab()
+        self.n = n + 1
+        self.state = "header" if self.n <= len(self.counts) else "end"
+
+    def _finish_vocab(self):
+        raw = self.parser.vocab_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            index = raw.count(b"\n", 0, e.start)
+            word = raw.split(b"\n")[index]
+            raise FormatError(f"invalid UTF-8 in the word {_show(word)}", self.path,
+                              self.first_line[0] + index) from None
+        self.vocab = text.split("\n")
+        lower, upper = self.parser.lookup(b"<unk>"), self.parser.lookup(b"<UNK>")
+        if lower >= 0 and upper >= 0:
+            raise FormatError("the unigrams list both <unk> and <UNK>, which KenLM treats as "
+                              "the same word", self.path, self.first_line[0] + max(lower, upper))
+        self.parser.set_unk(max(lower, upper))
+
+    # -- the n-gram data (Cython) --
+
+    def feed(self, data, end):
+        """Consume the complete lines data[:end]."""
+        pos = 0
+        while pos < end:
+            if self.state == "section":
+                code, pos = self.parser.run(data, pos, end)
+                if code == _C["DONE"]:
+                    self._end_section()
+                elif code == _C["NEED_SPACE"]:
+                    self._arrays(min(self.counts[self.n - 1], max(2 * self.parser.cap, 1024)))
+                elif code == _C["BACKSLASH"]:
+                    raise self.error(self._too_few())
+                elif code >= _C["ERR_FIRST"]:
+                    raise self._kernel_error(code, data)
+                continue
+            nl = data.find(b"\n", pos, end)
+            self.header_line(data[pos:nl])
+            self.parser.line += 1
+            pos = nl + 1
+
+    def _too_few(self):
+        return (f"the \\{self.n}-grams: section ends after {self.parser.got} entries but the "
+                f"header says {self.counts[self.n - 1]}")
+
+    def _kernel_error(self, code, data):
+        line_no, start, tok, tok_end, other = self.parser.error
+        line = data[start:data.find(b"\n", start)]
+        token = data[tok:tok_end]
+        shown = _show(token)
+        n = self.n
+        where = f"in the {n}-gram"
+        if code == _C["ERR_NUL"]:
+            message = f"NUL byte {where} (binary garbage?)"
+        elif code in (_C["ERR_FLOAT"], _C["ERR_NONFINITE"]):
+            if code == _C["ERR_NONFINITE"] or token.lower().lstrip(b"+-") in (b"nan", b"inf", b"infinity"):
+                message = f"{shown} is not a finite number ({where})"
+            elif not token:
+                message = f"a number is missing {where}"
+            else:
+                message = f"bad number {shown} {where}"
+        elif code == _C["ERR_POSITIVE"]:
+            message = (f"positive log10 probability {shown} {where}; this is a bug in IRSTLM "
+                       "(KenLM rejects it too unless told to map it to 0)")
+        elif code == _C["ERR_TAB"]:
+            message = f"expected a tab after the probability {where}"
+        elif code == _C["ERR_FEW_WORDS"]:
+            message = f"too few words: expected {n} {where} section"
+        elif code == _C["ERR_AFTER_WORDS"]:
+            message = (f"expected a tab and a back-off or the end of the line after {n} word(s), "
+                       f"got {shown} (too many words?) {where}")
+        elif code == _C["ERR_AFTER_BACKOFF"]:
+            message = f"unexpected {shown} after the back-off {where}"
+        elif code == _C["ERR_HIGHEST_BACKOFF"]:
+            message = (f"non-zero back-off {shown} for an n-gram of the highest order "
+                       f"({n}), which cannot have one")
+        elif code == _C["ERR_UNKNOWN_WORD"]:
+            if token in (b"<unk>", b"<UNK>"):
+                message = f"{shown} appears {where} but the unigrams have no <unk>"
+            else:
+                message = (f"word {shown} was not seen in the unigrams (which are supposed to list "
+                           f"the entire vocabulary) but appears {where}")
+        elif code == _C["ERR_DUPLICATE"]:
+            message = (f"duplicate unigram {shown} (first on line "
+                       f"{self.parser.first_line + other})")
+        elif code == _C["ERR_MEMORY"]:
+            raise MemoryError(f"{self.path}:{line_no}: cannot allocate {other} bytes")
+        else:  # pragma: no cover
+            message = f"parse error {code}"
+        if b"\0" in line and code != _C["ERR_NUL"]:
+            message += " (the line holds NUL bytes: binary garbage?)"
+        return FormatError(message, self.path, line_no)
+
+    def finish(self):
+        """At end of file: everything must have been seen."""
+        line = self.parser.line + 1
+        if self.state == "after_end":
+            return
+        if self.state == "prelude":
+            raise FormatError("empty file: no \\data\\ header" if not self.comments else
+                              "no \\data\\ header before the end of the file", self.path, line)
+        if self.state == "section":
+            raise FormatError(f"truncated file: it ends inside the \\{self.n}-grams: section after "
+                              f"{self.parser.got} of {self.counts[self.n - 1]} entries", self.path, line)
+        if self.state in ("counts", "header"):
+            raise FormatError("truncated file: it ends before the \\%d-grams: section" % max(self.n, 1),
+                              self.path, line)
+        raise FormatError("truncated file: missing \\end\\", self.path, line)
+
+    def tables(self, source):
+        ids0 = np.arange(len(self.vocab), dtype=np.int32)[:, None]
+        self.ids[0] = ids0
+        return NGramTables(vocab=self.vocab, ids=self.ids, logprob=self.prob, backoff=self.backoff,
+                           comments=self.comments, source=source, first_line=self.first_line)
+
+
+def _valid_utf8(raw):
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def read_arpa(path, progress=False):
+    """Read an ARPA file (plain, .gz, .bz2 or .xz; '-' is stdin) into NGramTables.
+
+    Raises FormatError naming the file and line for anything KenLM would reject
+    (and for NaN/inf values and invalid UTF-8, which it does not check), OSError
+    when the file cannot be read."""
+    source = "-" if path in (None, "-") else os.fspath(path)
+    f = open_binary(source)
+    try:
+        plain_size = None
+        if source != "-" and isinstance(f, io.BufferedReader):
+            plain_size = os.fstat(f.fileno()).st_size
+        reader = _Reader(source, plain_size, progress)
+        carry = b""
+        try:
+            for chunk in _chunks(f, CHUNK):
+                if reader.bar is not None:
+                    reader.bar.update(len(chunk))
+                data = carry + chunk if carry else chunk
+                end = data.rfind(b"\n") + 1
+                if end == 0:
+                    if len(data) > MAX_LINE:
+                        raise FormatError(f"a line longer than {MAX_LINE >> 20} MiB: this is not "
+                                          "an ARPA file", source, reader.parser.line + 1)
+                    carry = data
+                    continue
+                reader.feed(data, end)
+                carry = data[end:]
+            if carry:  # a last line without newline
+                reader.feed(carry + b"\n", len(carry) + 1)
+        except (EOFError, lzma.LZMAError, zlib.error, OSError) as e:
+            if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
+                raise
+            raise FormatError(f"corrupt or truncated compressed data ({e})", source,
+                              reader.parser.line + 1) from e
+        finally:
+            if reader.bar is not None:
+                reader.bar.close()
+        reader.finish()
+        return reader.tables(source)
+    finally:
+        f.close()
+
+
+# ---------------------------------------------------------------------------
+# Writing
+
+
+_OPENERS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+ROWS_PER_JOB = 1 << 16
+
+
+def _vocab_bytes(vocab):
+    encoded = [w.encode("utf-8") for w in vocab]
+    lengths = np.fromiter((len(w) for w in encoded), dtype=np.int64, count=len(encoded))
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    words = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    if len(words) == 0:
+        words = np.zeros(1, dtype=np.uint8)
+    bad = _arpa.check_words(words[:offsets[-1]])
+    if bad >= 0 or (lengths == 0).any():
+        index = int(np.searchsorted(offsets, bad, side="right") - 1) if bad >= 0 else int(np.argmin(lengths))
+        raise ValueError(f"vocabulary word {index} ({vocab[index]!r}) is empty or holds white space "
+                         "or NUL, which ARPA cannot represent")
+    if len(set(vocab)) != len(vocab):
+        raise ValueError("the vocabulary has duplicate words")
+    return words, offsets
+
+
+def _check_tables(tables):
+    tables.validate()
+    for k in range(tables.order):
+        for name, arr in (("logprob", tables.logprob[k]), ("backoff", tables.backoff[k])):
+            if not np.isfinite(arr).all():
+                i = int(np.flatnonzero(~np.isfinite(arr))[0])
+                raise ValueError(f"{name}[{k}][{i}] = {arr[i]} is not finite; ARPA cannot hold it")
+    if tables.order and np.any(tables.backoff[-1] != 0):
+        raise ValueError("the highest order has non-zero back-offs, which ARPA cannot hold")
+
+
+def _format_job(args):
+    ids, prob, backoff, with_backoff, start, stop, words, offsets = args
+    pieces = []
+    row = start
+    while row < stop:
+        # room for ROWS_PER_JOB typical lines; grows for long words
+        size = max(1 << 20, (stop - row) * (ids.shape[1] * 12 + 40))
+        out = np.empty(size, dtype=np.uint8)
+        written, row2, bad = _arpa.format_rows(out, ids, prob, backoff, with_backoff, row, stop, words, offsets)
+        if bad >= 0:
+            raise ValueError(f"ids[{ids.shape[1] - 1}] row {bad} holds a word id outside the vocabulary")
+        if row2 == row:  # a single enormous line
+            out = np.empty(size * 16 + 1024 + int(offsets[-1]), dtype=np.uint8)
+            written, row2, bad = _arpa.format_rows(out, ids, prob, backoff, with_backoff, row, row + 1,
+                                                   words, offsets)
+        pieces.append(out[:written].tobytes())
+        row = row2
+    return b"".join(pieces)
+
+
+def _write_stream(tables, out, progress):
+    words, offsets = _vocab_bytes(tables.vocab)
+    head = []
+    for c in tables.comments or ():
+        for part in str(c).split("\n"):
+            head.append(f"# {part}\n" if part else "#\n")
+    head.append("\\data\\\n")
+    for k, c in enumerate(tables.counts):
+        head.append(f"ngram {k + 1}={c}\n")
+    out.write("".join(head).encode("utf-8"))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=sum(tables.counts), unit="ngram", unit_scale=True, desc="write ARPA")
+    order = tables.order
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for k in range(order):
+            out.write(b"\n\\%d-grams:\n" % (k + 1))
+            ids = np.ascontiguousarray(tables.ids[k], dtype=np.int32)
+            prob = np.ascontiguousarray(tables.logprob[k], dtype=np.float32)
+            backoff = np.ascontiguousarray(tables.backoff[k], dtype=np.float32)
+            count = len(prob)
+            jobs = [(ids, prob, backoff, k + 1 < order, a, min(a + ROWS_PER_JOB, count), words, offsets)
+                    for a in range(0, count, ROWS_PER_JOB)]
+            # map() keeps the order; at most a few jobs run ahead of the writes.
+            for i, text in enumerate(_bounded_map(pool, _format_job, jobs, ahead=4)):
+                out.write(text)
+                if bar is not None:
+                    bar.update(jobs[i][5] - jobs[i][4])
+    out.write(b"\n\\end\\\n")
+    if bar is not None:
+        bar.close()
+
+
+def _bounded_map(pool, fn, items, ahead):
+    """pool.map that submits at most ``ahead`` items beyond the one being consumed."""
+    futures = []
+    items = iter(items)
+    for item in items:
+        futures.append(pool.submit(fn, item))
+        if len(futures) > ahead:
+            yield futures.pop(0).result()
+    for fut in futures:
+        yield fut.result()
+
+
+def write_arpa(tables, path_or_binary_file, progress=False):
+    """Write ``tables`` as an ARPA file in lmplz's layout.
+
+    A path is written atomically and compressed by its extension (.gz, .bz2,
+    .xz); a binary file object is written as is.  Floats are printed as the
+    shortest decimal that reads back as the same float32, so
+    ``read_arpa(write_arpa(t))`` reproduces ``t`` bit for bit."""
+    _check_tables(tables)
+    target = path_or_binary_file
+    if hasattr(target, "write"):
+        _write_stream(tables, target, progress)
+        return
+    path = os.fspath(target)
+    ext = os.path.splitext(path)[1].lower()
+    with atomic_write(path, "wb") as raw:
+        if ext in _OPENERS:
+            module = __import__(_OPENERS[ext])
+            if ext == ".gz":
+                # mtime 0 and no name: the same tables give the same bytes
+                comp = module.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename="")
+            else:
+                comp = module.open(raw, "wb")
+            with comp:
+                _write_stream(tables, comp, progress)
+        else:
+            _write_stream(tables, raw, progress)
