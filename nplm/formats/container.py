@@ -33,7 +33,7 @@ MAGIC = b"\x93NPLM\r\n\x1a"
 VERSION = 1
 ALIGN = 64
 _FIXED = struct.Struct("<8sIIQQ")
-_DTYPES = {"<f4", "<f8", "<f2", "<i1", "<u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8"}
+_DTYPES = {"<f4", "<f8", "<f2", "|i1", "|u1", "|b1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8"}
 _MAX_HEADER = 1 << 28  # a JSON header over 256 MiB is certainly corrupt
 
 
@@ -181,6 +181,7 @@ def read(path, expect_kind=None, populate=False):
     for name, (dt, shape, offset, count) in checked.items():
         if count == 0:
             arrays[name] = np.zeros(shape, dtype=dt)
+            arrays[name].setflags(write=False)
         else:
             arrays[name] = np.frombuffer(mm, dtype=dt, count=count, offset=offset).reshape(shape)
     c = Container(path, kind, config, arrays, mm)

@@ -1,0 +1,142 @@
+"""The kenlm module's API surface, behaviour for behaviour (see KENLM-API.md),
+and the places where nplm deliberately does better."""
+import copy
+import os
+import pickle
+
+import kenlm
+import pytest
+
+import nplm
+from conftest import REFERENCE, need_shared
+
+ARPA = str(REFERENCE / "ptb5k.o3.arpa.xz")
+
+
+@pytest.fixture(scope="module")
+def models():
+    need_shared()
+    kc = kenlm.Config()
+    kc.show_progress = False
+    nc = nplm.Config()
+    nc.show_progress = False
+    return kenlm.Model(ARPA, kc), nplm.Model(ARPA, nc)
+
+
+def test_public_names_cover_kenlm():
+    public = {n for n in dir(kenlm) if not n.startswith("_") and n != "os"}
+    assert public <= set(dir(nplm))
+
+
+def test_constants_match():
+    for cls in ("LoadMethod", "ARPALoadComplain"):
+        k, n = getattr(kenlm, cls), getattr(nplm, cls)
+        names = [a for a in dir(k) if a.isupper()]
+        assert names and all(getattr(k, a) == getattr(n, a) for a in names)
+    kc, nc = kenlm.Config(), nplm.Config()
+    assert (kc.load_method, kc.show_progress, kc.arpa_complain) == \
+        (nc.load_method, nc.show_progress, nc.arpa_complain)
+
+
+def test_path_repr_order(models):
+    km, nm = models
+    assert nm.path == km.path and isinstance(nm.path, bytes)
+    assert repr(nm) == repr(km)
+    assert nm.order == km.order == 3
+    assert issubclass(nplm.LanguageModel, nplm.Model)
+
+
+def test_empty_and_edge_sentences(models):
+    km, nm = models
+    for s in ["", " ", "\t\n"]:
+        assert nm.score(s) == km.score(s)
+        assert nm.score(s, bos=False, eos=False) == km.score(s, bos=False, eos=False) == 0.0
+    # bytes are accepted like kenlm's as_str; other types raise TypeError.
+    assert nm.score(b"the cat") == km.score(b"the cat")
+    with pytest.raises(TypeError):
+        nm.score(3)
+    with pytest.raises(TypeError):
+        km.score(3)
+    # Non-ASCII whitespace is part of a word, as in kenlm (which splits bytes).
+    s = "the\xa0cat sat\u2003down"
+    assert list(nm.full_scores(s)) == pytest.approx(list(km.full_scores(s)))
+    assert nm.perplexity(s) == pytest.approx(km.perplexity(s), rel=1e-6)
+
+
+def test_full_scores_types(models):
+    km, nm = models
+    items = list(nm.full_scores("the zzqx"))
+    assert [type(x) for x in items[0]] == [float, int, bool]
+    assert items[1][2] is True and items[1][1] == 1
+    assert items[-1][2] is False
+    assert len(items) == len(list(km.full_scores("the zzqx")))
+
+
+def test_base_full_score_return(models):
+    km, nm = models
+    ks, kout = kenlm.State(), kenlm.State()
+    ns, nout = nplm.State(), nplm.State()
+    km.BeginSentenceWrite(ks)
+    nm.BeginSentenceWrite(ns)
+    k = km.BaseFullScore(ks, "the", kout)
+    n = nm.BaseFullScore(ns, "the", nout)
+    assert (n.log_prob, n.ngram_length, n.oov) == (k.log_prob, k.ngram_length, k.oov)
+    assert repr(n) == repr(k)
+    with pytest.raises(AttributeError):
+        n.log_prob = 0.0
+    # bytes words: kenlm raises TypeError here, nplm accepts them.
+    with pytest.raises(TypeError):
+        km.BaseScore(ks, b"the", kout)
+    assert nm.BaseScore(ns, b"the", nout) == nm.BaseScore(ns, "the", nout)
+
+
+def test_state_copy_pickle(models):
+    _, nm = models
+    s, out = nplm.State(), nplm.State()
+    nm.BeginSentenceWrite(s)
+    nm.BaseScore(s, "the", out)
+    assert copy.copy(out) == out and copy.copy(out) is not out
+    assert copy.deepcopy(out) == out            # kenlm: TypeError
+    again = pickle.loads(pickle.dumps(out))     # kenlm: not picklable
+    assert again == out and hash(again) == hash(out)
+    a, b = nplm.State(), nplm.State()
+    assert nm.BaseScore(again, "company", a) == nm.BaseScore(out, "company", b)
+    assert nplm.State() == nplm.State() and not nplm.State() != nplm.State()
+
+
+def test_model_pickles_by_path(models):
+    _, nm = models
+    again = pickle.loads(pickle.dumps(nm))
+    assert again.path == nm.path
+    assert again.score("the company said") == nm.score("the company said")
+
+
+def test_missing_and_unreadable_files(tmp_path):
+    missing = str(tmp_path / "nope.arpa")
+    with pytest.raises(OSError) as n_err:
+        nplm.Model(missing)
+    with pytest.raises(OSError) as k_err:
+        kenlm.Model(missing)
+    assert str(n_err.value).startswith(f"Cannot read model '{missing}'")
+    assert str(k_err.value).startswith(f"Cannot read model '{missing}'")
+    with pytest.raises(OSError, match="Cannot read model"):
+        nplm.Model(str(tmp_path))                      # a directory
+    garbage = tmp_path / "garbage.arpa"
+    garbage.write_bytes(os.urandom(256))
+    with pytest.raises(OSError) as e:
+        nplm.Model(str(garbage))
+    assert isinstance(e.value, nplm.FormatError)       # and also a ValueError with the location
+    assert "garbage.arpa" in str(e.value)
+
+
+def test_vocab_access(models):
+    _, nm = models
+    v = nm.vocab
+    assert v.id("<unk>") == 0 and v.word(0) == "<unk>"
+    for w in ["the", "</s>", "<s>"]:
+        assert v.word(v.id(w)) == w
+    assert v.id("zzqx") == 0
+    assert len(v.words()) == len(v) == 7187
+    assert list(v.ids(["the", "zzqx"])) == [v.id("the"), 0]
+    with pytest.raises(IndexError):
+        v.word(len(v))

@@ -1,0 +1,77 @@
+"""Helpers shared by the benchmarks: locating data, building the PTB models, timing."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+PTB = SHARED / "data" / "ptb"
+CACHE = Path(os.environ.get("NPLM_BENCH_CACHE", Path.home() / ".cache" / "nplm-bench"))
+
+
+def lmplz_path():
+    """KenLM's lmplz, if built (env NPLM_LMPLZ, PATH, or /opt/kenlm-src/build/bin)."""
+    for cand in (os.environ.get("NPLM_LMPLZ"), shutil.which("lmplz"), "/opt/kenlm-src/build/bin/lmplz"):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def ptb_train_unk():
+    """PTB train with <unk> written as UNK (lmplz refuses <unk>), cached."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out = CACHE / "ptb.train.UNK.txt"
+    if not out.exists():
+        out.write_text((PTB / "ptb.train.txt").read_text().replace("<unk>", "UNK"))
+    return out
+
+
+def ptb_lines(split):
+    return (PTB / f"ptb.{split}.txt").read_text().replace("<unk>", "UNK").splitlines()
+
+
+def kn_arpa(order=5):
+    """The PTB train KN model of ``order``: built by lmplz when available (the
+    reference), else by nplm.estimate.  Cached."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out = CACHE / f"ptb.o{order}.arpa"
+    if out.exists():
+        return out
+    text = ptb_train_unk()
+    lmplz = lmplz_path()
+    if lmplz:
+        with open(text, "rb") as f, open(str(out) + ".tmp", "wb") as g:
+            subprocess.run([lmplz, "-o", str(order), "-S", "1G"], stdin=f, stdout=g,
+                           stderr=subprocess.DEVNULL, check=True)
+    else:
+        import nplm
+        nplm.estimate(str(text), order=order, arpa=str(out) + ".tmp")
+    os.replace(str(out) + ".tmp", out)
+    return out
+
+
+def best_time(fn, repeat=3):
+    """Minimum wall time of ``repeat`` calls (seconds) and the last result."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, result
+
+
+def rss_mib_of(code):
+    """Resident-set growth (MiB) of a fresh interpreter running ``code`` after a
+    baseline (imports included in the baseline)."""
+    prog = (
+        "import resource, sys\n"
+        "def rss():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmRSS:'): return int(line.split()[1]) / 1024\n"
+        + code +
+        "\nprint(after - before)\n")
+    res = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
+    return float(res.stdout.strip().splitlines()[-1])
