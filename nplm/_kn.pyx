@@ -686,39 +686,81 @@ def link_contexts(const int32_t[:, ::1] words,       # IN (n_k, k) order k n-gra
     return KN_OK
 
 
-cdef inline double _discount(const double *disc, uint64_t a) noexcept nogil:
-    return disc[a if a < 3 else 3]
+cdef extern from "math.h" nogil:
+    float log10f(float)
+
+
+cdef inline float _log10_clamped(float x) noexcept nogil:
+    """min(0, log10 x) in float like lmplz, with log10 0 written as ARPA's -99
+    rather than -inf."""
+    if x <= 0.0:
+        return -99.0
+    x = log10f(x)
+    return x if x < 0.0 else 0.0
+
+
+# The arithmetic below is float32 in lmplz's order of operations
+# (InitialProbabilities' AddRight/MergeRight, then Interpolate), so that the
+# values, and hence the printed ARPA, are bit-identical to lmplz's.
+
+cdef inline float _gamma(uint64_t n1, uint64_t n2, uint64_t n3, uint64_t pruned, float denom,
+                         const float *disc) noexcept nogil:
+    cdef float g = 0.0
+    g += disc[1] * <float> n1
+    g += disc[2] * <float> n2
+    g += disc[3] * <float> n3
+    g += <float> pruned      # mass of pruned n-grams goes to the lower order
+    return g / denom
+
+
+cdef inline float _uninterp(uint64_t a, float denom, const float *disc) noexcept nogil:
+    return (<float> a - disc[a if a < 3 else 3]) / denom
+
+
+def uniform_probability(uint64_t vocab):
+    """lmplz's uniform base distribution: 1.0 / float(|V|), rounded to float."""
+    return <float> (1.0 / <double> <float> vocab)
 
 
 def unigram_probs(const uint64_t[::1] adj,      # IN (V,) adjusted counts by word id
                   const uint8_t[::1] mark,      # IN (V,) 1 = pruned (--limit_vocab_file)
-                  const double[::1] disc,       # IN (4,) D0=0, D1, D2, D3+
-                  bint interpolate, double uniform,
-                  double[::1] prob,             # OUT (V,) probability
+                  const float[::1] disc,        # IN (4,) D0=0, D1, D2, D3+
+                  bint interpolate, float uniform,
+                  float[::1] prob,              # OUT (V,) probability
                   float[::1] logprob):          # OUT (V,) min(0, log10 prob)
     """Unigram probabilities (lmplz's MergeRight + Interpolate for order 1):
     p(w) = (a(w) - D(a(w))) / sum a + gamma / |V|, gamma being the discounted and
     pruned mass; without interpolation gamma goes to ``<unk>`` alone.  ``<s>`` gets
     probability 1 so scoring it costs nothing.  Returns gamma."""
     cdef Py_ssize_t v = adj.shape[0], w
-    cdef double denom = 0.0, gnum = 0.0, gamma, assign, p
+    cdef uint64_t denom = 0, pruned = 0, n[4]
+    cdef float fdenom, gamma, assign, p
+    n[0] = n[1] = n[2] = n[3] = 0
     with nogil:
         for w in range(v):
             denom += adj[w]
             if mark[w]:
-                gnum += adj[w]
+                pruned += adj[w]
             elif adj[w] > 0:
-                gnum += _discount(&disc[0], adj[w])
-        gamma = gnum / denom
+                n[adj[w] if adj[w] < 3 else 3] += 1
+        fdenom = <float> denom
+        gamma = _gamma(n[1], n[2], n[3], pruned, fdenom, &disc[0])
         assign = gamma if interpolate else 0.0
         for w in range(v):
-            p = (adj[w] - _discount(&disc[0], adj[w])) / denom + assign * uniform
-            if w == UNK and not interpolate:
-                p += gamma
-            elif w == BOS:
-                p = 1.0
+            p = _uninterp(adj[w], fdenom, &disc[0])
+            if w == UNK:
+                # lmplz: <unk> is a zeroton, or holds the whole mass without
+                # interpolation.  nplm may also have seen it in the text.
+                if adj[w] == 0:
+                    p = 0.0
+                if not interpolate:
+                    p = p + gamma
+            if w == BOS:
+                p = 1.0 + 0.0 * uniform
+            else:
+                p = p + assign * uniform
             prob[w] = p
-            logprob[w] = <float> (log10(p) if p < 1.0 else 0.0)
+            logprob[w] = _log10_clamped(p)
     return gamma
 
 
@@ -726,9 +768,9 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
                 const uint8_t[::1] mark,        # IN (n_k,) 1 = pruned
                 const int32_t[::1] ctx,         # IN (n_k,) context index in order k-1
                 const int32_t[::1] parent,      # IN (n_k,) suffix index in order k-1
-                const double[::1] disc,         # IN (4,) this order's discounts
-                const double[::1] prob_prev,    # IN (n_{k-1},) order k-1 probabilities
-                double[::1] prob,               # OUT (n_k,) probabilities (NaN if pruned)
+                const float[::1] disc,          # IN (4,) this order's discounts
+                const float[::1] prob_prev,     # IN (n_{k-1},) order k-1 probabilities
+                float[::1] prob,                # OUT (n_k,) probabilities (NaN if pruned)
                 float[::1] logprob,             # OUT (n_k,) min(0, log10 prob)
                 float[::1] backoff_prev):       # OUT (n_{k-1},) log10 back-off of order k-1
     """Interpolated probabilities of order k >= 2 and the back-offs of order k-1:
@@ -738,32 +780,39 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
     cdef Py_ssize_t m = adj.shape[0], np_ = prob_prev.shape[0], i
     cdef int32_t c
     cdef uint64_t a
-    cdef double p
-    cdef double *denom = <double *> calloc(np_, sizeof(double))
-    cdef double *gnum = <double *> calloc(np_, sizeof(double))
-    if np_ and (denom == NULL or gnum == NULL):
-        free(denom); free(gnum)
-        raise MemoryError(f"order_probs: {2 * np_ * sizeof(double)} bytes")
+    cdef float p
+    # per context: sum of adjusted counts, pruned mass, n1, n2, n3+
+    cdef uint64_t *acc = <uint64_t *> calloc(np_ * 5 + 1, sizeof(uint64_t))
+    cdef float *gamma = <float *> malloc((np_ + 1) * sizeof(float))
+    cdef float *fdenom = <float *> malloc((np_ + 1) * sizeof(float))
+    if acc == NULL or gamma == NULL or fdenom == NULL:
+        free(acc); free(gamma); free(fdenom)
+        raise MemoryError(f"order_probs: {np_ * 48} bytes")
     with nogil:
         for i in range(m):
             c = ctx[i]
             a = adj[i]
-            denom[c] += a
+            acc[5 * c] += a
             if mark[i]:
-                gnum[c] += a
+                acc[5 * c + 1] += a
             elif a > 0:
-                gnum[c] += _discount(&disc[0], a)
+                acc[5 * c + 1 + (a if a < 3 else 3)] += 1
+        for i in range(np_):
+            fdenom[i] = <float> acc[5 * i]
+            if acc[5 * i]:
+                gamma[i] = _gamma(acc[5 * i + 2], acc[5 * i + 3], acc[5 * i + 4], acc[5 * i + 1],
+                                  fdenom[i], &disc[0])
+                backoff_prev[i] = log10f(gamma[i]) if gamma[i] > 0 else -99.0
+            else:
+                backoff_prev[i] = 0.0   # not a context
         for i in range(m):
             if mark[i]:
                 prob[i] = 0.0 / 0.0
                 logprob[i] = 0.0
                 continue
             c = ctx[i]
-            a = adj[i]
-            p = (a - _discount(&disc[0], a)) / denom[c] + gnum[c] / denom[c] * prob_prev[parent[i]]
+            p = _uninterp(adj[i], fdenom[c], &disc[0])
+            p = p + gamma[c] * prob_prev[parent[i]]
             prob[i] = p
-            logprob[i] = <float> (log10(p) if p < 1.0 else 0.0)
-        for i in range(np_):
-            backoff_prev[i] = <float> (log10(gnum[i] / denom[i]) if denom[i] > 0 else 0.0)
-    free(denom)
-    free(gnum)
+            logprob[i] = _log10_clamped(p)
+    free(acc); free(gamma); free(fdenom)

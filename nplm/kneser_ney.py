@@ -53,7 +53,7 @@ def _kernels():
 class _Report:
     """lmplz-style stage headers and 100-star progress bars on stderr."""
 
-    RULER = "".join(f"{p:->4}" if p != 100 else "-100" for p in range(5, 101, 5))
+    RULER = "".join(f"{p:->5}" for p in range(5, 101, 5))
 
     def __init__(self, enabled, stages):
         self.enabled = enabled
@@ -385,11 +385,11 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     report.stage(3, "Calculating and sorting initial probabilities")
     report.stage(4, "Calculating and writing order-interpolated probabilities")
     report.start(sum(sizes))
-    uniform = 1.0 / max(vocab_pad, kept[0] - 1)
-    prob = np.empty(vocab_size)
+    uniform = _kn.uniform_probability(max(vocab_pad, kept[0] - 1))
+    prob = np.empty(vocab_size, dtype=np.float32)
     logprob = [np.empty(s, dtype=np.float32) for s in sizes]
     backoff = [np.zeros(s, dtype=np.float32) for s in sizes]
-    _kn.unigram_probs(adj[0], mark[0], discounts[0].astype(np.float64), bool(interpolate_unigrams),
+    _kn.unigram_probs(adj[0], mark[0], discounts[0], bool(interpolate_unigrams),
                       uniform, prob, logprob[0])
     done = sizes[0]
     report.update(done)
@@ -404,8 +404,8 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
             if _kn.link_contexts(words[i], parent[i], ctx_prev, words[i - 1], cb, ctx) != 0:
                 raise RuntimeError(f"internal error: a context of order {k} is missing")
             del cb
-        prob_k = np.empty(sizes[i])
-        _kn.order_probs(adj[i], mark[i], ctx, parent[i], discounts[i].astype(np.float64),
+        prob_k = np.empty(sizes[i], dtype=np.float32)
+        _kn.order_probs(adj[i], mark[i], ctx, parent[i], discounts[i],
                         prob, prob_k, logprob[i], backoff[i - 1])
         prob, ctx_prev = prob_k, ctx
         adj[i - 1] = parent[i - 1] = None
@@ -441,8 +441,8 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
         bo[-1] = np.zeros(len(lp[-1]), dtype=np.float32)
     comments = []
     if verbose_header:
-        comments = [f"# Input file: {name}", f"# Token count: {tokens}",
-                    "# Smoothing: Modified Kneser-Ney"]
+        comments = [f"Input file: {name}", f"Token count: {tokens}",
+                    "Smoothing: Modified Kneser-Ney"]
     tables = NGramTables(vocab=vocab, ids=ids, logprob=lp, backoff=bo, comments=comments)
 
     if arpa is not None:
