@@ -787,16 +787,25 @@ cdef class ModelBase:
         cdef Py_ssize_t n, m, k
         cdef const char *s = _utf8(sentence, &n)
         cdef float total = 0
-        # A sentence of n bytes has at most n // 2 + 1 tokens, plus </s>.
+        # A sentence of n bytes has at most n // 2 + 1 tokens, plus </s>.  Short
+        # sentences use stack buffers (no allocation per call).
         cdef Py_ssize_t cap = n // 2 + 2
-        probs = np.empty(cap, dtype=np.float32)
-        lengths = np.empty(cap, dtype=np.int32)
-        oovs = np.empty(cap, dtype=np.uint8)
-        cdef float[::1] pv = probs
-        cdef int32_t[::1] lv = lengths
-        cdef uint8_t[::1] ov = oovs
-        m = self._score_buf(s, n, bos, eos, &total, &pv[0], &lv[0], &ov[0], cap)
-        return iter([(<double>pv[k], lv[k], ov[k] != 0) for k in range(m)])
+        cdef float p_small[256]
+        cdef int32_t l_small[256]
+        cdef uint8_t o_small[256]
+        cdef float *pv = p_small
+        cdef int32_t *lv = l_small
+        cdef uint8_t *ov = o_small
+        if cap > 256:
+            buf = np.empty(cap * 9, dtype=np.uint8)
+            pv = <float *>cnp.PyArray_DATA(buf)
+            lv = <int32_t *>(pv + cap)
+            ov = <uint8_t *>(lv + cap)
+        m = self._score_buf(s, n, bos, eos, &total, pv, lv, ov, cap)
+        cdef list out = [None] * m
+        for k in range(m):
+            out[k] = (<double>pv[k], lv[k], ov[k] != 0)
+        return iter(out)
 
     def perplexity(self, sentence):
         """10 ** (-score(sentence) / (words + 1)): kenlm's per-sentence perplexity

@@ -194,3 +194,70 @@ def test_log10_distribution_sums_to_one(pair, texts):
             assert dist[wid] == nm.BaseScore(s, word, out)
         nm.BaseScore(s, w, out)
         s, out = out, s
+
+
+def _srilm_variants(tmp_path):
+    """SRILM-style rewrites of a reference ARPA: <s> at -99, back-off columns
+    omitted where zero, and lower-order n-grams pruned although longer n-grams
+    still end with them (KenLM then fills 'blank' entries with backed-off values)."""
+    import lzma
+    text = lzma.open(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz", "rt").read()
+    header, body = text.split("\n\n", 1)
+    sections = {}
+    order = []
+    for block in body.strip().split("\n\n"):
+        lines = block.strip().split("\n")
+        if lines[0].startswith("\\end"):
+            continue
+        n = int(lines[0][1])
+        order.append(n)
+        sections[n] = lines[1:]
+    top = max(order)
+    grams = {n: [l.split("\t") for l in sections[n]] for n in order}
+    contexts = {n: {" ".join(f[1].split()[:-1]) for f in grams[n + 1]} for n in order if n < top}
+    suffixes = {n: {" ".join(f[1].split()[1:]) for f in grams[n + 1]} for n in order if n < top}
+    rng = random.Random(3)
+    pruned = {}
+    for n in order:
+        keep = []
+        for f in grams[n]:
+            if n == 1 and f[1] == "<s>":
+                f = ["-99"] + f[1:]
+            if 1 < n < top and f[1] in suffixes[n] and f[1] not in contexts[n] and rng.random() < 0.5:
+                continue
+            if len(f) == 3 and float(f[2]) == 0.0:
+                f = f[:2]
+            keep.append(f)
+        pruned[n] = keep
+
+    def write(path, gram_sets):
+        out = ["\\data\\"] + [f"ngram {n}={len(gram_sets[n])}" for n in order] + [""]
+        for n in order:
+            out.append(f"\\{n}-grams:")
+            out += ["\t".join(f) for f in gram_sets[n]]
+            out.append("")
+        out.append("\\end\\")
+        path.write_text("\n".join(out) + "\n")
+        return str(path)
+
+    full = {n: [(["-99"] + f[1:]) if (n == 1 and f[1] == "<s>") else f for f in grams[n]] for n in order}
+    return [write(tmp_path / "srilm_full.arpa", full), write(tmp_path / "srilm_pruned.arpa", pruned)]
+
+
+def test_srilm_conventions_and_pruned_suffixes_match_kenlm(tmp_path, texts):
+    need_shared()
+    for path in _srilm_variants(tmp_path):
+        km = kenlm.Model(path, _kquiet())
+        nm = nplm.Model(path, _quiet())
+        for line in texts[::3]:
+            for (kp, kl, ko), (p, l, o) in zip(km.full_scores(line), nm.full_scores(line)):
+                assert abs(kp - p) <= 1e-5 and kl == l and ko == o, (path, line)
+        rng = random.Random(5)
+        ks_all, ns_all = [], []
+        for line in rng.sample(texts, 30):
+            ks, _ = _walk(km, kenlm.State, line.split() + ["</s>"], True)
+            ns, _ = _walk(nm, nplm.State, line.split() + ["</s>"], True)
+            ks_all += ks
+            ns_all += ns
+        for (i, a), (j, b) in itertools.combinations(list(enumerate(ks_all))[:200], 2):
+            assert (a == b) == (ns_all[i] == ns_all[j])

@@ -1,0 +1,90 @@
+"""The command line: query / perplexity / build-binary, as KenLM's query reports."""
+import subprocess
+import sys
+
+import kenlm
+import pytest
+
+from conftest import DATA, REFERENCE, need_shared, read_lines
+
+ARPA = str(REFERENCE / "ptb5k.o3.arpa.xz") if REFERENCE.is_dir() else ""
+
+
+def nplm_cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "nplm", *args], input=stdin, capture_output=True,
+                          text=True)
+
+
+def kenlm_summary(lines):
+    c = kenlm.Config()
+    c.show_progress = False
+    m = kenlm.Model(ARPA, c)
+    total = total_oov = 0.0
+    tokens = oovs = 0
+    for line in lines:
+        for p, _, oov in m.full_scores(line):
+            total += p
+            tokens += 1
+            if oov:
+                total_oov += p
+                oovs += 1
+    return 10 ** (-total / tokens), 10 ** (-(total - total_oov) / (tokens - oovs)), oovs, tokens
+
+
+def parse_summary(out):
+    vals = dict(line.split(":\t") for line in out.strip().splitlines()[-4:])
+    return (float(vals["Perplexity including OOVs"]), float(vals["Perplexity excluding OOVs"]),
+            int(vals["OOVs"]), int(vals["Tokens"]))
+
+
+def test_query_summary_matches_kenlm():
+    need_shared()
+    lines = read_lines(DATA / "ptb" / "ptb.valid.txt", unk_to="<unk>", limit=300)
+    r = nplm_cli("query", ARPA, "-v", "summary", stdin="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    ppl, ppl_ex, oovs, tokens = parse_summary(r.stdout)
+    k = kenlm_summary(lines)
+    assert oovs == k[2] > 0 and tokens == k[3]
+    assert ppl == pytest.approx(k[0], rel=1e-6) and ppl_ex == pytest.approx(k[1], rel=1e-6)
+
+
+def test_query_word_lines():
+    need_shared()
+    r = nplm_cli("query", ARPA, stdin="the company said\nzzqx\n")
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()[:2]
+    items = first.split("\t")
+    assert items[0].startswith("the=") and items[3].startswith("</s>=")
+    assert items[-1].startswith("Total: ") and items[-1].endswith("OOV: 0")
+    assert second.startswith("zzqx=0 1 ") and second.endswith("OOV: 1")
+    c = kenlm.Config()
+    c.show_progress = False
+    km = kenlm.Model(ARPA, c)
+    expect = [p for p, _, _ in km.full_scores("the company said")]
+    got = [float(item.split(" ")[2]) for item in items[:4]]
+    assert got == pytest.approx(expect, abs=1e-5)
+
+
+def test_perplexity_and_build_binary(tmp_path):
+    need_shared()
+    text = tmp_path / "t.txt"
+    lines = read_lines(REFERENCE / "ptb5k.txt", unk_to=None, limit=200)
+    text.write_text("\n".join(lines) + "\n")
+    binary = tmp_path / "m.nplm"
+    r = nplm_cli("build-binary", ARPA, str(binary))
+    assert r.returncode == 0, r.stderr
+    a = nplm_cli("perplexity", ARPA, str(text))
+    b = nplm_cli("perplexity", str(binary), str(text))
+    assert a.returncode == 0 and b.returncode == 0
+    assert a.stdout == b.stdout
+    assert parse_summary(a.stdout)[0] == pytest.approx(kenlm_summary(lines)[0], rel=1e-6)
+
+
+def test_cli_errors_are_messages_not_tracebacks(tmp_path):
+    need_shared()
+    r = nplm_cli("perplexity", str(tmp_path / "missing.arpa"), "-")
+    assert r.returncode == 1 and "Cannot read model" in r.stderr and "Traceback" not in r.stderr
+    r = nplm_cli("build-binary", ARPA, ARPA)
+    assert r.returncode == 1 and "refusing to overwrite" in r.stderr
+    r = nplm_cli()
+    assert r.returncode == 2 and "query" in r.stdout
