@@ -14,6 +14,10 @@ from .formats import container
 
 KIND = "backoff"
 FORMAT = 1
+# Hash table buckets per entry.  KenLM uses 1.5; 1.45 keeps a loaded binary's
+# resident memory at or below KenLM's probing binary at a negligible probing cost
+# (load factor 0.69 instead of 0.67; four entries share a cache line anyway).
+PROBING_MULTIPLIER = 1.45
 # KenLM's default probability for an ARPA without <unk> (config unknown_missing_logprob).
 UNKNOWN_MISSING_LOGPROB = -100.0
 _UNK = ("<unk>", "<UNK>")
@@ -36,7 +40,7 @@ def _where(tables, order, index):
     return tables.source, None
 
 
-def from_tables(tables, multiplier=1.5, messages=sys.stderr):
+def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):
     """Build the query structures for ``tables`` (an NGramTables)."""
     tables.validate()
     order = tables.order
@@ -159,6 +163,6 @@ def load_binary(path, populate=False):
         raise FormatError(f"malformed back-off model ({e})", path) from None
 
 
-def build_binary(tables, path, multiplier=1.5):
+def build_binary(tables, path, multiplier=PROBING_MULTIPLIER):
     """NGramTables -> nplm binary file."""
     save(from_tables(tables, multiplier), path)

@@ -7,7 +7,7 @@ or an ARPA file (plain or compressed).  Scoring itself lives in
 import os
 import sys
 
-from . import _kernels
+from . import _kernels, backoff
 from .errors import FormatError, ModelLoadError
 from .formats import container
 
@@ -59,12 +59,11 @@ def _load(path, config):
         head = container.read(path)
         kind = head.kind
         if kind == "backoff":
-            from . import backoff
             populate = config.load_method in (LoadMethod.POPULATE_OR_LAZY, LoadMethod.POPULATE_OR_READ,
                                               LoadMethod.READ, LoadMethod.PARALLEL_READ)
             return backoff.load_binary(path, populate=populate)
         raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
-    from . import arpa, backoff
+    from . import arpa
     if config.arpa_complain == ARPALoadComplain.ALL:
         print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
     tables = arpa.read_arpa(path, progress=config.show_progress)
