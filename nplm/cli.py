@@ -117,6 +117,44 @@ class BuildBinary:
         return 0
 
 
+@command("cluster", "Word classes from text: Brown (exchange) clustering or frequency binning")
+class Cluster:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("--text", default="-", help="training text, one sentence per line "
+                       "(default stdin; plain, gzip, bz2 or xz); </s> ends every line")
+        p.add_argument("-c", "--classes", type=int, required=True, help="number of classes")
+        p.add_argument("-o", "--output", default="-",
+                       help="write word<TAB>class<TAB>count lines here (default stdout)")
+        p.add_argument("--method", choices=["brown", "frequency"], default="brown",
+                       help="brown: maximise class-bigram likelihood (default); "
+                       "frequency: sqrt-frequency bins")
+        p.add_argument("--iterations", type=int, default=20, help="most exchange passes (default 20)")
+        p.add_argument("--seed", type=int, default=0, help="tie-breaking seed (default 0)")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    @staticmethod
+    def run(args):
+        from . import clusters
+        words, counts, ids = clusters.read_corpus(args.text)
+        if args.method == "frequency":
+            wc = clusters.frequency_bins(counts, args.classes)
+        else:
+            wc = clusters.brown_clusters(ids, len(words), args.classes, seed=args.seed,
+                                         iterations=args.iterations, progress=not args.quiet)
+        if not args.quiet:
+            st = clusters.class_bigram_stats(ids, wc)
+            print(f"{len(words)} words, {args.classes} classes: class-bigram perplexity "
+                  f"{st['perplexity']:.2f}, mutual information {st['mutual_info']:.4f} bits",
+                  file=sys.stderr)
+        if args.output == "-":
+            for w, c, n in zip(words, wc.tolist(), counts.tolist()):
+                sys.stdout.write(f"{w}\t{c}\t{n}\n")
+        else:
+            clusters.write_classes(args.output, words, wc, counts)
+        return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="nplm", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - only when the extension was never buil
     _clusters = None
 
 __all__ = ["frequency_bins", "brown_clusters", "class_bigram_stats", "ClassLayout",
-           "HuffmanTree", "huffman_tree"]
+           "HuffmanTree", "huffman_tree", "read_corpus", "write_classes"]
 
 
 def _kernels():
@@ -254,8 +254,9 @@ def brown_clusters(ids, vocab_size, n_classes, seed=0, iterations=20, progress=F
             if callback is not None:
                 callback(it, int(moves), new_ll)
             if bar is not None:
+                bar.set_postfix(moves=int(moves), ppl=f"{math.exp(-new_ll / per_token):.2f}",
+                                refresh=False)
                 bar.update(1)
-                bar.set_postfix(moves=int(moves), ppl=f"{math.exp(-new_ll / per_token):.2f}")
             gain = (new_ll - ll) / per_token
             ll = new_ll
             if moves == 0 or gain < tol:
@@ -501,3 +502,44 @@ def huffman_tree(counts):
         keep = pos >= 0
         rows, node, pos = rows[keep], node[keep], pos[keep]
     return HuffmanTree(points, codes, lengths)
+
+
+# --- text files -------------------------------------------------------------------------
+
+
+def read_corpus(path):
+    """(words, counts, ids) of a text, one sentence per line, with ``</s>`` after each
+    line: words by descending count (ties by first occurrence), ids the int32 stream.
+    Raises FormatError naming the line for undecodable text, and for a text without
+    words."""
+    from .errors import FormatError
+    from .textio import open_binary
+    index, ids = {"</s>": 0}, []
+    # decode line by line (not through a text wrapper, which decodes ahead in
+    # chunks) so that an encoding error names its own line
+    with open_binary(path) as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise FormatError(f"not UTF-8 (byte {e.start}: {e.reason})", path, line_no) from None
+            ids.extend(index.setdefault(w, len(index)) for w in line.split())
+            ids.append(0)
+    if len(index) == 1:
+        raise FormatError("the text has no words", path)
+    ids = np.array(ids, dtype=np.int32)
+    counts = np.bincount(ids, minlength=len(index))
+    # renumber by descending count, ties by first occurrence (= old id)
+    order = np.argsort(-counts, kind="stable")
+    new_id = np.empty_like(order)
+    new_id[order] = np.arange(order.size)
+    words = list(index)
+    return [words[i] for i in order], counts[order].astype(np.int64), new_id[ids].astype(np.int32)
+
+
+def write_classes(path, words, word_class, counts):
+    """``word<TAB>class<TAB>count`` lines (atomically), in the order of ``words``."""
+    from .textio import atomic_write
+    with atomic_write(path, "w") as f:
+        for w, c, n in zip(words, np.asarray(word_class).tolist(), np.asarray(counts).tolist()):
+            f.write(f"{w}\t{c}\t{n}\n")

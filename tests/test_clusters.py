@@ -372,3 +372,43 @@ def test_huffman_deterministic_small_trees_and_roundtrip(tmp_path):
 def test_huffman_bad_input(counts, match):
     with pytest.raises(ValueError, match=match):
         huffman_tree(counts)
+
+
+# --- text helpers and the `nplm cluster` command ----------------------------------------
+
+
+def test_cluster_command_writes_classes(tmp_path):
+    from nplm.cli import main
+    ids, V, truth = toy_grammar(400, seed=9)
+    words = ["</s>", "the", "a", "this", "every", "big", "red", "old", "dog", "cat", "man", "idea",
+             "car", "tree", "sees", "likes", "eats", "moves", "finds", "him", "her", "it"]
+    text = tmp_path / "toy.txt"
+    sent = " ".join(words[i] for i in ids).split(" </s>")
+    text.write_text("\n".join(s.strip() for s in sent if s.strip()) + "\n", encoding="utf-8")
+    out = tmp_path / "classes.tsv"
+    assert main(["cluster", "--text", str(text), "-c", "6", "-o", str(out), "-q"]) == 0
+    rows = [line.split("\t") for line in out.read_text(encoding="utf-8").splitlines()]
+    expected = Counter(text.read_text(encoding="utf-8").split())
+    expected["</s>"] = len(text.read_text(encoding="utf-8").splitlines())
+    assert {w: int(n) for w, _, n in rows} == dict(expected)
+    assert [int(n) for _, _, n in rows] == sorted((int(n) for _, _, n in rows), reverse=True)
+    got = np.array([int(c) for _, c, _ in rows])
+    assert same_partition(got, truth[[words.index(w) for w, _, _ in rows]])
+    assert main(["cluster", "--text", str(text), "-c", "6", "-o", str(out), "-q",
+                 "--method", "frequency"]) == 0
+
+
+def test_cluster_command_bad_input(tmp_path, capsys):
+    from nplm.cli import main
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine words\nmore words\nbroken \xff here\n")
+    assert main(["cluster", "--text", str(bad), "-c", "2", "-q"]) == 1
+    assert f"{bad}:3: not UTF-8" in capsys.readouterr().err
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert main(["cluster", "--text", str(empty), "-c", "1", "-q"]) == 1
+    assert "no words" in capsys.readouterr().err
+    good = tmp_path / "good.txt"
+    good.write_text("a b c\n")
+    assert main(["cluster", "--text", str(good), "-c", "9", "-q"]) == 1
+    assert "between 1 and the vocabulary size (4)" in capsys.readouterr().err
