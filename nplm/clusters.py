@@ -172,8 +172,12 @@ def class_bigram_stats(ids, word_class, vocab_size=None):
     ``ids[:-1]`` under ``p(w|v) = p(c(w)|c(v)) p(w|c(w))``, maximum-likelihood
     estimates), ``perplexity`` (``exp(-loglik / n_bigrams)``), ``mutual_info``
     (average mutual information of adjacent classes, bits) and ``n_bigrams``."""
-    word_class = np.asarray(word_class, dtype=np.int64)
-    V = word_class.size if vocab_size is None else vocab_size
+    word_class = np.asarray(word_class)
+    V = word_class.size if vocab_size is None else int(vocab_size)
+    if word_class.shape != (V,) or V == 0 or word_class.dtype.kind not in "iu" or word_class.min() < 0:
+        raise ValueError(f"word_class must hold a non-negative integer class for each of the "
+                         f"{V} words, got {word_class.dtype} {word_class.shape}")
+    word_class = word_class.astype(np.int64)
     ids = _as_ids(ids, V)
     if ids.size < 2:
         raise ValueError("need at least two tokens to measure a bigram model")
@@ -208,7 +212,8 @@ def brown_clusters(ids, vocab_size, n_classes, seed=0, iterations=20, progress=F
     class starts with frequent and rare words alike), ``"bins"``
     (:func:`frequency_bins`), or an int array of shape (V,) with every class used.
     seed: breaks ties between equally frequent words (initial assignment and visiting
-    order); the result is deterministic for a given seed.
+    order): 0 by word id, otherwise by a seeded shuffle; the result is deterministic
+    for a given seed.
     callback(pass_index, moves, loglik) is called after each pass with the exact
     log-likelihood of :func:`class_bigram_stats`.
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nplm.clusters import (ClassLayout, HuffmanTree, brown_clusters, class_bigram_stats,
                            frequency_bins, huffman_tree)
@@ -234,6 +236,15 @@ def test_brown_bad_input(kwargs, match):
         brown_clusters(**kwargs)
 
 
+def test_class_bigram_stats_bad_input():
+    with pytest.raises(ValueError, match="for each of the 3 words"):
+        class_bigram_stats([0, 1, 2], [0, 1], vocab_size=3)
+    with pytest.raises(ValueError, match=r"ids\[2\] = 3 is outside"):
+        class_bigram_stats([0, 1, 3], [0, 1, 1])
+    with pytest.raises(ValueError, match="at least two tokens"):
+        class_bigram_stats([1], [0, 1])
+
+
 # --- class layout -------------------------------------------------------------------
 
 
@@ -330,6 +341,26 @@ def test_huffman_optimal_prefix_free_consistent(counts):
     counts = np.asarray(counts)
     if 0 < (counts == 0).sum() < V:
         assert tree.lengths[counts == 0].min() >= tree.lengths[counts > 0].max()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 1000), min_size=2, max_size=60))
+def test_huffman_property_optimal_and_prefix_free(counts):
+    tree = huffman_tree(counts)
+    assert int(np.dot(tree.lengths, counts)) == optimal_cost(counts)
+    codes = code_strings(tree)
+    assert not any(a != b and b.startswith(a) for a in codes for b in codes)
+    assert len(set(codes)) == len(counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=80), st.data())
+def test_frequency_bins_property(counts, data):
+    C = data.draw(st.integers(1, len(counts)))
+    wc = frequency_bins(counts, C)
+    assert np.all(np.bincount(wc, minlength=C) > 0) and wc.max() == C - 1
+    order = sorted(range(len(counts)), key=lambda w: (-counts[w], w))
+    assert np.all(np.diff(wc[order]) >= 0)
 
 
 def test_huffman_tree_softmax_sums_to_one():
