@@ -31,6 +31,7 @@ cdef class LMCore:
                         Ret *ret) except -1 nogil
     cdef void begin_state(self, NState *out) noexcept nogil
     cdef void null_state(self, NState *out) noexcept nogil
+    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil
 
 
 cdef class Vocab:

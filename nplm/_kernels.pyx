@@ -351,6 +351,29 @@ cdef class LMCore:
     cdef void null_state(self, NState *out) noexcept nogil:
         out.length = 0
 
+    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
+        """The state after the context ``words`` (most recent first, ``n`` of them),
+        as if they had been scored (KenLM's GetState).  Default: keep the last
+        order - 1 words."""
+        cdef int i
+        if n > self.order - 1:
+            n = self.order - 1
+        for i in range(n):
+            out.words[i] = words[i]
+            out.backoff[i] = 0.0
+        out.length = <uint8_t>n
+        return 0
+
+    def state_for(self, words):
+        """Python access to context_state: ``words`` are ids, oldest first."""
+        cdef State s = State()
+        cdef WordId buf[MAX_ORDER]
+        cdef int n = min(len(words), MAX_ORDER - 1), i
+        for i in range(n):
+            buf[i] = <WordId>words[len(words) - 1 - i]
+        self.context_state(buf, n, &s._c)
+        return s
+
 
 cdef class BackoffCore(LMCore):
     """KenLM's probing back-off model over memory-mappable arrays."""
@@ -469,6 +492,45 @@ cdef class BackoffCore(LMCore):
         out.length = <uint8_t>next_use
         ret.prob = prob
         ret.ngram_length = length
+        return 0
+
+    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
+        # KenLM's GetState (lm/model.cc): the backoffs of the context n-grams that
+        # exist, keeping the words up to the longest one that can be extended.
+        cdef int i, length
+        cdef uint64_t node, b, probes
+        cdef const MidEntry *me
+        cdef WordId w0
+        if n > self.order - 1:
+            n = self.order - 1
+        if n <= 0:
+            out.length = 0
+            return 0
+        w0 = words[0] if words[0] < self.n_uni else 0
+        out.backoff[0] = self.uni[w0].backoff
+        length = 1 if nplm_has_ext(out.backoff[0]) else 0
+        node = w0
+        for i in range(1, n):
+            node = nplm_combine(node, words[i])
+            me = NULL
+            b = nplm_fastrange(node, self.mid_buckets[i - 1])
+            for probes in range(self.mid_buckets[i - 1]):
+                if self.mid[i - 1][b].key == node:
+                    me = &self.mid[i - 1][b]
+                    break
+                if self.mid[i - 1][b].key == 0:
+                    break
+                b += 1
+                if b == self.mid_buckets[i - 1]:
+                    b = 0
+            if me == NULL:
+                break
+            out.backoff[i] = me.backoff
+            if nplm_has_ext(me.backoff):
+                length = i + 1
+        for i in range(length):
+            out.words[i] = words[i]
+        out.length = <uint8_t>length
         return 0
 
     def table_bytes(self):
@@ -716,6 +778,11 @@ cdef class ModelBase:
     cdef inline void _check(self) except *:
         if self._core is None:
             raise RuntimeError("model is not loaded")
+
+    @property
+    def core(self):
+        """The model's scorer (an LMCore), for composing models."""
+        return self._core
 
     @property
     def order(self):

@@ -261,3 +261,23 @@ def test_srilm_conventions_and_pruned_suffixes_match_kenlm(tmp_path, texts):
             ns_all += ns
         for (i, a), (j, b) in itertools.combinations(list(enumerate(ks_all))[:200], 2):
             assert (a == b) == (ns_all[i] == ns_all[j])
+
+
+def test_context_state_equals_chained_state(pair, texts):
+    """core.state_for(words) (KenLM's GetState) gives the state a BaseScore chain
+    over the same words reaches -- what composed models rebuild states with."""
+    _, nm, _ = pair
+    rng = random.Random(7)
+    for line in rng.sample(texts, 60):
+        words = line.split()
+        s, out = nplm.State(), nplm.State()
+        nm.NullContextWrite(s)
+        ids = []
+        for w in words:
+            nm.BaseScore(s, w, out)
+            s, out = out, s
+            ids.append(nm.vocab.id(w))
+            built = nm.core.state_for(ids)
+            assert built == s, (line, ids)
+            a, b = nplm.State(), nplm.State()
+            assert nm.BaseScore(built, "the", a) == nm.BaseScore(s, "the", b)
