@@ -18,12 +18,15 @@ Differences from lmplz, all deliberate:
     unigrams cannot be pruned; use ``limit_vocab_file``).
 """
 import codecs
+import gzip
 import io
+import lzma
 import operator
 import os
 import sys
 import time
 import warnings
+import zlib
 
 import numpy as np
 
@@ -200,11 +203,8 @@ def _text_name(text):
     return getattr(text, "name", "<stream>")
 
 
-def _chunks(text, report):
-    """Yield (bytes of whole lines, number of the chunk's first line).
-
-    ``text`` is a path ('-' = stdin; gzip/bz2/xz detected) or a readable file object
-    (bytes or str).  The last chunk may end without a newline."""
+def _open_source(text):
+    """(binary reader, whether we own it, byte size for the progress bar or 0)."""
     own = isinstance(text, (str, bytes, os.PathLike))
     f = open_binary(_text_name(text)) if own else text
     total = 0
@@ -213,33 +213,35 @@ def _chunks(text, report):
             total = os.fstat(f.fileno()).st_size
         except (OSError, ValueError):
             total = 0
+    return f, own, total
+
+
+def _chunks(f, total, report):
+    """Yield (bytes of whole lines, number of the chunk's first line) from the binary
+    or text reader ``f``.  The last chunk may end without a newline."""
     report.start(total)
-    try:
-        carry = b""
-        line = 1
-        done = 0
-        while True:
-            block = f.read(_CHUNK)
-            if isinstance(block, str):
-                block = block.encode("utf-8")
-            if not block:
-                break
-            done += len(block)
-            block = carry + block
-            cut = block.rfind(b"\n") + 1
-            if cut == 0:
-                carry = block
-                continue
-            carry = block[cut:]
-            yield block[:cut], line
-            line += block.count(b"\n", 0, cut)
-            report.update(done)
-        if carry:
-            yield carry, line
-    finally:
-        if own and f is not sys.stdin.buffer:
-            f.close()
-        report.finish()
+    carry = b""
+    line = 1
+    done = 0
+    while True:
+        block = f.read(_CHUNK)
+        if isinstance(block, str):
+            block = block.encode("utf-8")
+        if not block:
+            break
+        done += len(block)
+        block = carry + block
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            carry = block
+            continue
+        carry = block[cut:]
+        yield block[:cut], line
+        line += block.count(b"\n", 0, cut)
+        report.update(done)
+    if carry:
+        yield carry, line
+    report.finish()
 
 
 def _check_utf8(chunk, name, line):
@@ -255,8 +257,25 @@ def _count(text, order, skip_symbols, report):
     _kn = _kernels()
     name = _text_name(text)
     counter = _kn.Counter(order, skip_symbols)
-    report.say(f"Reading {name if name != '-' else 'stdin'}")
-    for chunk, line in _chunks(text, report):
+    f, own, total = _open_source(text)
+    try:
+        report.say(f"Reading {name if name != '-' else 'stdin'}")
+        _count_chunks(counter, _chunks(f, total, report), name)
+    except (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile, OSError) as e:
+        if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and e.errno is not None:
+            raise
+        raise FormatError(f"corrupt or truncated compressed text ({e})", name) from None
+    finally:
+        if own and f is not sys.stdin.buffer:
+            f.close()
+    if counter.tokens == 0:
+        what = "is empty" if counter.sentences == 0 else "has no words (only blank lines)"
+        raise ValueError(f"{name}: the text {what}; nothing to estimate")
+    return counter
+
+
+def _count_chunks(counter, chunks, name):
+    for chunk, line in chunks:
         _check_utf8(chunk, name, line)
         rc = counter.feed(chunk)
         if rc == 0:
@@ -276,10 +295,6 @@ def _count(text, order, skip_symbols, report):
                               f"to treat <s>, </s> and <unk> as whitespace",
                               name, line + chunk.count(b"\n", 0, at))
         raise RuntimeError(f"n-gram counting failed with status {rc}")
-    if counter.tokens == 0:
-        what = "is empty" if counter.sentences == 0 else "has no words (only blank lines)"
-        raise ValueError(f"{name}: the text {what}; nothing to estimate")
-    return counter
 
 
 def _limit_vocab(path, counter, name):
