@@ -155,6 +155,62 @@ class Cluster:
         return 0
 
 
+def _lmplz_bool(value):
+    v = str(value).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected 0 or 1, got {value!r}")
+
+
+@command("estimate", "Estimate a modified Kneser-Ney model from text, like KenLM's lmplz")
+class Estimate:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("-o", "--order", type=int, required=True, help="order of the model")
+        p.add_argument("--text", default="-", help="training text, one sentence per line "
+                       "(default stdin; plain, gzip, bz2 or xz)")
+        p.add_argument("--arpa", help="write the ARPA file here (default stdout unless --binary)")
+        p.add_argument("--binary", help="write an nplm binary model here")
+        p.add_argument("--discount_fallback", "--discount-fallback", nargs="*", metavar="D",
+                       help="when the data cannot give discounts, use these for adjusted counts "
+                       "1, 2, 3+ (default 0.5 1 1.5)")
+        p.add_argument("--prune", nargs="+", metavar="T", help="per-order count thresholds "
+                       "(non-decreasing, first 0); the last applies to higher orders")
+        p.add_argument("--interpolate_unigrams", "--interpolate-unigrams", type=_lmplz_bool,
+                       nargs="?", const=True, default=True, metavar="0|1",
+                       help="interpolate unigrams with the uniform distribution (default 1); "
+                       "0 gives the mass to <unk> as SRILM does")
+        p.add_argument("--limit_vocab_file", "--limit-vocab-file", help="prune n-grams with words "
+                       "not listed (whitespace-separated) in this file")
+        p.add_argument("--skip_symbols", "--skip-symbols", action="store_true",
+                       help="treat <s>, </s> and <unk> in the text as whitespace")
+        p.add_argument("--verbose_header", "--verbose-header", action="store_true",
+                       help="add input file, token count and smoothing comments to the ARPA")
+        p.add_argument("--vocab_pad", "--vocab-pad", type=int, default=0,
+                       help="spread unigram interpolation mass as if the vocabulary had this many words")
+        p.add_argument("-S", "--memory", help="accepted for lmplz compatibility; nplm works in "
+                       "memory proportional to the distinct n-grams")
+        p.add_argument("-T", "--temp_prefix", "--temp-prefix",
+                       help="accepted for lmplz compatibility; nplm writes no temporary files")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    @staticmethod
+    def run(args):
+        from .kneser_ney import estimate
+        arpa = args.arpa if args.arpa is not None else (None if args.binary else "-")
+        fallback = None
+        if args.discount_fallback is not None:
+            fallback = args.discount_fallback or True
+        estimate(args.text, args.order, arpa=arpa, binary=args.binary, discount_fallback=fallback,
+                 prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
+                 limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
+                 verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
+                 progress=not args.quiet)
+        return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="nplm", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
