@@ -27,6 +27,12 @@ cdef extern from "<stdlib.h>" nogil:
     # glibc: correctly rounded, and independent of the process's LC_NUMERIC.
     float strtof_l(const char* s, char** end, locale_t loc)
 
+cdef extern from *:
+    void __builtin_prefetch(const void* p) noexcept nogil
+
+cdef enum:
+    MAX_N = 64   # highest order the reader accepts (arpa.MAX_ORDER)
+
 cdef extern from "<stdio.h>" nogil:
     int snprintf(char* s, size_t n, const char* fmt, ...)
 
@@ -50,7 +56,6 @@ cdef enum:
     ERR_HIGHEST_BACKOFF = 17  # non-zero back-off on the highest order
     ERR_UNKNOWN_WORD = 18   # higher-order word not among the unigrams
     ERR_DUPLICATE = 19  # unigram seen before (its id in err_other)
-    ERR_NUL = 20        # NUL byte in the line
     ERR_MEMORY = 21     # malloc failed (bytes wanted in err_other)
 
 # Byte classes for the line scanner.  kARPASpaces in KenLM is tab, LF, CR, space.
@@ -138,37 +143,28 @@ cdef inline int parse_float(const unsigned char* p, const unsigned char** endp,
     cdef const unsigned char* s = p
     cdef bint neg = False
     cdef uint64_t mant = 0
-    cdef int digits = 0, sig = 0, e10 = 0, dropped = 0, ex = 0, exsign = 1, exdigits = 0
-    cdef int r
+    cdef int digits = 0, e10 = 0, ex = 0, exsign = 1, exdigits = 0
+    cdef unsigned int d
     if s[0] == c'-':
         neg = True
         s += 1
     elif s[0] == c'+':
         s += 1
-    while c'0' <= s[0] <= c'9':
+    d = s[0] - c'0'
+    while d < 10:
+        mant = mant * 10 + d
         digits += 1
-        if mant == 0 and s[0] == c'0':
-            pass  # leading zero: not significant
-        elif sig < 19:
-            mant = mant * 10 + (s[0] - c'0')
-            sig += 1
-        else:
-            dropped += 1  # more than 19 significant digits: slow path
-            e10 += 1
         s += 1
+        d = s[0] - c'0'
     if s[0] == c'.':
         s += 1
-        while c'0' <= s[0] <= c'9':
+        d = s[0] - c'0'
+        while d < 10:
+            mant = mant * 10 + d
             digits += 1
-            if mant == 0 and s[0] == c'0':
-                e10 -= 1
-            elif sig < 19:
-                mant = mant * 10 + (s[0] - c'0')
-                sig += 1
-                e10 -= 1
-            else:
-                dropped += 1
+            e10 -= 1
             s += 1
+            d = s[0] - c'0'
     if digits == 0:
         endp[0] = s
         return ERR_FLOAT
@@ -179,17 +175,21 @@ cdef inline int parse_float(const unsigned char* p, const unsigned char** endp,
             s += 1
         elif s[0] == c'+':
             s += 1
-        while c'0' <= s[0] <= c'9':
+        d = s[0] - c'0'
+        while d < 10:
             if ex < 100000:
-                ex = ex * 10 + (s[0] - c'0')
+                ex = ex * 10 + d
             exdigits += 1
             s += 1
+            d = s[0] - c'0'
         if exdigits == 0:
             endp[0] = s
             return ERR_FLOAT
         e10 += exsign * ex
     endp[0] = s
-    if dropped == 0 and _decimal_to_float(mant, e10, neg, out) == 0:
+    # More than 19 digits may have overflowed mant (leading zeros included, so
+    # a long "0.000..." also takes the slow path; it is correct, only slower).
+    if digits <= 19 and _decimal_to_float(mant, e10, neg, out) == 0:
         return 0
     return _slow_float(p, s - p, out)
 
@@ -353,9 +353,14 @@ cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
     return h
 
 
-cdef inline uint64_t hash_word(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+cdef inline uint64_t hash_word(const unsigned char* p, Py_ssize_t n,
+                               const unsigned char* limit) noexcept nogil:
+    """Hash of the n bytes at p.  When 8 bytes from the tail are readable (below
+    ``limit``) the tail is one masked load; copying it byte by byte into a
+    word would stall on store forwarding.  Both ways give the same hash."""
     cdef uint64_t h = <uint64_t>0x9E3779B97F4A7C15 ^ (<uint64_t>n * <uint64_t>0xc2b2ae3d27d4eb4f)
     cdef uint64_t w
+    cdef Py_ssize_t i
     while n >= 8:
         memcpy(&w, p, 8)
         h = (h ^ w) * <uint64_t>0xbf58476d1ce4e5b9
@@ -363,8 +368,13 @@ cdef inline uint64_t hash_word(const unsigned char* p, Py_ssize_t n) noexcept no
         p += 8
         n -= 8
     if n > 0:
-        w = 0
-        memcpy(&w, p, n)
+        if p + 8 <= limit:
+            memcpy(&w, p, 8)
+            w &= (<uint64_t>1 << (8 * n)) - 1
+        else:
+            w = 0
+            for i in range(n):
+                w |= (<uint64_t>p[i]) << (8 * i)
         h = (h ^ w) * <uint64_t>0xbf58476d1ce4e5b9
         h ^= h >> 31
     return _mix(h)
@@ -372,6 +382,19 @@ cdef inline uint64_t hash_word(const unsigned char* p, Py_ssize_t n) noexcept no
 
 # ---------------------------------------------------------------------------
 # Reader
+
+
+ctypedef struct Slot:
+    # One hash-table slot of a unigram word: its first HEAD bytes sit in the
+    # slot, so that a lookup of a short word touches one (prefetched) cache line.
+    uint64_t hash
+    int32_t id          # -1 = empty
+    int32_t len
+    unsigned char head[16]
+
+
+cdef enum:
+    HEAD = 16
 
 
 ctypedef struct State:
@@ -392,7 +415,7 @@ ctypedef struct State:
     int64_t* word_off   # (nwords + 1)
     uint64_t* word_hash
     int64_t nwords, nwords_cap
-    int32_t* table      # -1 = empty slot
+    Slot* table
     uint64_t mask       # table size - 1
     int32_t unk_id      # the unigram <unk>/<UNK> maps to in higher orders, -1 none
     # error report
@@ -432,37 +455,57 @@ cdef int _grow_words(State* st, Py_ssize_t extra) noexcept nogil:
 
 
 cdef int _rehash(State* st, uint64_t size) noexcept nogil:
-    cdef int32_t* table = <int32_t*>malloc(size * sizeof(int32_t))
+    cdef Slot* table = <Slot*>malloc(size * sizeof(Slot))
     cdef int64_t i
     cdef uint64_t slot
     if table == NULL:
-        st.err_other = size * 4
+        st.err_other = size * sizeof(Slot)
         return ERR_MEMORY
-    memset(table, 0xff, size * sizeof(int32_t))
+    for slot in range(size):
+        table[slot].id = -1
     for i in range(st.nwords):
         slot = st.word_hash[i] & (size - 1)
-        while table[slot] >= 0:
+        while table[slot].id >= 0:
             slot = (slot + 1) & (size - 1)
-        table[slot] = <int32_t>i
+        _fill(&table[slot], st, i)
     free(st.table)
     st.table = table
     st.mask = size - 1
     return 0
 
 
+cdef inline void _fill(Slot* s, const State* st, int64_t id) noexcept nogil:
+    cdef int64_t start = st.word_off[id], n = st.word_off[id + 1] - st.word_off[id]
+    s.hash = st.word_hash[id]
+    s.id = <int32_t>id
+    s.len = <int32_t>n if n < 0x7fffffff else 0x7fffffff
+    memcpy(s.head, st.words + start, n if n < HEAD else HEAD)
+
+
+cdef inline bint _same(const unsigned char* a, const unsigned char* b, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if a[i] != b[i]:
+            return False
+    return True
+
+
 cdef inline int32_t _lookup(const State* st, const unsigned char* w, Py_ssize_t n,
                             uint64_t h, uint64_t* slot_out) noexcept nogil:
     """The id of word w (n bytes, hash h), or -1 with *slot_out its free slot."""
     cdef uint64_t slot = h & st.mask
-    cdef int32_t id
+    cdef const Slot* s
     while True:
-        id = st.table[slot]
-        if id < 0:
+        s = &st.table[slot]
+        if s.id < 0:
             slot_out[0] = slot
             return -1
-        if (st.word_hash[id] == h and st.word_off[id + 1] - st.word_off[id] == n
-                and memcmp(st.words + st.word_off[id], w, n) == 0):
-            return id
+        if s.hash == h and s.len == n:
+            if n <= HEAD:
+                if _same(s.head, w, n):
+                    return s.id
+            elif _same(st.words + st.word_off[s.id], w, n):
+                return s.id
         slot = (slot + 1) & st.mask
 
 
@@ -481,14 +524,6 @@ cdef inline const unsigned char* _token_end(const unsigned char* p) noexcept nog
     return p
 
 
-cdef int _has_nul(const unsigned char* p) noexcept nogil:
-    while p[0] != c'\n':
-        if p[0] == 0:
-            return 1
-        p += 1
-    return 0
-
-
 cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
                      Py_ssize_t end) noexcept nogil:
     """Parse the n-gram lines of the current section from base[*pos:end] (which
@@ -505,6 +540,9 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
     cdef int32_t* row
     cdef uint64_t h, slot
     cdef Py_ssize_t wlen
+    cdef const unsigned char* wstart[MAX_N]
+    cdef Py_ssize_t wlens[MAX_N]
+    cdef uint64_t hashes[MAX_N]
     while True:
         if st.got == st.need:
             return DONE
@@ -526,8 +564,6 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
             return BACKSLASH
         if st.got == st.cap:
             return NEED_SPACE
-        if _has_nul(line):
-            return _error(st, ERR_NUL, base, line, line, line)
         # probability
         tok = p
         r = parse_float(p, &p, &prob)
@@ -537,33 +573,40 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
             return _error(st, ERR_POSITIVE, base, line, tok, p)
         if n == 1 and p[0] != c'\t':
             return _error(st, ERR_TAB, base, line, p, p + 1)
-        # words
+        # words: find and hash them all first, prefetching their table slots,
+        # so that the cache misses of an n-gram's lookups overlap
         row = st.ids + st.got * n
         for i in range(n):
             while CLS[p[0]] == C_SEP or (p[0] == c'\r' and p[1] != c'\n'):
                 p += 1
             if CLS[p[0]] >= C_CR:
                 return _error(st, ERR_FEW_WORDS, base, line, p, p)
-            w = p
+            wstart[i] = p
             while CLS[p[0]] == C_WORD:
                 p += 1
-            wlen = p - w
-            h = hash_word(w, wlen)
+            wlens[i] = p - wstart[i]
+            hashes[i] = hash_word(wstart[i], wlens[i], stop)
+            if n > 1:
+                __builtin_prefetch(st.table + (hashes[i] & st.mask))
+        for i in range(n):
+            w = wstart[i]
+            wlen = wlens[i]
+            h = hashes[i]
             if n == 1:
                 r = _grow_words(st, wlen)  # first: it may rebuild the table
                 if r != 0:
-                    return _error(st, r, base, line, w, p)
+                    return _error(st, r, base, line, w, w + wlen)
                 id = _lookup(st, w, wlen, h, &slot)
                 if id >= 0:
                     st.err_other = id
-                    return _error(st, ERR_DUPLICATE, base, line, w, p)
+                    return _error(st, ERR_DUPLICATE, base, line, w, w + wlen)
                 id = <int32_t>st.nwords
                 memcpy(st.words + st.words_len, w, wlen)
                 st.word_off[id] = st.words_len
                 st.words_len += wlen
                 st.word_off[id + 1] = st.words_len
                 st.word_hash[id] = h
-                st.table[slot] = id
+                _fill(&st.table[slot], st, id)
                 st.nwords += 1
             else:
                 id = _lookup(st, w, wlen, h, &slot)
@@ -572,7 +615,7 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
                             (memcmp(w, b"<unk>", 5) == 0 or memcmp(w, b"<UNK>", 5) == 0)):
                         id = st.unk_id
                     else:
-                        return _error(st, ERR_UNKNOWN_WORD, base, line, w, p)
+                        return _error(st, ERR_UNKNOWN_WORD, base, line, w, w + wlen)
             row[i] = id
         # optional back-off
         bo = 0
@@ -620,6 +663,8 @@ cdef class Parser:
         free(self.st.table)
 
     def start_section(self, int n, bint highest, int64_t need):
+        if not 1 <= n <= MAX_N:
+            raise ValueError(f"order {n} is outside 1..{MAX_N}")
         self.st.n = n
         self.st.highest = highest
         self.st.need = need
@@ -664,7 +709,7 @@ cdef class Parser:
         cdef const unsigned char* w = word
         if self.st.table == NULL:
             return -1
-        return _lookup(&self.st, w, len(word), hash_word(w, len(word)), &slot)
+        return _lookup(&self.st, w, len(word), hash_word(w, len(word), w), &slot)
 
     def vocab_bytes(self):
         """The unigram words joined by b'\\n' (words never contain a newline)."""
@@ -716,7 +761,7 @@ CODES = {
     "ERR_POSITIVE": ERR_POSITIVE, "ERR_TAB": ERR_TAB, "ERR_FEW_WORDS": ERR_FEW_WORDS,
     "ERR_AFTER_WORDS": ERR_AFTER_WORDS, "ERR_AFTER_BACKOFF": ERR_AFTER_BACKOFF,
     "ERR_HIGHEST_BACKOFF": ERR_HIGHEST_BACKOFF, "ERR_UNKNOWN_WORD": ERR_UNKNOWN_WORD,
-    "ERR_DUPLICATE": ERR_DUPLICATE, "ERR_NUL": ERR_NUL, "ERR_MEMORY": ERR_MEMORY,
+    "ERR_DUPLICATE": ERR_DUPLICATE, "ERR_MEMORY": ERR_MEMORY,
 }
 
 

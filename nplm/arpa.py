@@ -51,7 +51,7 @@ def _show(raw, limit=60):
     """A byte string as readable text for an error message."""
     text = raw.decode("utf-8", "backslashreplace")
     text = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
-    return repr(text if len(text) <= limit else text[:limit] + "...")
+    return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
 
 
 def _is_blank(line):
@@ -108,6 +108,7 @@ class _Reader:
         self.parser = _arpa.Parser()
         self.state = "prelude"
         self.counts = []
+        self.count_lines = []
         self.comments = []
         self.n = 0                       # order of the section being read / next one
         self.ids, self.prob, self.backoff, self.first_line = [], [], [], []
@@ -159,6 +160,7 @@ class _Reader:
             if count >= 1 << 40:
                 raise self.error(f"absurd n-gram count {count}")
             self.counts.append(count)
+            self.count_lines.append(self.parser.line + 1)
             return
         if state == "header":
             if _is_blank(line):
@@ -208,11 +210,12 @@ class _Reader:
             raise self.error("the header announces no unigrams", line=self.parser.line)
         if self.plain_size is not None:
             # Each n-gram line needs at least "p\tw1 ... wn\n": 2n + 2 bytes.
-            least = sum(c * (2 * k + 4) for k, c in enumerate(self.counts))
-            if least > self.plain_size:
+            least = [c * (2 * k + 4) for k, c in enumerate(self.counts)]
+            if sum(least) > self.plain_size:
+                k = int(np.argmax(least))
                 raise self.error(
-                    f"the header announces {sum(self.counts)} n-grams ({', '.join(map(str, self.counts))}), "
-                    f"more than a {self.plain_size}-byte file can hold", line=self.parser.line)
+                    f"the header announces {self.counts[k]} {k + 1}-grams ({sum(self.counts)} n-grams "
+                    f"in all), more than a {self.plain_size}-byte file can hold", line=self.count_lines[k])
 
     def _start_section(self):
         n = self.n
@@ -301,7 +304,7 @@ class _Reader:
         shown = _show(token)
         n = self.n
         where = f"in the {n}-gram"
-        if code == _C["ERR_NUL"]:
+        if b"\0" in line:
             message = f"NUL byte {where} (binary garbage?)"
         elif code in (_C["ERR_FLOAT"], _C["ERR_NONFINITE"]):
             if code == _C["ERR_NONFINITE"] or token.lower().lstrip(b"+-") in (b"nan", b"inf", b"infinity"):
@@ -338,8 +341,6 @@ class _Reader:
             raise MemoryError(f"{self.path}:{line_no}: cannot allocate {other} bytes")
         else:  # pragma: no cover
             message = f"parse error {code}"
-        if b"\0" in line and code != _C["ERR_NUL"]:
-            message += " (the line holds NUL bytes: binary garbage?)"
         return FormatError(message, self.path, line_no)
 
     def finish(self):
@@ -402,7 +403,14 @@ def read_arpa(path, progress=False):
                 reader.feed(data, end)
                 carry = data[end:]
             if carry:  # a last line without newline
-                reader.feed(carry + b"\n", len(carry) + 1)
+                try:
+                    reader.feed(carry + b"\n", len(carry) + 1)
+                except FormatError as e:
+                    if e.line == reader.parser.line + 1:
+                        message = str(e).removeprefix(f"{source}:{e.line}: ")
+                        raise FormatError(message + " (the file ends inside this line: "
+                                          "truncated?)", source, e.line) from None
+                    raise
         except (EOFError, lzma.LZMAError, zlib.error, OSError) as e:
             if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
                 raise
