@@ -206,32 +206,60 @@ cdef int _roundtrips(uint64_t c, int q, float target) noexcept nogil:
     return got == target
 
 
-cdef int _shortest_at(float a, int k, int p, uint64_t* best) noexcept nogil:
+cdef inline void _consider(uint64_t c, int q, float a, double s, double* best_dist,
+                           uint64_t* best) noexcept nogil:
+    """Keep c * 10^q in *best if it reads back as a and is nearer to a (= s * 10^q)
+    than what is there; exact ties go to the even digit, as in double-conversion."""
+    cdef double dist
+    if c == 0 or not _roundtrips(c, q, a):
+        return
+    dist = fabs(<double>c - s)
+    if dist < best_dist[0] or (dist == best_dist[0] and c % 2 == 0):
+        best_dist[0] = dist
+        best[0] = c
+
+
+cdef inline int _shortest_at(float a, int k, int p, uint64_t* best) noexcept nogil:
     """The p-significant-digit decimal nearest to a that reads back as a, if any.
 
     k estimates floor(log10(a)).  Scaling in double is not exact, so the
-    neighbours of the scaled value are tested by an exact round-trip check; the
-    nearest round-tripping candidate on either side of a is one of them."""
+    neighbours of the scaled value s are tested by an exact round-trip check (the
+    nearest round-tripping candidate on either side of a is one of floor(s),
+    floor(s) + 1, or one further out when s is within rounding error of an
+    integer)."""
     cdef int q = k - p + 1
-    cdef double s, lo, c, dist, best_dist = 1e300
-    cdef int found = 0
+    cdef double s, lo, best_dist = 1e300
+    cdef uint64_t c
     if q <= 0:
         s = <double>a * P10[-q] if -q < 100 else 0.0
     else:
         s = <double>a / P10[q]
     lo = floor(s)
-    c = lo - 1.0 if s - lo < 1e-6 else lo
-    while c <= lo + 2.0:
-        if c >= 1.0 and (c <= lo + 1.0 or lo + 1.0 - s < 1e-6):
-            if _roundtrips(<uint64_t>c, q, a):
-                dist = fabs(c - s)
-                # exact ties go to the even digit, as double-conversion does
-                if dist < best_dist or (dist == best_dist and (<uint64_t>c) % 2 == 0):
-                    best_dist = dist
-                    best[0] = <uint64_t>c
-                    found = 1
-        c += 1.0
-    return found
+    c = <uint64_t>lo
+    best[0] = 0
+    _consider(c, q, a, s, &best_dist, best)
+    _consider(c + 1, q, a, s, &best_dist, best)
+    if s - lo < 1e-6:
+        _consider(c - 1, q, a, s, &best_dist, best)
+    if lo + 1.0 - s < 1e-6:
+        _consider(c + 2, q, a, s, &best_dist, best)
+    return best[0] != 0
+
+
+cdef inline int _decimal_exponent(float a) noexcept nogil:
+    """floor(log10(a)) for a > 0, give or take one near powers of ten (which the
+    shortest search tolerates); cheaper than log10()."""
+    cdef uint32_t bits
+    cdef int e2, k
+    cdef double t
+    memcpy(&bits, &a, 4)
+    e2 = <int>((bits >> 23) & 0xff)
+    e2 = e2 - 127 if e2 else -127 - 22  # subnormals: rough is fine
+    k = (e2 * 78913) >> 18              # floor(e2 * log10(2))
+    t = <double>a * P10[-k] if k <= 0 else <double>a / P10[k]
+    if t >= 10.0:
+        k += 1
+    return k
 
 
 cdef int format_float(float v, char* out) noexcept nogil:
@@ -248,7 +276,7 @@ cdef int format_float(float v, char* out) noexcept nogil:
     if a == 0:
         out[n] = c'0'
         return n + 1
-    k = <int>floor(log10(<double>a))
+    k = _decimal_exponent(a)
     # Most ARPA numbers have 7-8 significant digits: try 8 first, then walk down.
     if _shortest_at(a, k, 8, &c):
         p = 8

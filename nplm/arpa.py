@@ -463,23 +463,23 @@ def _check_tables(tables):
 
 
 def _format_job(args):
+    """ARPA text of rows start..stop-1 of one order (runs in a worker thread;
+    the kernel releases the GIL)."""
     ids, prob, backoff, with_backoff, start, stop, words, offsets = args
-    pieces = []
-    row = start
+    longest = int(np.diff(offsets).max()) if len(offsets) > 1 else 0
+    out = bytearray((stop - start) * (ids.shape[1] * 12 + 40) + 1024)
+    used, row = 0, start
     while row < stop:
-        # room for ROWS_PER_JOB typical lines; grows for long words
-        size = max(1 << 20, (stop - row) * (ids.shape[1] * 12 + 40))
-        out = np.empty(size, dtype=np.uint8)
-        written, row2, bad = _arpa.format_rows(out, ids, prob, backoff, with_backoff, row, stop, words, offsets)
+        if len(out) - used < 2 * 32 + ids.shape[1] * (longest + 1):  # room for any one line
+            out.extend(bytes(len(out) + ids.shape[1] * (longest + 1)))
+        view = memoryview(out)[used:]
+        written, row, bad = _arpa.format_rows(view, ids, prob, backoff, with_backoff, row, stop, words, offsets)
+        view.release()
         if bad >= 0:
             raise ValueError(f"ids[{ids.shape[1] - 1}] row {bad} holds a word id outside the vocabulary")
-        if row2 == row:  # a single enormous line
-            out = np.empty(size * 16 + 1024 + int(offsets[-1]), dtype=np.uint8)
-            written, row2, bad = _arpa.format_rows(out, ids, prob, backoff, with_backoff, row, row + 1,
-                                                   words, offsets)
-        pieces.append(out[:written].tobytes())
-        row = row2
-    return b"".join(pieces)
+        used += written
+    del out[used:]
+    return out
 
 
 def _write_stream(tables, out, progress):
