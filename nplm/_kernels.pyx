@@ -130,10 +130,11 @@ cdef inline bint _is_space(char c) noexcept nogil:
 # Vocabulary: word -> id by probing a table of 64-bit word hashes (like KenLM's
 # ProbingVocabulary: only the hash is stored); id -> word through a byte blob.
 
-def build_vocab_arrays(words, double multiplier=1.5):
+def build_vocab_arrays(words, double multiplier=1.5, unreachable=()):
     """Hash table arrays for ``words`` (a list of str; index = word id).  Entry 0 is
     the unknown word and is not inserted (a miss returns 0), nor is any word equal to
-    ``<unk>``/``<UNK>``.  Returns (keys uint64, vals uint32, offsets int64, blob uint8)
+    ``<unk>``/``<UNK>`` or listed in ``unreachable`` (e.g. a neural model's <null>,
+    which input text must not be able to name).  Returns (keys uint64, vals uint32, offsets int64, blob uint8)
     or raises ValueError naming a duplicate word."""
     cdef Py_ssize_t n = len(words), i, m
     cdef uint64_t buckets = max(<uint64_t>(n * multiplier) + 1, <uint64_t>(n + 1))
@@ -152,9 +153,10 @@ def build_vocab_arrays(words, double multiplier=1.5):
     blob = b"".join(encoded)
     cdef uint64_t h, b
     cdef const char *s
+    skip = {b"<unk>", b"<UNK>"} | {u.encode("utf-8") for u in unreachable}
     for i in range(1, n):
         w = encoded[i]
-        if w == b"<unk>" or w == b"<UNK>":
+        if w in skip:
             continue
         s = PyBytes_AS_STRING(w)
         m = PyBytes_GET_SIZE(w)

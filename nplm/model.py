@@ -7,6 +7,8 @@ or an ARPA file (plain or compressed).  Scoring itself lives in
 import os
 import sys
 
+import numpy as np
+
 from . import _kernels, backoff
 from .errors import FormatError, ModelLoadError
 from .formats import container
@@ -53,11 +55,14 @@ def _as_path_bytes(path):
     raise TypeError(f"Cannot convert {type(path)} to string")
 
 
-def _load(path, config):
+def _load(path, config, normalization=None):
     """The BackoffData (or other model data) of a file."""
     if container.is_container(path):
         head = container.read(path)
         kind = head.kind
+        if kind == "neural":
+            from . import neural_model
+            return neural_model.load(path, normalization)
         if kind == "backoff":
             populate = config.load_method in (LoadMethod.POPULATE_OR_LAZY, LoadMethod.POPULATE_OR_READ,
                                               LoadMethod.READ, LoadMethod.PARALLEL_READ)
@@ -74,7 +79,7 @@ class Model(_kernels.ModelBase):
     """A language model with kenlm.Model's API.  ``path`` may be an ARPA file (plain
     or .gz/.bz2/.xz) or an nplm binary of any model kind.  All scores are log10."""
 
-    def __init__(self, path, config=None):
+    def __init__(self, path, config=None, normalization=None):
         if config is None:
             config = Config()
         raw = _as_path_bytes(path)
@@ -82,17 +87,46 @@ class Model(_kernels.ModelBase):
         self.config = config
         name = os.fsdecode(raw)
         try:
-            data = _load(name, config)
+            data = _load(name, config, normalization)
         except (OSError, ValueError) as e:
             raise ModelLoadError(name, e) from e
+        if normalization is not None and getattr(data, "normalization", None) is None:
+            raise ModelLoadError(name, ValueError("normalization applies to neural models only"))
         self._data = data
+        self.normalization = getattr(data, "normalization", None)
         self._attach(data.core, data.vocab)
 
     def __repr__(self):
-        return "<Model from {0}>".format(os.path.basename(self.path))
+        if self.normalization is None:
+            return "<Model from {0}>".format(os.path.basename(self.path))
+        return "<Model from {0} normalization={1!r}>".format(os.path.basename(self.path), self.normalization)
 
     def __reduce__(self):
-        return (Model, (self.path,))
+        if self.normalization is None:
+            return (Model, (self.path,))
+        return (_reload, (self.path, self.normalization))
+
+    # Neural models score batches through BLAS (whole blocks of contexts at once).
+
+    def score_sentences(self, sentences, bos=True, eos=True, threads=1):
+        if self.normalization is None:
+            return super().score_sentences(sentences, bos, eos, threads)
+        probs, _, _, offsets = self.full_scores_batch(sentences, bos, eos)
+        sums = np.add.reduceat(probs.astype(np.float64), offsets[:-1]) if len(probs) else np.zeros(0)
+        sums[offsets[:-1] == offsets[1:]] = 0.0
+        return sums[:len(sentences)]
+
+    def full_scores_batch(self, sentences, bos=True, eos=True):
+        if self.normalization is None:
+            return super().full_scores_batch(sentences, bos, eos)
+        from .neural_model import batch_log10, sentence_items
+        contexts, words, ctx_len, oov, offsets = sentence_items(self, list(sentences), bos, eos)
+        lp, lengths = batch_log10(self, contexts, words, ctx_len)
+        return lp.astype(np.float32), lengths.astype(np.int32), oov, offsets
+
+
+def _reload(path, normalization):
+    return Model(path, normalization=normalization)
 
 
 class LanguageModel(Model):

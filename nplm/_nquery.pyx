@@ -1,0 +1,604 @@
+# Neural n-gram models behind the LMCore protocol: the kenlm API (ModelBase) scores
+# them exactly like back-off models.
+#
+# The network (nplm/neural.py): x_j = emb[c_j] for the n-1 context words (oldest
+# first, <null>-padded), a0 = f(sum_j C_j x_j + b0), further dense layers
+# a_l = f(a_{l-1} W_l + b_l), then a softmax, class-factored or tree-factored output
+# over h = a_last.  Row-major arrays throughout; BLAS sees them transposed.
+#
+# Speed: the first layer of a full-context net is precomputed per (position, word)
+# (Devlin et al. 2014): T[j, w] = emb[w] C_j, so a0 is m row additions.  Single
+# queries (BaseScore, score of one sentence) go through a bounded, direct-mapped
+# cache of context -> hidden state and log-normaliser; batches of sentences go
+# through sgemm in blocks.
+cimport cython
+from libc.math cimport exp, log, log1p, tanh, INFINITY, NAN, isnan
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset
+from scipy.linalg.cython_blas cimport sgemm, sgemv, sdot
+
+from nplm._kernels cimport LMCore, NState, Ret, WordId, MAX_ORDER
+
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    int pthread_mutex_init(pthread_mutex_t *, void *)
+    int pthread_mutex_lock(pthread_mutex_t *)
+    int pthread_mutex_unlock(pthread_mutex_t *)
+    int pthread_mutex_destroy(pthread_mutex_t *)
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    static inline uint64_t nq_mix(uint64_t h) {
+        h ^= h >> 32; h *= 0xd6e8feb86659fd93ULL;
+        h ^= h >> 32; h *= 0xd6e8feb86659fd93ULL;
+        h ^= h >> 32;
+        return h;
+    }
+    static inline uint64_t nq_fastrange(uint64_t h, uint64_t n) {
+        return (uint64_t)(((__uint128_t)h * n) >> 64);
+    }
+    """
+    uint64_t nq_mix(uint64_t h) noexcept nogil
+    uint64_t nq_fastrange(uint64_t h, uint64_t n) noexcept nogil
+
+cdef enum:
+    CTX_FULL = 0
+    CTX_DIAGONAL = 1
+    ACT_RELU = 0
+    ACT_TANH = 1
+    ACT_IDENTITY = 2
+    OUT_SOFTMAX = 0
+    OUT_CLASS = 1
+    OUT_TREE = 2
+    # Normalisation modes.
+    MODE_EXACT = 0          # full softmax / exact through class or tree factorisation
+    MODE_UNNORMALIZED = 1   # self-normalised score (log-normaliser taken as 0)
+    MODE_FALLBACK = 2       # stored normalisers of the longest stored context
+    NULL_ID = 3             # <null>: padding of context positions with no word
+    BOS_ID = 1
+    EOS_ID = 2
+
+MODES = {"exact": MODE_EXACT, "unnormalized": MODE_UNNORMALIZED, "fallback": MODE_FALLBACK}
+cdef double LOG10E = 0.43429448190325176
+
+
+def context_key(ctx):
+    """Hash of a context (sequence of ids, oldest first) as stored in fallback tables."""
+    cdef const int32_t[::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+    return _ctx_hash(&c[0], c.shape[0]) if c.shape[0] else _ctx_hash(NULL, 0)
+
+
+cdef inline uint64_t _ctx_hash(const int32_t *ctx, int n) noexcept nogil:
+    cdef uint64_t h = 0x2545f4914f6cdd1dULL ^ <uint64_t>n
+    cdef int i
+    for i in range(n):
+        h = nq_mix(h ^ ((<uint64_t><uint32_t>ctx[i] + 1) * 0x9e3779b97f4a7c15ULL))
+    return h if h else 1
+
+
+cdef inline float _act(float x, int act) noexcept nogil:
+    if act == ACT_RELU:
+        return x if x > 0 else 0
+    if act == ACT_TANH:
+        return tanh(x)
+    return x
+
+
+cdef inline double _log_sigmoid(double x) noexcept nogil:
+    if x >= 0:
+        return -log1p(exp(-x))
+    return x - log1p(exp(x))
+
+
+cdef inline double _logsumexp(const float *s, int n) noexcept nogil:
+    cdef double mx = -INFINITY, acc = 0
+    cdef int i
+    for i in range(n):
+        if s[i] > mx:
+            mx = s[i]
+    for i in range(n):
+        acc += exp(s[i] - mx)
+    return mx + log(acc)
+
+
+cdef inline void _gemm_rm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                          float *C, int ldc, bint b_transposed) noexcept nogil:
+    """Row-major C[M,N] := A[M,K] op(B) with op(B) = B[K,N] or B[N,K]^T."""
+    cdef float one = 1.0, zero = 0.0
+    cdef char ta = b'N'
+    cdef char tb = b'T' if b_transposed else b'N'
+    if M <= 0 or N <= 0 or K <= 0:
+        return
+    sgemm(&tb, &ta, &N, &M, &K, &one, <float *>B, &ldb, <float *>A, &lda, &zero, C, &ldc)
+
+
+cdef class NeuralCore(LMCore):
+    """A neural n-gram network as an LMCore.  Built by nplm.neural_model."""
+    cdef object _keep
+    cdef public int mode
+    cdef int V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len
+    cdef const float *emb
+    cdef const float *ctxw
+    cdef const float *b0
+    cdef const float *w1
+    cdef const float *b1
+    cdef const float *w2
+    cdef const float *b2
+    cdef const float *out_w
+    cdef const float *out_b
+    cdef const float *cls_w
+    cdef const float *cls_b
+    cdef const int32_t *word_class
+    cdef const int32_t *class_start
+    cdef const int32_t *word_pos
+    cdef const int32_t *points
+    cdef const signed char *codes
+    cdef const int32_t *lengths
+    cdef const float *T                  # (m, V, r0) first-layer products, or NULL
+    # fallback normaliser tables, order k = 0..m (k context words)
+    cdef const uint64_t *fb_keys[MAX_ORDER]
+    cdef const float *fb_vals[MAX_ORDER]
+    cdef uint64_t fb_buckets[MAX_ORDER]
+    cdef bint has_fallback
+    # single-query cache: direct-mapped, slot = context hash
+    cdef int cache_slots
+    cdef int32_t *cache_ctx              # (slots, m)
+    cdef uint8_t *cache_used
+    cdef float *cache_h                  # (slots, r)
+    cdef double *cache_logz              # NaN until computed
+    cdef float *scratch                  # forward work for one context
+    cdef float *scores                   # (max(V, C)) output scores
+    cdef pthread_mutex_t lock
+    cdef public long long cache_hits, cache_misses
+
+    def __cinit__(self):
+        pthread_mutex_init(&self.lock, NULL)
+        self.cache_ctx = NULL
+        self.cache_used = NULL
+        self.cache_h = NULL
+        self.cache_logz = NULL
+        self.scratch = NULL
+        self.scores = NULL
+
+    def __dealloc__(self):
+        free(self.cache_ctx)
+        free(self.cache_used)
+        free(self.cache_h)
+        free(self.cache_logz)
+        free(self.scratch)
+        free(self.scores)
+        pthread_mutex_destroy(&self.lock)
+
+    def __init__(self, dict dims, dict params, dict structs, int mode, T=None, fallback=None,
+                 int cache_slots=4096):
+        """dims: V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len.
+        params: float32 C-contiguous arrays (see nplm.neural).  fallback: list over
+        k = 0..m of (keys uint64, vals float32 natural-log normalisers) or None."""
+        cdef int k
+        cdef const float[::1] fv
+        cdef const int32_t[::1] iv
+        cdef const signed char[::1] cv
+        cdef const uint64_t[::1] kv
+        self.V, self.m, self.d = dims["V"], dims["m"], dims["d"]
+        self.r0, self.h1, self.h2 = dims["r0"], dims["h1"], dims["h2"]
+        self.n_dense, self.r, self.C = dims["n_dense"], dims["r"], dims["C"]
+        self.ctx_kind, self.act, self.out_kind = dims["ctx_kind"], dims["act"], dims["out_kind"]
+        self.max_len = dims["max_len"]
+        self.order = self.m + 1
+        self.bos_id = BOS_ID
+        self.eos_id = EOS_ID
+        self.mode = mode
+        flat = {}
+        for name, a in params.items():
+            a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+            if a.size == 0:
+                a = np.zeros(1, np.float32)
+            flat[name] = a
+        sflat = {}
+        for name, a in structs.items():
+            a = np.ascontiguousarray(a).reshape(-1)
+            if a.size == 0:
+                a = np.zeros(1, a.dtype)
+            sflat[name] = a
+        self._keep = [flat, sflat, T, fallback]
+        fv = flat["emb"]; self.emb = &fv[0]
+        fv = flat["ctx"]; self.ctxw = &fv[0]
+        fv = flat["b0"]; self.b0 = &fv[0]
+        fv = flat["w1"]; self.w1 = &fv[0]
+        fv = flat["b1"]; self.b1 = &fv[0]
+        fv = flat["w2"]; self.w2 = &fv[0]
+        fv = flat["b2"]; self.b2 = &fv[0]
+        fv = flat["out_w"]; self.out_w = &fv[0]
+        fv = flat["out_b"]; self.out_b = &fv[0]
+        fv = flat["cls_w"]; self.cls_w = &fv[0]
+        fv = flat["cls_b"]; self.cls_b = &fv[0]
+        iv = sflat["word_class"]; self.word_class = &iv[0]
+        iv = sflat["class_start"]; self.class_start = &iv[0]
+        iv = sflat["word_pos"]; self.word_pos = &iv[0]
+        iv = sflat["points"]; self.points = &iv[0]
+        cv = sflat["codes"]; self.codes = &cv[0]
+        iv = sflat["lengths"]; self.lengths = &iv[0]
+        self.T = NULL
+        if T is not None:
+            fv = T.reshape(-1)
+            self.T = &fv[0]
+        self.has_fallback = fallback is not None
+        if fallback is not None:
+            for k in range(self.m + 1):
+                keys, vals = fallback[k]
+                kv = keys
+                fv = vals
+                self.fb_keys[k] = &kv[0]
+                self.fb_vals[k] = &fv[0]
+                self.fb_buckets[k] = kv.shape[0]
+        if mode == MODE_FALLBACK and fallback is None:
+            raise ValueError("fallback normalisation needs precomputed normaliser tables")
+        self.cache_slots = max(cache_slots, 1)
+        self.cache_ctx = <int32_t *>malloc(sizeof(int32_t) * self.cache_slots * self.m)
+        self.cache_used = <uint8_t *>malloc(self.cache_slots)
+        self.cache_h = <float *>malloc(sizeof(float) * self.cache_slots * self.r)
+        self.cache_logz = <double *>malloc(sizeof(double) * self.cache_slots)
+        self.scratch = <float *>malloc(sizeof(float) * (self.m * self.d + self.r0 + self.h1 + self.h2 + 16))
+        self.scores = <float *>malloc(sizeof(float) * (max(self.V, self.C) + 16))
+        if (self.cache_ctx == NULL or self.cache_used == NULL or self.cache_h == NULL or
+                self.cache_logz == NULL or self.scratch == NULL or self.scores == NULL):
+            raise MemoryError("cannot allocate the neural query cache")
+        memset(self.cache_used, 0, self.cache_slots)
+
+    def clear_cache(self):
+        pthread_mutex_lock(&self.lock)
+        memset(self.cache_used, 0, self.cache_slots)
+        pthread_mutex_unlock(&self.lock)
+
+    # ------------------------------------------------------------ forward pass
+
+    cdef void _hidden_block(self, const int32_t *ctx, int B, float *X, float *A0, float *A1,
+                            float *A2, float **H) noexcept nogil:
+        """Hidden states of B contexts (B x m ids, oldest first) -> *H (B x r)."""
+        cdef int b, j, i
+        cdef const float *row
+        cdef const float *cj
+        cdef float *a
+        cdef int m = self.m, d = self.d, r0 = self.r0
+        if self.ctx_kind == CTX_FULL:
+            if self.T != NULL:
+                for b in range(B):
+                    a = A0 + <int64_t>b * r0
+                    memcpy(a, self.b0, r0 * sizeof(float))
+                    for j in range(m):
+                        row = self.T + (<int64_t>j * self.V + ctx[b * m + j]) * r0
+                        for i in range(r0):
+                            a[i] += row[i]
+            else:
+                for b in range(B):
+                    for j in range(m):
+                        memcpy(X + (<int64_t>b * m + j) * d, self.emb + <int64_t>ctx[b * m + j] * d,
+                               d * sizeof(float))
+                _gemm_rm(B, r0, m * d, X, m * d, self.ctxw, r0, A0, r0, False)
+                for b in range(B):
+                    a = A0 + <int64_t>b * r0
+                    for i in range(r0):
+                        a[i] += self.b0[i]
+        else:
+            for b in range(B):
+                a = A0 + <int64_t>b * r0
+                memcpy(a, self.b0, r0 * sizeof(float))
+                for j in range(m):
+                    row = self.emb + <int64_t>ctx[b * m + j] * d
+                    cj = self.ctxw + <int64_t>j * d
+                    for i in range(d):
+                        a[i] += cj[i] * row[i]
+        for i in range(B * r0):
+            A0[i] = _act(A0[i], self.act)
+        H[0] = A0
+        if self.n_dense >= 1:
+            _gemm_rm(B, self.h1, r0, A0, r0, self.w1, self.h1, A1, self.h1, False)
+            for b in range(B):
+                for i in range(self.h1):
+                    A1[<int64_t>b * self.h1 + i] = _act(A1[<int64_t>b * self.h1 + i] + self.b1[i], self.act)
+            H[0] = A1
+        if self.n_dense >= 2:
+            _gemm_rm(B, self.h2, self.h1, A1, self.h1, self.w2, self.h2, A2, self.h2, False)
+            for b in range(B):
+                for i in range(self.h2):
+                    A2[<int64_t>b * self.h2 + i] = _act(A2[<int64_t>b * self.h2 + i] + self.b2[i], self.act)
+            H[0] = A2
+
+    cdef inline double _dot(self, const float *a, const float *b) noexcept nogil:
+        cdef int n = self.r, one = 1
+        return sdot(&n, <float *>a, &one, <float *>b, &one)
+
+    cdef double _softmax_logz(self, const float *h, float *scores) noexcept nogil:
+        """log sum_w exp(out_w[w] . h + out_b[w]) over the vocabulary (sgemv)."""
+        cdef int r = self.r, V = self.V, one = 1
+        cdef float fone = 1.0, fzero = 0.0
+        cdef char t = b'T'
+        sgemv(&t, &r, &V, &fone, <float *>self.out_w, &r, <float *>h, &one, &fzero, scores, &one)
+        cdef int i
+        for i in range(V):
+            scores[i] += self.out_b[i]
+        return _logsumexp(scores, V)
+
+    cdef double _logp(self, const float *h, WordId w, double logz, float *scores) noexcept nogil:
+        """Natural-log p(w | h) in this core's mode; ``logz`` is the softmax
+        normaliser (used by exact/fallback softmax output)."""
+        cdef double s, lc, lw
+        cdef int c, i, lo, hi, L, node
+        if self.out_kind == OUT_SOFTMAX:
+            s = self._dot(self.out_w + <int64_t>w * self.r, h) + self.out_b[w]
+            if self.mode == MODE_UNNORMALIZED:
+                return s
+            return s - logz
+        if self.out_kind == OUT_CLASS:
+            c = self.word_class[w]
+            s = self._dot(self.cls_w + <int64_t>c * self.r, h) + self.cls_b[c]
+            i = self.word_pos[w]
+            lw = self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]
+            if self.mode == MODE_UNNORMALIZED:
+                return s + lw
+            for i in range(self.C):
+                scores[i] = self._dot(self.cls_w + <int64_t>i * self.r, h) + self.cls_b[i]
+            lc = s - _logsumexp(scores, self.C)
+            lo = self.class_start[c]
+            hi = self.class_start[c + 1]
+            for i in range(lo, hi):
+                scores[i - lo] = self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]
+            return lc + lw - _logsumexp(scores, hi - lo)
+        # tree: code 1 takes sigmoid(+score), code 0 sigmoid(-score)
+        L = self.lengths[w]
+        s = 0
+        for i in range(L):
+            node = self.points[<int64_t>w * self.max_len + i]
+            lw = self._dot(self.out_w + <int64_t>node * self.r, h) + self.out_b[node]
+            s += _log_sigmoid(lw if self.codes[<int64_t>w * self.max_len + i] != 0 else -lw)
+        return s
+
+    # ------------------------------------------------------------ fallback tables
+
+    cdef float _fb_lookup(self, int k, const int32_t *ctx) noexcept nogil:
+        """Stored log-normaliser of the k-word context ctx[m-k:], or NaN."""
+        cdef uint64_t key = _ctx_hash(ctx + self.m - k, k)
+        cdef uint64_t nb = self.fb_buckets[k], b, probes
+        cdef const uint64_t *keys = self.fb_keys[k]
+        if nb == 0:
+            return NAN
+        b = nq_fastrange(key, nb)
+        for probes in range(nb):
+            if keys[b] == key:
+                return self.fb_vals[k][b]
+            if keys[b] == 0:
+                return NAN
+            b += 1
+            if b == nb:
+                b = 0
+        return NAN
+
+    # ------------------------------------------------------------ the protocol
+
+    cdef inline void _context(self, const NState *s, int k, int32_t *ctx) noexcept nogil:
+        """The net's input for the last k words of state s (others <null>), oldest first."""
+        cdef int i
+        for i in range(self.m):
+            ctx[i] = NULL_ID
+        for i in range(k):
+            ctx[self.m - 1 - i] = <int32_t>s.words[i]
+
+    cdef int _cached_hidden(self, const int32_t *ctx, bint need_logz, float **h, double *logz) noexcept nogil:
+        """Look up / compute the hidden state (and softmax normaliser) of a context.
+        Caller holds the lock; *h points into the cache."""
+        cdef uint64_t key = _ctx_hash(ctx, self.m)
+        cdef int slot = <int>nq_fastrange(key, <uint64_t>self.cache_slots)
+        cdef int32_t *c = self.cache_ctx + <int64_t>slot * self.m
+        cdef float *H
+        cdef int i
+        cdef bint hit = self.cache_used[slot]
+        if hit:
+            for i in range(self.m):
+                if c[i] != ctx[i]:
+                    hit = False
+                    break
+        if hit:
+            self.cache_hits += 1
+        else:
+            self.cache_misses += 1
+            self._hidden_block(ctx, 1, self.scratch, self.scratch + self.m * self.d,
+                               self.scratch + self.m * self.d + self.r0,
+                               self.scratch + self.m * self.d + self.r0 + self.h1, &H)
+            memcpy(self.cache_h + <int64_t>slot * self.r, H, self.r * sizeof(float))
+            memcpy(c, ctx, self.m * sizeof(int32_t))
+            self.cache_used[slot] = 1
+            self.cache_logz[slot] = NAN
+        h[0] = self.cache_h + <int64_t>slot * self.r
+        if need_logz and isnan(self.cache_logz[slot]):
+            self.cache_logz[slot] = self._softmax_logz(h[0], self.scores)
+        logz[0] = self.cache_logz[slot]
+        return 0
+
+    cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
+        cdef int32_t ctx[MAX_ORDER]
+        cdef int k = ins.length, i
+        cdef float *h
+        cdef double logz = 0, lp
+        cdef float stored
+        if k > self.m:
+            k = self.m
+        if w >= <WordId>self.V:
+            w = 0
+        for i in range(k):
+            if ins.words[i] >= <WordId>self.V:
+                k = i          # a foreign state: use the valid part only
+                break
+        pthread_mutex_lock(&self.lock)
+        if self.mode == MODE_FALLBACK:
+            # Longest stored context: drop the farthest words until one is found.
+            while True:
+                self._context(ins, k, ctx)
+                stored = self._fb_lookup(k, ctx)
+                if not isnan(stored) or k == 0:
+                    break
+                k -= 1
+            self._cached_hidden(ctx, False, &h, &logz)
+            lp = self._logp(h, w, 0.0, self.scores)
+            if not isnan(stored):
+                lp -= stored
+            else:
+                lp -= self._softmax_logz(h, self.scores)
+        else:
+            self._context(ins, k, ctx)
+            self._cached_hidden(ctx, self.mode == MODE_EXACT and self.out_kind == OUT_SOFTMAX, &h, &logz)
+            lp = self._logp(h, w, logz, self.scores)
+        pthread_mutex_unlock(&self.lock)
+        # Successor state: the new word, then the context, capped at m words.
+        for i in range(min(ins.length, self.m - 1), 0, -1):
+            out.words[i] = ins.words[i - 1]
+        out.words[0] = w
+        out.length = <uint8_t>min(ins.length + 1, self.m)
+        for i in range(out.length):
+            out.backoff[i] = 0.0
+        ret.prob = <float>(lp * LOG10E)
+        ret.ngram_length = k + 1
+        return 0
+
+    # ------------------------------------------------------------ batches
+
+    def hidden(self, ctx):
+        """Hidden states (N, r) float32 of contexts (N, m) int32, oldest first."""
+        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+        cdef int N = c.shape[0]
+        if c.shape[1] != self.m:
+            raise ValueError(f"contexts must have {self.m} columns")
+        if N and (np.min(c) < 0 or np.max(c) >= self.V):
+            raise ValueError("context word id out of range")
+        out = np.empty((N, self.r), np.float32)
+        cdef float[:, ::1] o = out
+        cdef int B = 256, lo, nb
+        X = np.empty(B * self.m * self.d + 1, np.float32)
+        A0 = np.empty(B * self.r0 + 1, np.float32)
+        A1 = np.empty(B * max(self.h1, 1), np.float32)
+        A2 = np.empty(B * max(self.h2, 1), np.float32)
+        cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2
+        cdef float *H
+        with nogil:
+            lo = 0
+            while lo < N:
+                nb = min(B, N - lo)
+                self._hidden_block(&c[lo, 0], nb, &xv[0], &a0[0], &a1[0], &a2[0], &H)
+                memcpy(&o[lo, 0], H, <size_t>nb * self.r * sizeof(float))
+                lo += B
+        return out
+
+    def log_probs(self, ctx, words, softmax_logz=None):
+        """Natural-log p(word | context) per row in this core's mode (exact, or the
+        unnormalised score; fallback rows need ``softmax_logz`` from the caller).
+        ctx (N, m) int32 oldest first, words (N,) int32.  Whole blocks go through
+        sgemm; the softmax normaliser of each row comes from one (B x V) product."""
+        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+        cdef const int32_t[::1] wv = np.ascontiguousarray(words, dtype=np.int32)
+        cdef int N = c.shape[0]
+        if wv.shape[0] != N or (N and c.shape[1] != self.m):
+            raise ValueError("contexts and words disagree in length")
+        if N and (np.min(c) < 0 or np.max(c) >= self.V or np.min(wv) < 0 or np.max(wv) >= self.V):
+            raise ValueError("word id out of range")
+        out = np.empty(N, np.float64)
+        cdef double[::1] o = out
+        cdef const double[::1] given
+        cdef bint have_given = softmax_logz is not None
+        if have_given:
+            given = np.ascontiguousarray(softmax_logz, dtype=np.float64)
+        cdef bint need_z = self.out_kind == OUT_SOFTMAX and self.mode == MODE_EXACT and not have_given
+        cdef int B = 128, lo, nb, b, i
+        X = np.empty(B * self.m * self.d + 1, np.float32)
+        A0 = np.empty(B * self.r0 + 1, np.float32)
+        A1 = np.empty(B * max(self.h1, 1), np.float32)
+        A2 = np.empty(B * max(self.h2, 1), np.float32)
+        S = np.empty(<int64_t>B * max(self.V, self.C) + 16, np.float32)
+        cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S
+        cdef float *H
+        cdef float *row
+        cdef double logz
+        with nogil:
+            lo = 0
+            while lo < N:
+                nb = min(B, N - lo)
+                self._hidden_block(&c[lo, 0], nb, &xv[0], &a0[0], &a1[0], &a2[0], &H)
+                if need_z:
+                    _gemm_rm(nb, self.V, self.r, H, self.r, self.out_w, self.r, &sv[0], self.V, True)
+                for b in range(nb):
+                    logz = 0
+                    if need_z:
+                        row = &sv[0] + <int64_t>b * self.V
+                        for i in range(self.V):
+                            row[i] += self.out_b[i]
+                        logz = _logsumexp(row, self.V)
+                    elif have_given:
+                        logz = given[lo + b]
+                    o[lo + b] = self._logp(H + <int64_t>b * self.r, wv[lo + b], logz, &sv[0])
+                lo += B
+        return out
+
+    def softmax_logz(self, ctx):
+        """Exact log-normalisers (N,) float64 of contexts (N, m) for softmax output."""
+        if self.out_kind != OUT_SOFTMAX:
+            raise ValueError("only softmax-output models have a single normaliser per context")
+        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+        cdef int N = c.shape[0]
+        out = np.empty(N, np.float64)
+        cdef double[::1] o = out
+        cdef int B = 128, lo, nb, b, i
+        X = np.empty(B * self.m * self.d + 1, np.float32)
+        A0 = np.empty(B * self.r0 + 1, np.float32)
+        A1 = np.empty(B * max(self.h1, 1), np.float32)
+        A2 = np.empty(B * max(self.h2, 1), np.float32)
+        S = np.empty(<int64_t>B * self.V + 16, np.float32)
+        cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S
+        cdef float *H
+        cdef float *row
+        with nogil:
+            lo = 0
+            while lo < N:
+                nb = min(B, N - lo)
+                self._hidden_block(&c[lo, 0], nb, &xv[0], &a0[0], &a1[0], &a2[0], &H)
+                _gemm_rm(nb, self.V, self.r, H, self.r, self.out_w, self.r, &sv[0], self.V, True)
+                for b in range(nb):
+                    row = &sv[0] + <int64_t>b * self.V
+                    for i in range(self.V):
+                        row[i] += self.out_b[i]
+                    o[lo + b] = _logsumexp(row, self.V)
+                lo += B
+        return out
+
+    def fallback_orders(self, ctx):
+        """For fallback mode: for each context (N, m) with its real-word count
+        implied by leading <null>s, the longest stored order k and its normaliser."""
+        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+        cdef int N = c.shape[0], b, k, j
+        ks = np.empty(N, np.int32)
+        zs = np.empty(N, np.float64)
+        cdef int32_t[::1] kv = ks
+        cdef double[::1] zv = zs
+        cdef float stored
+        if not self.has_fallback:
+            raise ValueError("no fallback tables")
+        with nogil:
+            for b in range(N):
+                k = 0
+                for j in range(self.m - 1, -1, -1):
+                    if c[b, j] == NULL_ID:
+                        break
+                    k += 1
+                while True:
+                    stored = self._fb_lookup(k, &c[b, 0])
+                    if not isnan(stored) or k == 0:
+                        break
+                    k -= 1
+                kv[b] = k
+                zv[b] = stored
+        return ks, zs

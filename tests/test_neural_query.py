@@ -1,0 +1,139 @@
+"""Neural models through the kenlm API: every normalisation mode against an
+independent numpy forward pass, distributions summing to one, fallback tables."""
+import numpy as np
+import pytest
+
+import nplm
+from nplm.neural_model import precompute
+from nplm.vocab import BOS, NULL
+from neural_fixtures import KINDS, make_net, numpy_log_dist
+
+LN10 = np.log(10.0)
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def saved(request, tmp_path_factory):
+    net = make_net(request.param)
+    path = tmp_path_factory.mktemp("nn") / f"{request.param}.nplm"
+    net.save(str(path))
+    return request.param, net, str(path)
+
+
+def _state_after(model, words, bos=True):
+    s, out = nplm.State(), nplm.State()
+    (model.BeginSentenceWrite if bos else model.NullContextWrite)(s)
+    for w in words:
+        model.BaseScore(s, w, out)
+        s, out = out, s
+    return s
+
+
+def _ctx(net, words, bos=True):
+    m = net.order - 1
+    ids = ([BOS] if bos else []) + [net.vocab.id(w) for w in words]
+    ids = ids[-m:] if ids else []
+    return [NULL] * (m - len(ids)) + ids
+
+
+@pytest.mark.parametrize("history", [[], ["w1"], ["w2", "w9"], ["w4", "w0", "w30", "w7", "w2"]])
+def test_exact_distribution_matches_numpy_and_sums_to_one(saved, history):
+    kind, net, path = saved
+    m = nplm.Model(path)
+    assert m.normalization == {"softmax": "exact", "class": "class", "tree": "tree"}[net.config.output]
+    for bos in (True, False):
+        s = _state_after(m, history, bos)
+        dist = m.log10_distribution(s).astype(np.float64)
+        ref = numpy_log_dist(net, _ctx(net, history, bos)) / LN10
+        np.testing.assert_allclose(dist, ref, atol=2e-5)
+        assert (10 ** dist).sum() == pytest.approx(1.0, abs=1e-5)
+        # BaseFullScore agrees, and ngram_length = real context used + 1
+        out = nplm.State()
+        r = m.BaseFullScore(s, "w3", out)
+        assert r.log_prob == pytest.approx(ref[net.vocab.id("w3")], abs=2e-5)
+        assert r.ngram_length == min(len(history) + bos, net.order - 1) + 1
+
+
+def test_unnormalized_is_the_raw_score(saved):
+    kind, net, path = saved
+    m = nplm.Model(path, normalization="unnormalized")
+    assert "unnormalized" in repr(m)
+    s = _state_after(m, ["w5", "w6"])
+    got = m.log10_distribution(s).astype(np.float64)
+    if net.config.output == "tree":
+        ref = numpy_log_dist(net, _ctx(net, ["w5", "w6"])) / LN10     # exact by construction
+        np.testing.assert_allclose(got, ref, atol=2e-5)
+    else:
+        exact = nplm.Model(path).log10_distribution(s).astype(np.float64)
+        shift = got - exact          # softmax: one log Z for all words; class: one per class
+        if net.config.output == "softmax":
+            assert np.ptp(shift) < 1e-4
+            assert (10 ** got).sum() != pytest.approx(1.0, abs=1e-3)
+        else:
+            wc = net.structs["word_class"]
+            for c in np.unique(wc):
+                assert np.ptp(shift[wc == c]) < 1e-4
+
+
+def test_normalization_errors(saved, tmp_path):
+    kind, net, path = saved
+    other = {"softmax": "class", "class": "tree", "tree": "class"}[net.config.output]
+    with pytest.raises(ValueError, match=other):
+        nplm.Model(path, normalization=other)
+    with pytest.raises(ValueError, match="normalization must be one of"):
+        nplm.Model(path, normalization="bogus")
+    if net.config.output == "softmax":
+        with pytest.raises(OSError, match="precompute"):
+            nplm.Model(path, normalization="fallback")
+
+
+def test_batch_equals_single(saved):
+    _, net, path = saved
+    for mode in (None, "unnormalized"):
+        m = nplm.Model(path, normalization=mode)
+        lines = ["w1 w2 w3 w4 w5 w6", "w7 zzz w9", "", "w3"]
+        for bos, eos in [(True, True), (False, True), (True, False), (False, False)]:
+            p, l, o, off = m.full_scores_batch(lines, bos, eos)
+            single = [x for line in lines for x in m.full_scores(line, bos, eos)]
+            assert len(single) == len(p) == off[-1]
+            np.testing.assert_allclose(p, [x[0] for x in single], atol=1e-5)
+            assert l.tolist() == [x[1] for x in single]
+            assert o.tolist() == [x[2] for x in single]
+            np.testing.assert_allclose(m.score_sentences(lines, bos, eos),
+                                       [m.score(x, bos, eos) for x in lines], atol=1e-4)
+
+
+def test_fallback_tables(tmp_path):
+    net = make_net("softmax-full-2", order=4)
+    path = str(tmp_path / "fb.nplm")
+    net.save(path)
+    text = tmp_path / "train.txt"
+    text.write_text("w1 w2 w3 w4\nw1 w2 w3 w5\nw1 w2 w9\nw8 w1 w2 w3 w4\n")
+    sizes = precompute(path, str(text), min_count=2, progress=False)
+    assert sizes[0] == 1 and sizes[1] == len(net.vocab) - 1
+    exact = nplm.Model(path)
+    fb = nplm.Model(path, normalization="fallback")
+    assert "fallback" in repr(fb)
+    # "<s> w1 w2" was seen twice or more: the full 3-word context is stored.
+    s = _state_after(fb, ["w1", "w2"])
+    o1, o2 = nplm.State(), nplm.State()
+    r = fb.BaseFullScore(s, "w3", o1)
+    e = exact.BaseFullScore(s, "w3", o2)
+    assert r.log_prob == pytest.approx(e.log_prob, abs=1e-5) and r.ngram_length == e.ngram_length == 4
+    # "w9 w8 w1" was never seen: falls back to the stored 2-word context "w8 w1"?
+    # No: "w8 w1" occurs once (< 2) -> falls back to the one-word context "w1".
+    s = _state_after(fb, ["w9", "w8", "w1"])
+    r = fb.BaseFullScore(s, "w2", o1)
+    short = numpy_log_dist(net, [NULL, NULL, net.vocab.id("w1")]) / LN10
+    assert r.ngram_length == 2
+    assert r.log_prob == pytest.approx(short[net.vocab.id("w2")], abs=2e-5)
+    # "w1 w2" (2 words) stored -> ngram_length 3 and equal to exact of the shortened context.
+    s = _state_after(fb, ["w7", "w1", "w2"])
+    r = fb.BaseFullScore(s, "w3", o1)
+    short = numpy_log_dist(net, [NULL, net.vocab.id("w1"), net.vocab.id("w2")]) / LN10
+    assert r.ngram_length == 3 and r.log_prob == pytest.approx(short[net.vocab.id("w3")], abs=2e-5)
+    # batch path agrees with BaseScore chains
+    lines = ["w9 w8 w1 w2 w3", "w1 w2 w3 w4", "w7 w7 w7"]
+    p, l, o, off = fb.full_scores_batch(lines)
+    single = [x for line in lines for x in fb.full_scores(line)]
+    np.testing.assert_allclose(p, [x[0] for x in single], atol=1e-5)
+    assert l.tolist() == [x[1] for x in single]
