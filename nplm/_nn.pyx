@@ -1016,3 +1016,28 @@ def sample_alias(const double[::1] prob, const int[::1] alias, int offset, int[:
             else:
                 out[i] = <int>(offset + alias[j])
     state[0] = st
+
+
+def sample_classes(const double[::1] prob, const int[::1] alias, const int[::1] class_start, int k,
+                   int[::1] out, uint64_t[::1] state):
+    """For every class c, out[c*k:(c+1)*k] := k rows drawn within c from per-class alias
+    tables laid out in class order (alias indices relative to the class start)."""
+    cdef Py_ssize_t C = class_start.shape[0] - 1, c, i, j, n, lo
+    cdef uint64_t st = state[0]
+    cdef double u
+    if out.shape[0] != C * k:
+        raise ValueError("output size must be n_classes * k")
+    with nogil:
+        for c in range(C):
+            lo = class_start[c]
+            n = class_start[c + 1] - lo
+            for i in range(k):
+                u = uniform01(&st) * n
+                j = <Py_ssize_t>u
+                if j >= n:
+                    j = n - 1
+                if u - j < prob[lo + j]:
+                    out[c * k + i] = <int>(lo + j)
+                else:
+                    out[c * k + i] = <int>(lo + alias[lo + j])
+    state[0] = st

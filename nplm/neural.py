@@ -16,12 +16,17 @@ models can also be read unnormalised (log-normaliser taken as 0).
 """
 import dataclasses
 import math
+import os
 
 import numpy as np
 
 from .errors import FormatError
 from .formats import container
 from .vocab import SPECIALS, Vocabulary
+
+# A spinning OpenMP pool steals the cores OpenBLAS's own threads need between the many
+# short parallel loops of a minibatch; sleeping workers are much faster here.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
     from . import _nn
@@ -354,8 +359,8 @@ class NeuralNet:
     def arrays(self):
         a = {"param." + n: self.params[n] for n in PARAM_NAMES}
         a.update(self.vocab.to_arrays())
-        for n, v in self.structs.items():
-            a["struct." + n] = v
+        for n in sorted(self.structs):  # fixed order: equal models give equal bytes
+            a["struct." + n] = self.structs[n]
         return a
 
     def save(self, path, extra_config=None, extra_arrays=None):

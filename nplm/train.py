@@ -1,0 +1,413 @@
+"""Training driver for the neural n-gram models: data, noise, minibatch SGD/AdaGrad,
+learning-rate halving, early stopping, checkpoints and resume.
+
+Threads: the kernels run every minibatch without the GIL; large products go to
+OpenBLAS (its thread count is set here) and per-example loops to OpenMP with the same
+count.  With ``threads=1`` a fixed seed gives a bit-identical model.
+"""
+import ctypes
+import dataclasses
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import _nn
+from .errors import FormatError
+from .neural import NeuralConfig, NeuralNet, PARAM_NAMES
+from .vocab import BOS, NULL, UNK, Vocabulary, check_corpus, count_words, examples, read_sentences
+
+CHECKPOINT_SUFFIX = ".ckpt"
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Optimisation settings.  The defaults train the recommended PTB model."""
+    epochs: int = 20
+    minibatch: int = 256
+    learning_rate: float = 0.05
+    optimizer: str = "adagrad"
+    l2: float = 0.0
+    dropout: float = 0.3
+    threads: int = 2
+    seed: int = 1
+    min_count: int = 1
+    vocab_size: int = 0           # 0: no cap
+    max_halvings: int = 4         # stop after this many learning-rate halvings
+    time_limit: float = 0.0       # seconds, 0 = none; stops after the epoch that crosses it
+    parallel: str = "hogwild"     # or "blas": split each minibatch over OpenMP/OpenBLAS threads
+
+    def validate(self):
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(msg)
+        need(self.epochs >= 1, f"epochs must be at least 1, not {self.epochs}")
+        need(self.minibatch >= 1, f"minibatch size must be positive, not {self.minibatch}")
+        need(self.learning_rate > 0 and math.isfinite(self.learning_rate),
+             f"learning rate must be positive, not {self.learning_rate}")
+        need(self.optimizer in ("sgd", "adagrad"), f"optimizer must be 'sgd' or 'adagrad', not {self.optimizer!r}")
+        need(self.l2 >= 0, f"L2 weight must be non-negative, not {self.l2}")
+        need(0 <= self.dropout < 1, f"dropout must be in [0, 1), not {self.dropout}")
+        need(self.threads >= 1, f"threads must be at least 1, not {self.threads}")
+        need(self.min_count >= 1, f"min count must be at least 1, not {self.min_count}")
+        need(self.vocab_size >= 0, f"vocabulary size cap must be non-negative, not {self.vocab_size}")
+        need(self.parallel in ("hogwild", "blas"), f"parallel must be 'hogwild' or 'blas', not {self.parallel!r}")
+        need(self.max_halvings >= 0, f"max halvings must be non-negative, not {self.max_halvings}")
+        return self
+
+
+# ------------------------------------------------------------------ BLAS threads
+
+_blas = None
+
+
+def set_blas_threads(n):
+    """Set the thread count of the OpenBLAS that scipy.linalg.cython_blas uses (found in
+    this process's maps; a no-op for a BLAS without the call)."""
+    global _blas
+    if _blas is None:
+        _blas = False
+        try:
+            with open("/proc/self/maps") as f:
+                libs = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
+            for path in sorted(libs):
+                if "64_" in os.path.basename(path):
+                    continue  # numpy's ILP64 copy, not scipy's
+                lib = ctypes.CDLL(path)
+                for name in ("scipy_openblas_set_num_threads", "openblas_set_num_threads"):
+                    if hasattr(lib, name):
+                        _blas = getattr(lib, name)
+                        break
+                if _blas:
+                    break
+        except OSError:
+            _blas = False
+    if _blas:
+        _blas(int(n))
+
+
+# ------------------------------------------------------------------ data
+
+class Corpus:
+    """Training/validation examples and vocabulary, validated with friendly errors."""
+
+    def __init__(self, train_path, valid_path, order, min_count=1, vocab_size=0, vocab=None):
+        train = read_sentences(train_path)
+        check_corpus(train, train_path, "training")
+        counts = count_words(train)
+        if vocab is None:
+            vocab = Vocabulary.build(counts, min_count=min_count, max_size=vocab_size or None)
+        regular = len(vocab) - 4
+        if regular < 2:
+            raise FormatError(f"the training text has {regular} distinct word type(s) in the vocabulary; "
+                              "a language model needs at least two", train_path)
+        self.vocab = vocab
+        self.train = examples(train, vocab, order)
+        self.valid = None
+        if valid_path is not None:
+            valid = read_sentences(valid_path)
+            check_corpus(valid, valid_path, "validation")
+            toks = [t for s in valid for t in s]
+            if toks and not any(t in vocab.index and t not in ("<unk>",) for t in toks):
+                raise FormatError("every word of the validation text is out of the training vocabulary",
+                                  valid_path)
+            self.valid = examples(valid, vocab, order)
+
+
+def noise_weights(vocab):
+    """Unigram noise distribution: training counts, every predictable word at least 1;
+    <s> and <null> (never predicted) nearly never drawn."""
+    w = np.maximum(vocab.counts.astype(np.float64), 1.0)
+    w[BOS] = w[NULL] = 0.01
+    return w
+
+
+class Noise:
+    """Alias tables and log(k q) terms for NCE (softmax or class-factored)."""
+
+    def __init__(self, net, seed):
+        self.k = net.config.noise_samples
+        self.state = np.array([seed * 0x9E3779B97F4A7C15 % (1 << 64)], np.uint64)
+        w = noise_weights(net.vocab)
+        k = self.k
+        if net.config.output == "softmax":
+            self.prob, self.alias = _nn.build_alias(w)
+            self.logkq = np.log(k * w / w.sum())
+            self.n1 = np.zeros(k, np.int32)
+            self.n2 = np.zeros(0, np.int32)
+            self.logkq2 = np.zeros(0)
+            self.class_mode = False
+        else:
+            s = net.structs
+            C = net.n_classes
+            wc = s["word_class"]
+            cw = np.bincount(wc, weights=w, minlength=C)
+            self.prob, self.alias = _nn.build_alias(cw)
+            self.logkq = np.log(k * cw / cw.sum())
+            rows = w[s["class_words"]]           # weights in class (out_w row) order
+            self.cprob = np.empty(rows.size)
+            self.calias = np.empty(rows.size, np.int32)
+            cs = s["class_start"]
+            for c in range(C):
+                p, a = _nn.build_alias(np.ascontiguousarray(rows[cs[c]:cs[c + 1]]))
+                self.cprob[cs[c]:cs[c + 1]] = p
+                self.calias[cs[c]:cs[c + 1]] = a
+            self.class_start = np.ascontiguousarray(cs, np.int32)
+            self.logkq2 = np.log(k * rows / cw[wc[s["class_words"]]])
+            self.n1 = np.zeros(k, np.int32)
+            self.n2 = np.zeros(C * k, np.int32)
+            self.class_mode = True
+        self.logkq = self.logkq.astype(np.float32)
+        self.logkq2 = self.logkq2.astype(np.float32)
+
+    def draw(self):
+        _nn.sample_alias(self.prob, self.alias, 0, self.n1, self.state)
+        if self.class_mode:
+            _nn.sample_classes(self.cprob, self.calias, self.class_start, self.k, self.n2, self.state)
+        return (self.n1, self.logkq, self.n2, self.logkq2)
+
+
+def truncate_histories(contexts, rng):
+    """Variable-history training (Zamora-Martinez et al. 2.1): each example keeps a
+    uniformly drawn number 1..n-1 of its most recent words; the rest become <null>."""
+    N, m = contexts.shape
+    keep = rng.integers(1, m + 1, size=N)
+    drop = np.arange(m)[None, :] < (m - keep)[:, None]
+    out = contexts.copy()
+    out[drop] = NULL
+    return out
+
+
+# ------------------------------------------------------------------ classes and trees
+
+def output_structures(config, vocab, train_targets, seed, log):
+    """Word classes (class output) or Huffman tree (tree output) from nplm.clusters."""
+    from . import clusters
+    V = len(vocab)
+    if config.output == "class":
+        C = config.classes or max(2, int(round(math.sqrt(V))))
+        if C > V:
+            raise ValueError(f"{C} classes for a vocabulary of {V} words")
+        if config.clustering == "frequency":
+            wc = clusters.frequency_bins(vocab.counts, C)
+        else:
+            t0 = time.time()
+            wc = clusters.brown_clusters(train_targets, V, C, seed=seed)
+            log(f"Brown clustering into {C} classes: {time.time() - t0:.1f} s")
+        return np.asarray(wc, np.int32), None
+    if config.output == "tree":
+        tree = clusters.huffman_tree(np.maximum(vocab.counts, 1))
+        return None, (tree.points, tree.codes, tree.lengths)
+    return None, None
+
+
+# ------------------------------------------------------------------ training
+
+class Trainer:
+    def __init__(self, net, corpus, tc, log=print, progress=True):
+        self.net, self.corpus, self.tc, self.log, self.progress = net, corpus, tc, log, progress
+        # training works on private writeable copies; net.params are replaced at the end
+        self.params = [np.array(net.params[n], dtype=np.float32, copy=True) for n in PARAM_NAMES]
+        B = tc.minibatch
+        # Hogwild (Recht et al. 2011): one single-threaded engine per thread, all sharing the
+        # parameters and AdaGrad state, each updating them without locks.  It beats
+        # splitting every minibatch over OpenMP/OpenBLAS threads here, whose many short
+        # parallel regions per batch cost more than they save (see tools/bench_train.py).
+        self.hogwild = tc.threads > 1 and tc.parallel == "hogwild"
+        n_eng = tc.threads if self.hogwild else 1
+        inner = 1 if self.hogwild else tc.threads
+        set_blas_threads(inner)
+        self.engine, self.grads, self.accum = net.engine(B, nthreads=inner, params=self.params)
+        self.engines = [self.engine] + [net.engine(B, nthreads=1, params=self.params, accum=self.accum)[0]
+                                        for _ in range(n_eng - 1)]
+        self.noises = ([Noise(net, tc.seed + 7 * w) for w in range(n_eng)]
+                       if net.config.objective == "nce" else [None] * n_eng)
+        self.epoch = 0
+        self.lr = tc.learning_rate
+        self.halvings = 0
+        self.best = math.inf
+        self.best_params = None
+        self.history = []
+
+    def _net_view(self, params):
+        n = self.net
+        return NeuralNet(n.config, n.vocab, dict(zip(PARAM_NAMES, params)), n.structs)
+
+    def valid_ppl(self, params=None):
+        if self.corpus.valid is None:
+            return math.nan
+        net = self._net_view(self.params if params is None else params)
+        return net.perplexity(*self.corpus.valid)
+
+    def run_epoch(self):
+        tc, eng = self.tc, self.engine
+        ctx_all, tgt_all = self.corpus.train
+        N = tgt_all.size
+        rng = np.random.default_rng([tc.seed, self.epoch])
+        perm = rng.permutation(N)
+        ctx = np.ascontiguousarray(ctx_all[perm])
+        tgt = np.ascontiguousarray(tgt_all[perm])
+        if self.net.config.variable_history:
+            ctx = truncate_histories(ctx, rng)
+        for w, nz in enumerate(self.noises):
+            if nz is not None:
+                nz.state[0] = np.uint64((tc.seed * 1000003 + self.epoch * 101 + w) % (1 << 63))
+        B = tc.minibatch
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=N, unit="ex", unit_scale=True, desc=f"epoch {self.epoch + 1}", file=sys.stderr,
+                       mininterval=1.0, smoothing=0.1)
+        t0 = time.time()
+        adagrad = tc.optimizer == "adagrad"
+        seed_base = (tc.seed * 7919 + self.epoch) << 24
+        n_eng = len(self.engines)
+        seen = [0] * n_eng
+        losses = [0.0] * n_eng
+        errors = []
+        lr = self.lr
+
+        def work(w):
+            eng, noise = self.engines[w], self.noises[w]
+            try:
+                for bi, lo in enumerate(range(w * B, N, B * n_eng)):
+                    hi = min(lo + B, N)
+                    nz = noise.draw() if noise is not None else None
+                    loss = eng.step(ctx[lo:hi], tgt[lo:hi], nz, tc.dropout, seed_base + lo, True, 1.0 / (hi - lo))
+                    if not math.isfinite(loss):
+                        raise FloatingPointError(f"training diverged at epoch {self.epoch + 1} (loss {loss}); "
+                                                 f"try a smaller learning rate than {lr}")
+                    eng.update(lr, tc.l2, adagrad)
+                    losses[w] += loss
+                    seen[w] += hi - lo
+                    if n_eng == 1 and bi % 20 == 0:
+                        report()
+                    if errors:
+                        return
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+
+        def report(final=False):
+            done = sum(seen)
+            if bar is not None:
+                bar.update(done - bar.n)
+                bar.set_postfix(loss=f"{sum(losses) / max(done, 1):.3f}", lr=f"{self.lr:.3g}",
+                                ex_s=f"{done / max(time.time() - t0, 1e-9):,.0f}")
+
+        if n_eng == 1:
+            work(0)
+        else:
+            import threading
+            threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(n_eng)]
+            for th in threads:
+                th.start()
+            while any(th.is_alive() for th in threads):
+                threads[0].join(1.0)
+                report()
+        if errors:
+            raise errors[0]
+        report(True)
+        total_loss, seen = sum(losses), sum(seen)
+        if bar is not None:
+            bar.close()
+        self.epoch += 1
+        return total_loss / max(seen, 1), seen / max(time.time() - t0, 1e-9)
+
+    def train(self, checkpoint=None, stop_after=None):
+        tc = self.tc
+        t_start = time.time()
+        while self.epoch < tc.epochs:
+            loss, speed = self.run_epoch()
+            ppl = self.valid_ppl()
+            note = ""
+            if self.corpus.valid is None or ppl < self.best:
+                self.best = ppl
+                self.best_params = [p.copy() for p in self.params]
+            else:
+                # worse than the best epoch: go back to it and halve the step size
+                for p, b in zip(self.params, self.best_params):
+                    p[...] = b
+                self.lr /= 2
+                self.halvings += 1
+                note = f" (worse: back to best, learning rate halved to {self.lr:.3g})"
+            self.history.append({"epoch": self.epoch, "loss": loss, "valid_ppl": ppl, "ex_per_s": speed,
+                                 "lr": self.lr})
+            self.log(f"epoch {self.epoch}: train loss {loss:.4f}, valid ppl {ppl:.2f}, "
+                     f"{speed:,.0f} examples/s{note}")
+            if checkpoint:
+                self.save_checkpoint(checkpoint)
+            if self.halvings > tc.max_halvings:
+                self.log("stopping early: validation perplexity stopped improving")
+                break
+            if tc.time_limit and time.time() - t_start > tc.time_limit:
+                self.log("stopping: time limit reached")
+                break
+            if stop_after is not None and self.epoch >= stop_after:
+                break
+        final = self.best_params if self.best_params is not None else self.params
+        return self._net_view([p.copy() for p in final])
+
+    # -- checkpoints: the current model plus everything needed to continue
+    def save_checkpoint(self, path):
+        net = self._net_view(self.params)
+        state = {"epoch": self.epoch, "lr": self.lr, "halvings": self.halvings,
+                 "best": None if not math.isfinite(self.best) else self.best, "history": self.history,
+                 "train_config": dataclasses.asdict(self.tc)}
+        extra = {"opt." + n: a for n, a in zip(PARAM_NAMES, self.accum)}
+        if self.best_params is not None:
+            extra.update({"best." + n: a for n, a in zip(PARAM_NAMES, self.best_params)})
+        net.save(path, extra_config={"checkpoint": state}, extra_arrays=extra)
+
+    def load_checkpoint(self, path):
+        net, c = NeuralNet.load(path, return_container=True)
+        state = c.config.get("checkpoint")
+        if state is None:
+            raise FormatError("not a training checkpoint", path)
+        if net.config != self.net.config or net.vocab.words != self.net.vocab.words:
+            raise FormatError("checkpoint was made with a different configuration or vocabulary", path)
+        for p, n in zip(self.params, PARAM_NAMES):
+            p[...] = net.params[n]
+        for a, n in zip(self.accum, PARAM_NAMES):
+            a[...] = c.arrays["opt." + n]
+        if "best.emb" in c.arrays:
+            self.best_params = [np.array(c.arrays["best." + n]) for n in PARAM_NAMES]
+        self.epoch, self.lr, self.halvings = state["epoch"], state["lr"], state["halvings"]
+        self.best = math.inf if state["best"] is None else state["best"]
+        self.history = state["history"]
+
+
+def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=False, log=print,
+          progress=True):
+    """Train a neural n-gram model and save it to ``out_path``; returns the NeuralNet.
+
+    A checkpoint ``out_path + '.ckpt'`` is written after every epoch; ``resume=True``
+    continues from it (same data and settings required)."""
+    config = (config or NeuralConfig()).validate()
+    tc = (tconfig or TrainConfig()).validate()
+    ckpt = os.fspath(out_path) + CHECKPOINT_SUFFIX
+    vocab = None
+    if resume:
+        if not os.path.exists(ckpt):
+            raise FileNotFoundError(2, "no checkpoint to resume from", ckpt)
+        old = NeuralNet.load(ckpt)
+        vocab, config = old.vocab, old.config
+    corpus = Corpus(train_path, valid_path, config.order, tc.min_count, tc.vocab_size, vocab=vocab)
+    log(f"vocabulary: {len(corpus.vocab)} words; {corpus.train[1].size:,} training examples"
+        + (f", {corpus.valid[1].size:,} validation" if corpus.valid is not None else ""))
+    if resume:
+        net = old
+        net = NeuralNet(old.config, old.vocab, {n: np.array(old.params[n]) for n in PARAM_NAMES},
+                        {k: np.array(v) for k, v in old.structs.items()})
+    else:
+        wc, tree = output_structures(config, corpus.vocab, corpus.train[1], tc.seed, log)
+        net = NeuralNet.create(config, corpus.vocab, word_class=wc, tree=tree, seed=tc.seed)
+    trainer = Trainer(net, corpus, tc, log=log, progress=progress)
+    if resume:
+        trainer.load_checkpoint(ckpt)
+        log(f"resuming after epoch {trainer.epoch}")
+    final = trainer.train(checkpoint=ckpt)
+    final.save(out_path, extra_config={"training": {"history": trainer.history,
+                                                    "train_config": dataclasses.asdict(tc)}})
+    return final

@@ -1,0 +1,89 @@
+"""Finite-difference gradient checks (float64) of the training kernels: every context
+kind, hidden depth, activation, output layer and objective, with and without dropout."""
+import itertools
+
+import numpy as np
+import pytest
+
+from nplm.neural import PARAM_NAMES
+
+from _neural_helpers import tiny_net
+
+
+def _noise(net, rng):
+    k, V = net.config.noise_samples, len(net.vocab)
+    if net.config.objective != "nce":
+        return None
+    if net.config.output == "softmax":
+        return (rng.integers(0, V, k).astype(np.int32), rng.normal(0, 1, V), np.zeros(0, np.int32), np.zeros(0))
+    C, cs = net.n_classes, net.structs["class_start"]
+    rows = np.concatenate([rng.integers(cs[c], cs[c + 1], k) for c in range(C)]).astype(np.int32)
+    return (rng.integers(0, C, k).astype(np.int32), rng.normal(0, 1, C), rows, rng.normal(0, 1, V))
+
+
+def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12):
+    """Largest relative difference between the analytic gradient and central differences."""
+    rng = np.random.default_rng(seed)
+    params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
+    eng, grads, _ = net.engine(B, nthreads=2, dtype=np.float64, params=params)
+    V, m = len(net.vocab), net.order - 1
+    ctx = rng.integers(0, V, (B, m)).astype(np.int32)
+    tgt = rng.integers(0, V, B).astype(np.int32)
+    noise = _noise(net, rng)
+    eng.step(ctx, tgt, noise, dropout, 99, True, 0.5)
+    worst = 0.0
+    checked = 0
+    for p, g, name in zip(params, grads, PARAM_NAMES):
+        flat, gflat = p.reshape(-1), g.reshape(-1)
+        for j in rng.choice(flat.size, min(flat.size, probes), replace=False) if flat.size else []:
+            old, h = flat[j], 1e-6
+            flat[j] = old + h
+            up = eng.step(ctx, tgt, noise, dropout, 99, False, 0.5)
+            flat[j] = old - h
+            down = eng.step(ctx, tgt, noise, dropout, 99, False, 0.5)
+            flat[j] = old
+            num = 0.5 * (up - down) / (2 * h)
+            worst = max(worst, abs(num - gflat[j]) / max(1e-3, abs(num) + abs(gflat[j])))
+            checked += 1
+    assert checked > 20
+    return worst
+
+
+OUTPUTS = [("softmax", "mle"), ("softmax", "nce"), ("class", "mle"), ("class", "nce"), ("tree", "mle")]
+
+
+@pytest.mark.parametrize("context,hidden,output", [
+    (c, h, o) for c, h, o in itertools.product(["full", "diagonal"], [(), (6,), (6, 5)], OUTPUTS)])
+def test_gradients(context, hidden, output):
+    net = tiny_net(context=context, hidden=hidden, output=output[0], objective=output[1])
+    assert gradient_error(net) < 1e-5
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "identity"])
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_gradients_activation_and_dropout(activation, output):
+    net = tiny_net(seed=3, activation=activation, output=output[0], objective=output[1])
+    assert gradient_error(net, seed=3) < 1e-5
+    assert gradient_error(net, dropout=0.4, seed=4) < 1e-5
+
+
+def test_gradient_check_detects_errors():
+    """The check itself can fail: a perturbed gradient is caught."""
+    net = tiny_net(output="softmax", objective="mle")
+    rng = np.random.default_rng(0)
+    params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
+    eng, grads, _ = net.engine(4, dtype=np.float64, params=params)
+    ctx = rng.integers(0, 12, (4, 2)).astype(np.int32)
+    tgt = rng.integers(0, 12, 4).astype(np.int32)
+    eng.step(ctx, tgt, None, 0.0, 1, True, 1.0)
+    j = 5
+    flat = params[PARAM_NAMES.index("w1")].reshape(-1)
+    g = grads[PARAM_NAMES.index("w1")].reshape(-1)[j]
+    old = flat[j]
+    flat[j] = old + 1e-6
+    up = eng.step(ctx, tgt, None, 0.0, 1, False, 1.0)
+    flat[j] = old - 1e-6
+    down = eng.step(ctx, tgt, None, 0.0, 1, False, 1.0)
+    num = (up - down) / 2e-6
+    assert abs(num - g) < 1e-6 * max(1, abs(g))
+    assert abs(num - (g + 1e-3)) > 1e-6 * max(1, abs(g))
