@@ -7,11 +7,13 @@ from ._kernels import FullScoreReturn, State, Vocab
 from .errors import FormatError, ModelLoadError
 from .kneser_ney import estimate
 from .model import ARPALoadComplain, Config, LanguageModel, LoadMethod, Model
+from .interpolate import InterpolatedModel, interpolate
 
 __version__ = "0.1.0"
 
 __all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "LoadMethod",
-           "ARPALoadComplain", "Vocab", "FormatError", "ModelLoadError", "build_binary", "estimate"]
+           "ARPALoadComplain", "Vocab", "FormatError", "ModelLoadError", "build_binary", "estimate",
+           "interpolate", "InterpolatedModel"]
 
 
 def build_binary(arpa_path, out_path):

@@ -3,6 +3,7 @@ library modules.  Each command registers itself with ``@command`` below; its
 ``add_arguments(parser)`` declares flags and its ``run(args)`` returns an exit code.
 """
 import argparse
+import os
 import sys
 
 _COMMANDS = {}
@@ -208,6 +209,54 @@ class Estimate:
                  limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
                  verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
                  progress=not args.quiet)
+        return 0
+
+
+@command("interpolate", "Combine models (linear or log-linear), tune the weights on a dev text, "
+         "write a spec that nplm.Model loads")
+class Interpolate:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("--model", action="append", required=True, metavar="PATH",
+                       help="a component: ARPA, nplm binary or spec (repeat for each)")
+        p.add_argument("--weight", action="append", type=float, metavar="W",
+                       help="its weight (repeat, one per --model; default uniform)")
+        p.add_argument("--mode", choices=["linear", "loglinear"], default="linear",
+                       help="linear: sum of weighted probabilities (default); loglinear: "
+                       "weighted sum of log-probabilities, normalised over the vocabulary")
+        p.add_argument("--unnormalized", action="store_true",
+                       help="loglinear without the normaliser (decoder features, not probabilities)")
+        p.add_argument("--unknown", choices=["unk", "split"], default="unk",
+                       help="a word a component lacks gets its <unk> probability (unk, default) "
+                       "or an even share of it (split: keeps linear mixtures normalised)")
+        p.add_argument("--tune", metavar="DEV", help="tune the weights on this text "
+                       "(one sentence per line): EM for linear, Newton for loglinear")
+        p.add_argument("--max-contexts", type=int, help="loglinear tuning: most dev contexts "
+                       "whose full distributions are held (default: what fits in 512 MiB)")
+        p.add_argument("--threads", type=int, default=2, help="threads for loglinear tuning (default 2)")
+        p.add_argument("--out", required=True, help="write the JSON spec here")
+
+    @staticmethod
+    def run(args):
+        from .interpolate import interpolate
+        from .textio import same_file
+        if args.weight is not None and len(args.weight) != len(args.model):
+            raise ValueError(f"{len(args.weight)} --weight for {len(args.model)} --model")
+        for m in args.model:
+            if os.path.exists(args.out) and same_file(m, args.out):
+                raise ValueError(f"refusing to overwrite the model {m}")
+        mix = interpolate(args.model, args.weight, args.mode, normalize=not args.unnormalized,
+                          unknown=args.unknown)
+        extra = {}
+        if args.tune:
+            res = mix.tune(args.tune, max_contexts=args.max_contexts, threads=args.threads,
+                           progress=True)
+            extra = {"tuned_on": os.path.abspath(args.tune), "dev_perplexity": res.perplexity,
+                     "dev_tokens": res.tokens}
+            print(f"weights {' '.join(f'{w:.6g}' for w in res.weights)}: dev perplexity "
+                  f"{res.perplexity:.4f} (uniform weights: {res.start_perplexity:.4f}; "
+                  f"{res.tokens} tokens{', sampled contexts' if res.sampled else ''})", file=sys.stderr)
+        mix.save(args.out, **extra)
         return 0
 
 

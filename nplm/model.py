@@ -68,6 +68,11 @@ def _load(path, config, normalization=None):
                                               LoadMethod.READ, LoadMethod.PARALLEL_READ)
             return backoff.load_binary(path, populate=populate)
         raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
+    # --- interpolation spec (JSON; nplm/interpolate.py) ---
+    from .interpolate import is_spec, load_spec
+    if is_spec(path):
+        return load_spec(path, config)
+    # ---
     from . import arpa
     if config.arpa_complain == ARPALoadComplain.ALL:
         print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)

@@ -1,0 +1,546 @@
+# Interpolation kernels: a scorer that mixes other scorers (linear or log-linear,
+# the latter optionally normalised over the union vocabulary), an adapter that
+# drives a real kenlm.Model through the same protocol, and the tuning objective
+# of normalised log-linear weights.
+#
+# The mixture's state is the last few words as *union* vocabulary ids (most recent
+# first), as many as the component that needs the longest context keeps.  Each
+# component's own state is rebuilt from those words with its context_state (exact
+# for back-off models: KenLM's GetState), so states of different models never have
+# to be stored side by side and equal mixture states still mean equal futures.
+cimport cython
+cimport openmp
+from cpython.ref cimport PyObject
+from libc.math cimport exp, log, log10, pow, INFINITY
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy, memset
+from cython.parallel cimport prange
+
+import sys
+
+import numpy as np
+cimport numpy as cnp
+
+from nplm._kernels cimport LMCore, MAX_ORDER, NState, Ret, WordId
+
+cnp.import_array()
+
+cdef enum:
+    MAX_COMPONENTS = 16
+    ZWAYS = 4                  # Z cache: 4-way set associative, LRU within a set
+
+cdef enum Mode:
+    MODE_LINEAR = 0
+    MODE_LOGLINEAR = 1         # unnormalised: sum of weighted log10 probabilities
+    MODE_NORMALISED = 2        # log-linear minus log10 Z(h)
+
+LINEAR = MODE_LINEAR
+LOGLINEAR = MODE_LOGLINEAR
+NORMALISED = MODE_NORMALISED
+
+cdef double LN10 = 2.302585092994046
+
+
+cdef struct ZEntry:
+    uint64_t key
+    uint64_t stamp
+    double log10z
+    WordId words[MAX_ORDER - 1]
+    uint8_t length
+    uint8_t used
+
+
+cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
+    h ^= h >> 33
+    h *= 0xff51afd7ed558ccdULL
+    h ^= h >> 33
+    h *= 0xc4ceb9fe1a85ec53ULL
+    h ^= h >> 33
+    return h
+
+
+cdef inline uint64_t _state_key(const NState *s) noexcept nogil:
+    cdef uint64_t h = 0x9e3779b97f4a7c15ULL + s.length
+    cdef int i
+    for i in range(s.length):
+        h = _mix(h ^ (<uint64_t>s.words[i] + 0x632be59bd9b4e019ULL * (i + 1)))
+    return h
+
+
+cdef class InterpolatedCore(LMCore):
+    """Mixture of LMCores over a union vocabulary.
+
+    maps[i, u] is component i's id of union word u (0 = its <unk>).  A word a
+    component does not know is scored with its <unk> probability, plus
+    unk_penalty[i] (log10; 0, or -log10 of the number of union words it does not
+    know, which spreads its <unk> mass evenly and keeps the component normalised
+    over the union vocabulary)."""
+    cdef list _keep                                 # the component objects (owners)
+    cdef PyObject *comp[MAX_COMPONENTS]             # borrowed, for nogil calls
+    cdef public int n
+    cdef int ctx[MAX_COMPONENTS]                    # component order - 1
+    cdef const int32_t[:, ::1] _maps
+    cdef const int32_t *map[MAX_COMPONENTS]
+    cdef float unk_pen[MAX_COMPONENTS]
+    cdef double weight[MAX_COMPONENTS]
+    cdef int active[MAX_COMPONENTS]                 # components with non-zero weight
+    cdef int n_active
+    cdef public int mode
+    cdef public Py_ssize_t size                     # union vocabulary size
+    cdef public bint needs_gil                      # some component takes the GIL
+    # Z(h) cache (normalised log-linear only)
+    cdef object _zbuf
+    cdef ZEntry *zc
+    cdef uint64_t zsets
+    cdef uint64_t clock
+    cdef openmp.omp_lock_t lock
+    cdef public uint64_t z_hits, z_misses
+
+    def __cinit__(self):
+        openmp.omp_init_lock(&self.lock)
+
+    def __dealloc__(self):
+        openmp.omp_destroy_lock(&self.lock)
+
+    def __init__(self, list cores, maps, weights, int mode, unk_penalty, WordId bos_id,
+                 WordId eos_id, Py_ssize_t cache_entries=65536, bint needs_gil=False):
+        cdef int i
+        cdef LMCore c
+        self.n = len(cores)
+        if self.n < 1 or self.n > MAX_COMPONENTS:
+            raise ValueError(f"between 1 and {MAX_COMPONENTS} components are supported, got {self.n}")
+        self._maps = maps
+        if self._maps.shape[0] != self.n or self._maps.shape[1] < 1:
+            raise ValueError("maps must have one row per component")
+        self.size = self._maps.shape[1]
+        if bos_id >= self.size or eos_id >= self.size:
+            raise ValueError("<s>/</s> outside the union vocabulary")
+        self._keep = list(cores)
+        self.order = 1
+        for i in range(self.n):
+            c = cores[i]
+            self.comp[i] = <PyObject *>c
+            self.ctx[i] = c.order - 1
+            self.order = max(self.order, c.order)
+            self.map[i] = &self._maps[i, 0]
+            self.unk_pen[i] = unk_penalty[i]
+        if self.order > MAX_ORDER:
+            raise ValueError(f"order {self.order} above {MAX_ORDER}")
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.mode = mode
+        self.needs_gil = needs_gil
+        sets = 1
+        while sets * ZWAYS < cache_entries:
+            sets *= 2
+        self._zbuf = np.zeros(sets * ZWAYS * sizeof(ZEntry), dtype=np.uint8)
+        self.zc = <ZEntry *>cnp.PyArray_DATA(self._zbuf)
+        self.zsets = sets
+        self.set_weights(weights)
+
+    def set_weights(self, weights):
+        """Replace the weights (one per component); clears the Z cache."""
+        cdef int i
+        if len(weights) != self.n:
+            raise ValueError(f"{len(weights)} weights for {self.n} components")
+        self.n_active = 0
+        for i in range(self.n):
+            self.weight[i] = float(weights[i])
+            if self.weight[i] != 0.0:
+                self.active[self.n_active] = i
+                self.n_active += 1
+        if self.n_active == 0:
+            raise ValueError("at least one weight must be non-zero")
+        self.clear_cache()
+
+    def clear_cache(self):
+        memset(self.zc, 0, self.zsets * ZWAYS * sizeof(ZEntry))
+        self.clock = 0
+        self.z_hits = 0
+        self.z_misses = 0
+
+    @property
+    def components(self):
+        return list(self._keep)
+
+    # --- component access --------------------------------------------------------
+
+    cdef inline int _comp_state(self, int i, const NState *ins, NState *out) except -1 nogil:
+        """Component i's state for the mixture context ``ins``."""
+        cdef WordId buf[MAX_ORDER]
+        cdef int j, m = ins.length
+        if m > self.ctx[i]:
+            m = self.ctx[i]
+        for j in range(m):
+            buf[j] = <WordId>self.map[i][ins.words[j]]
+        return (<LMCore>self.comp[i]).context_state(buf, m, out)
+
+    cdef inline int _comp_score(self, int i, const NState *cs, WordId u, NState *out,
+                                Ret *ret) except -1 nogil:
+        """Component i's log10 p(union word u | cs) (unknown-word penalty included)."""
+        cdef WordId w = <WordId>self.map[i][u]
+        (<LMCore>self.comp[i]).score_word(cs, w, out, ret)
+        if w == 0:
+            ret.prob += self.unk_pen[i]
+        return 0
+
+    cdef inline double _combine(self, const double *lp) noexcept nogil:
+        """Mix the active components' log10 probabilities (lp[a] for active[a])."""
+        cdef int a
+        cdef double s = 0.0
+        if self.mode == MODE_LINEAR:
+            if self.n_active == 1 and self.weight[self.active[0]] == 1.0:
+                return lp[0]
+            for a in range(self.n_active):
+                s += self.weight[self.active[a]] * pow(10.0, lp[a])
+            return log10(s) if s > 0.0 else -INFINITY
+        for a in range(self.n_active):
+            s += self.weight[self.active[a]] * lp[a]
+        return s
+
+    # --- the protocol ------------------------------------------------------------
+
+    cdef void begin_state(self, NState *out) noexcept nogil:
+        out.length = 1
+        out.words[0] = self.bos_id
+        out.backoff[0] = 0.0
+
+    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
+        # Keep what the longest-context component keeps of these words.
+        cdef NState tmp, cs
+        cdef int i, a, keep = 0, m
+        if n > self.order - 1:
+            n = self.order - 1
+        for i in range(n):
+            tmp.words[i] = words[i] if words[i] < self.size else 0
+            tmp.backoff[i] = 0.0
+        tmp.length = <uint8_t>n
+        for a in range(self.n_active):
+            i = self.active[a]
+            self._comp_state(i, &tmp, &cs)
+            if cs.length > keep:
+                keep = cs.length
+        for i in range(keep):
+            out.words[i] = tmp.words[i]
+            out.backoff[i] = 0.0
+        out.length = <uint8_t>keep
+        return 0
+
+    cdef int score_word(self, const NState *ins, WordId u, NState *out, Ret *ret) except -1 nogil:
+        cdef NState cs[MAX_COMPONENTS]
+        cdef NState co
+        cdef Ret r
+        cdef double lp[MAX_COMPONENTS]
+        cdef double prob
+        cdef int a, i, j, length = 0, ngl = 1
+        if u >= self.size:
+            u = 0
+        for a in range(self.n_active):
+            i = self.active[a]
+            self._comp_state(i, ins, &cs[a])
+            self._comp_score(i, &cs[a], u, &co, &r)
+            lp[a] = r.prob
+            if co.length > length:
+                length = co.length
+            if r.ngram_length > ngl:
+                ngl = r.ngram_length
+        prob = self._combine(lp)
+        if self.mode == MODE_NORMALISED:
+            prob -= self._log10z(ins, cs)
+        if length > ins.length + 1:
+            length = ins.length + 1
+        if length > MAX_ORDER - 1:
+            length = MAX_ORDER - 1
+        # Shift from the oldest kept word down, in case out aliases ins.
+        for j in range(length - 1, 0, -1):
+            out.words[j] = ins.words[j - 1]
+            out.backoff[j] = 0.0
+        out.words[0] = u
+        out.backoff[0] = 0.0
+        out.length = <uint8_t>length
+        ret.prob = <float>prob
+        ret.ngram_length = ngl
+        return 0
+
+    # --- normalisation -------------------------------------------------------------
+
+    cdef double _log10z(self, const NState *ins, const NState *cs) except? -1 nogil:
+        """log10 of sum over the union vocabulary (without <s>) of the unnormalised
+        log-linear probabilities in context ``ins``; cached per context."""
+        cdef uint64_t key = _state_key(ins)
+        cdef ZEntry *row = &self.zc[(key & (self.zsets - 1)) * ZWAYS]
+        cdef ZEntry *victim
+        cdef int k
+        cdef double z = 0.0, s
+        cdef Py_ssize_t u
+        cdef NState tmp
+        cdef Ret r
+        openmp.omp_set_lock(&self.lock)
+        for k in range(ZWAYS):
+            if (row[k].used and row[k].key == key and row[k].length == ins.length
+                    and memcmp(row[k].words, ins.words, ins.length * sizeof(WordId)) == 0):
+                self.clock += 1
+                row[k].stamp = self.clock
+                self.z_hits += 1
+                s = row[k].log10z
+                openmp.omp_unset_lock(&self.lock)
+                return s
+        openmp.omp_unset_lock(&self.lock)
+        # Not cached: one pass over the vocabulary (outside the lock, so threads
+        # working on other contexts proceed).
+        for u in range(self.size):
+            if u == self.bos_id:
+                continue
+            s = 0.0
+            for k in range(self.n_active):
+                self._comp_score(self.active[k], &cs[k], <WordId>u, &tmp, &r)
+                s += self.weight[self.active[k]] * r.prob
+            z += pow(10.0, s)
+        s = log10(z)
+        openmp.omp_set_lock(&self.lock)
+        victim = &row[0]
+        for k in range(ZWAYS):
+            if not row[k].used:
+                victim = &row[k]
+                break
+            if row[k].stamp < victim.stamp:
+                victim = &row[k]
+        self.clock += 1
+        victim.key = key
+        victim.stamp = self.clock
+        victim.log10z = s
+        victim.length = ins.length
+        memcpy(victim.words, ins.words, ins.length * sizeof(WordId))
+        victim.used = 1
+        self.z_misses += 1
+        openmp.omp_unset_lock(&self.lock)
+        return s
+
+    # --- tuning support ----------------------------------------------------------
+
+    def trace(self, const int32_t[::1] tokens, const int64_t[::1] offsets, bint bos):  # IN
+        """Walk sentences of union ids (tokens[offsets[s]:offsets[s+1]], </s>
+        included by the caller) keeping every component's context (weights are
+        ignored).  Returns (comp_log10 float64 (n, T), contexts uint32 (T, MAX_ORDER)
+        with column 0 the context length and then its words, most recent first)."""
+        cdef Py_ssize_t T = tokens.shape[0], S = offsets.shape[0] - 1, s, t
+        lp_a = np.empty((self.n, T), dtype=np.float64)
+        ctx_a = np.zeros((T, MAX_ORDER), dtype=np.uint32)
+        cdef double[:, ::1] lp = lp_a                   # OUT
+        cdef uint32_t[:, ::1] ctx = ctx_a               # OUT
+        cdef NState st, cs, co
+        cdef Ret r
+        cdef int i, j, length
+        cdef WordId u
+        if S < 0 or offsets[S] != T:
+            raise ValueError("offsets do not cover the tokens")
+        with nogil:
+            for s in range(S):
+                if bos:
+                    self.begin_state(&st)
+                else:
+                    st.length = 0
+                for t in range(offsets[s], offsets[s + 1]):
+                    u = <WordId>tokens[t]
+                    if u >= self.size:
+                        u = 0
+                    ctx[t, 0] = st.length
+                    for j in range(st.length):
+                        ctx[t, j + 1] = st.words[j]
+                    length = 0
+                    for i in range(self.n):
+                        self._comp_state(i, &st, &cs)
+                        self._comp_score(i, &cs, u, &co, &r)
+                        lp[i, t] = r.prob
+                        if co.length > length:
+                            length = co.length
+                    if length > st.length + 1:
+                        length = st.length + 1
+                    for j in range(length - 1, 0, -1):
+                        st.words[j] = st.words[j - 1]
+                    st.words[0] = u
+                    st.length = <uint8_t>length
+        return lp_a, ctx_a
+
+    def distributions(self, const uint32_t[:, ::1] contexts, float[:, :, ::1] out,  # IN, OUT
+                      int threads=1):
+        """out[c, i, u] = component i's log10 p(u | context c) over the union
+        vocabulary (<s> included; callers skip it).  contexts as from trace()."""
+        cdef Py_ssize_t C = contexts.shape[0], c
+        if out.shape[0] != C or out.shape[1] != self.n or out.shape[2] != self.size:
+            raise ValueError("out must have shape (contexts, components, vocabulary)")
+        if contexts.shape[1] != MAX_ORDER:
+            raise ValueError("malformed contexts")
+        if threads < 1:
+            raise ValueError("threads must be >= 1")
+        if self.needs_gil or threads == 1:
+            with nogil:
+                for c in range(C):
+                    self._distribution(contexts, c, out)
+        else:
+            for c in prange(C, nogil=True, schedule="dynamic", num_threads=threads):
+                self._distribution(contexts, c, out)
+
+    cdef int _distribution(self, const uint32_t[:, ::1] contexts, Py_ssize_t c,
+                           float[:, :, ::1] out) except -1 nogil:
+        cdef NState st, cs, tmp
+        cdef Ret r
+        cdef int i, j
+        cdef Py_ssize_t u
+        st.length = <uint8_t>contexts[c, 0]
+        for j in range(st.length):
+            st.words[j] = contexts[c, j + 1]
+        for i in range(self.n):
+            self._comp_state(i, &st, &cs)
+            for u in range(self.size):
+                self._comp_score(i, &cs, <WordId>u, &tmp, &r)
+                out[c, i, u] = r.prob
+        return 0
+
+
+# ---------------------------------------------------------------------------------
+# The normalised log-linear objective for weight tuning.
+
+def loglinear_objective(const float[:, :, ::1] F, const double[::1] counts,  # IN
+                        const double[::1] weights, Py_ssize_t skip, int threads=1):  # IN
+    """For F[c, i, u] = log10 p_i(u | c), the count-weighted sums over contexts c of
+    ln Z_c, of E_c[ln p_i] (n,) and of Cov_c[ln p_i, ln p_j] (n, n), where
+    Z_c = sum_u prod_i p_i(u | c) ** weights[i] over u != skip and E_c is the
+    expectation under the normalised product distribution.  Returns the three."""
+    cdef Py_ssize_t C = F.shape[0], n = F.shape[1], c
+    if counts.shape[0] != C or weights.shape[0] != n or n > MAX_COMPONENTS:
+        raise ValueError("shape mismatch")
+    if threads < 1:
+        raise ValueError("threads must be >= 1")
+    part = np.zeros((C, 1 + n + n * n), dtype=np.float64)
+    cdef double[:, ::1] p = part                          # OUT, one row per context
+    for c in prange(C, nogil=True, schedule="static", num_threads=threads):
+        _objective_row(F, c, weights, skip, p)
+    total = (part * np.asarray(counts)[:, None]).sum(axis=0)
+    return float(total[0]), total[1:1 + n], total[1 + n:].reshape(n, n)
+
+
+cdef int _objective_row(const float[:, :, ::1] F, Py_ssize_t c, const double[::1] weights,
+                        Py_ssize_t skip, double[:, ::1] p) except -1 nogil:
+    cdef Py_ssize_t n = F.shape[1], V = F.shape[2], u
+    cdef int i, j
+    cdef double s, m = -INFINITY, z = 0.0, e
+    cdef double f[MAX_COMPONENTS]
+    cdef double acc[MAX_COMPONENTS]
+    cdef double acc2[MAX_COMPONENTS * MAX_COMPONENTS]
+    for i in range(n):
+        acc[i] = 0.0
+        for j in range(n):
+            acc2[i * n + j] = 0.0
+    # Two passes: the maximum first, so exp never overflows whatever the weights.
+    for u in range(V):
+        if u == skip:
+            continue
+        s = 0.0
+        for i in range(n):
+            s += weights[i] * F[c, i, u]
+        if s > m:
+            m = s
+    for u in range(V):
+        if u == skip:
+            continue
+        s = 0.0
+        for i in range(n):
+            f[i] = F[c, i, u]
+            s += weights[i] * f[i]
+        e = exp((s - m) * LN10)
+        z += e
+        for i in range(n):
+            acc[i] += e * f[i]
+            for j in range(i + 1):
+                acc2[i * n + j] += e * f[i] * f[j]
+    p[c, 0] = log(z) + m * LN10
+    for i in range(n):
+        p[c, 1 + i] = acc[i] / z * LN10
+        for j in range(i + 1):
+            p[c, 1 + n + i * n + j] = (acc2[i * n + j] / z - acc[i] / z * acc[j] / z) * LN10 * LN10
+            p[c, 1 + n + j * n + i] = p[c, 1 + n + i * n + j]
+    return 0
+
+
+# ---------------------------------------------------------------------------------
+# A real kenlm.Model as a component.  kenlm cannot be called without the GIL, so
+# this core takes it for every word; mixtures containing one do not run in parallel.
+
+cdef class KenlmCore(LMCore):
+    """Drives a kenlm.Model.  Its word ids index ``words`` (0 = <unk>); its state is
+    the last words (up to the n-gram length kenlm matched, which bounds kenlm's own
+    minimised state), and the kenlm.State of each such context is cached."""
+    cdef object model
+    cdef object state_cls
+    cdef list words
+    cdef dict cache
+    cdef Py_ssize_t cache_limit
+
+    def __init__(self, model, list words, WordId bos_id, WordId eos_id, Py_ssize_t cache_limit=1 << 20):
+        self.model = model
+        self.state_cls = sys.modules[type(model).__module__].State
+        self.words = words
+        self.order = model.order
+        if self.order > MAX_ORDER:
+            raise ValueError(f"order {self.order} above {MAX_ORDER}")
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.cache = {}
+        self.cache_limit = cache_limit
+
+    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
+        cdef int i
+        if n > self.order - 1:
+            n = self.order - 1
+        for i in range(n):
+            out.words[i] = words[i]
+            out.backoff[i] = 0.0
+        out.length = <uint8_t>n
+        return 0
+
+    cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
+        with gil:
+            return self._score(ins, w, out, ret)
+
+    cdef object _kstate(self, bytes key):
+        """kenlm.State after the context ``key`` (uint32 ids, most recent first),
+        by scoring its words from the null context (memoised)."""
+        st = self.cache.get(key)
+        if st is not None:
+            return st
+        st = self.state_cls()
+        if len(key) == 0:
+            self.model.NullContextWrite(st)
+        else:
+            parent = self._kstate(key[4:])
+            self.model.BaseScore(parent, self.words[int.from_bytes(key[:4], "little")], st)
+        if len(self.cache) >= self.cache_limit:
+            self.cache.clear()
+        self.cache[key] = st
+        return st
+
+    cdef int _score(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1:
+        cdef int j, length
+        cdef NState tmp = ins[0]
+        if w >= len(self.words):
+            w = 0
+        key = (<char *>tmp.words)[:tmp.length * sizeof(WordId)]
+        st = self._kstate(key)
+        nxt = self.state_cls()
+        r = self.model.BaseFullScore(st, self.words[w], nxt)
+        length = min(r.ngram_length, self.order - 1, tmp.length + 1)
+        for j in range(length - 1, 0, -1):
+            out.words[j] = tmp.words[j - 1]
+            out.backoff[j] = 0.0
+        out.words[0] = w
+        out.backoff[0] = 0.0
+        out.length = <uint8_t>length
+        # kenlm's state after this word lies within these words, so the next call
+        # finds it here instead of re-scoring them.
+        if len(self.cache) < self.cache_limit:
+            self.cache[(<char *>out.words)[:length * sizeof(WordId)]] = nxt
+        ret.prob = r.log_prob
+        ret.ngram_length = r.ngram_length
+        return 0

@@ -1,0 +1,545 @@
+"""Interpolated language models: several models used as one, with the kenlm API.
+
+``interpolate(models, weights, mode)`` mixes any nplm models (back-off, neural, or
+other mixtures), model paths, and real ``kenlm.Model`` objects:
+
+* ``mode="linear"``:  p(w|h) = sum_i l_i p_i(w|h).  Components must be normalised.
+* ``mode="loglinear"``: log10 p(w|h) = sum_i l_i log10 p_i(w|h) - log10 Z(h), where
+  Z(h) sums the numerator over the union vocabulary without <s> (as KenLM's
+  ``interpolate``); it is computed once per context and cached.  With
+  ``normalize=False`` the Z term is left out: the weighted feature sum a decoder
+  uses, which is not a probability.
+
+Vocabularies may differ: the mixture's vocabulary is the union of the components'
+(in component order), and a word one component does not know gets that component's
+<unk> probability (``unknown="unk"``, KenLM's rule).  A linear mixture of models
+with different vocabularies is then not normalised (a component's <unk> mass is
+counted once per word it lacks); ``unknown="split"`` instead divides that mass
+evenly among the words it lacks, which keeps every component, and so the mixture,
+normalised over the union vocabulary.
+
+Weights are tuned on a development text: EM for linear mixtures, Newton's method on
+the exact normalised log-linear likelihood (gradient = expected minus observed
+log-probabilities, Hessian = their covariance; as KenLM's tuning) for log-linear ones.  A mixture saves as a small JSON spec that
+``nplm.Model(path)`` loads.
+
+A ``kenlm.Model`` component is scored through kenlm itself, which needs the GIL: a
+mixture containing one does not score in parallel.  kenlm cannot list its
+vocabulary, so such a component adds no words to the union; words only it knows
+must be passed in ``vocab=`` (otherwise they are <unk> to the mixture).
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+from . import _interp, _kernels
+from .errors import FormatError
+from .textio import atomic_write, open_text
+
+SPEC_KEY = "interpolation"
+SPEC_VERSION = 1
+MODES = ("linear", "loglinear")
+UNKNOWN = ("unk", "split")
+_UNK = ("<unk>", "<UNK>")
+# Largest sum-to-one error tolerated in a component used linearly (float32 tables
+# give ~1e-6; an unnormalised model is off by far more).
+NORMALISED_TOLERANCE = 1e-3
+
+
+class _Component:
+    """One component: its scorer, its word -> id function, and where it came from."""
+
+    def __init__(self, model, core, words, path, is_kenlm, owner):
+        self.model = model
+        self.core = core
+        self.words = words          # its vocabulary in id order (None for kenlm)
+        self.path = path
+        self.is_kenlm = is_kenlm
+        self.owner = owner          # keeps the loaded model alive
+
+
+def _is_kenlm(obj):
+    return type(obj).__module__ == "kenlm" and hasattr(obj, "BaseFullScore")
+
+
+def _component(obj, config):
+    from .model import Model
+    if isinstance(obj, (str, bytes, os.PathLike)):
+        name = os.fsdecode(obj)
+        return _Component(None, None, None, os.path.abspath(name), False, Model(name, config))
+    if isinstance(obj, dict):           # a spec entry: {"path": ..., "normalization": ...}
+        name = obj["path"]
+        model = Model(name, config, obj.get("normalization"))
+        return _Component(None, None, None, os.path.abspath(name), False, model)
+    if _is_kenlm(obj):
+        return _Component(obj, None, None, os.fsdecode(obj.path), True, obj)
+    if isinstance(obj, _kernels.ModelBase):
+        path = getattr(obj, "path", None)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        return _Component(None, None, None, path, False, obj)
+    raise TypeError(f"cannot interpolate a {type(obj).__name__}: expected an nplm model, "
+                    "a model path or a kenlm.Model")
+
+
+def _union_vocab(comps, extra):
+    """Union vocabulary, <unk> first, then each component's words in its id order."""
+    words = ["<unk>"]
+    seen = set(words)
+    for c in comps:
+        if c.is_kenlm:
+            continue
+        for w in c.owner.vocab.words()[1:]:
+            if w not in seen and w not in _UNK:
+                seen.add(w)
+                words.append(w)
+    for w in extra or ():
+        if w not in seen and w not in _UNK:
+            seen.add(w)
+            words.append(w)
+    return words
+
+
+# Neural normalisation strategies that do not give probabilities summing to one
+# in every context (nplm/neural_model.py).
+_UNNORMALISED = ("unnormalized", "fallback")
+
+
+def _is_normalised_flag(model):
+    """A component's own statement about normalisation, if it makes one."""
+    if getattr(model, "normalization", None) in _UNNORMALISED:
+        return False
+    for obj in (model, getattr(model, "core", None), getattr(model, "_data", None)):
+        for name in ("normalized", "normalised"):
+            v = getattr(obj, name, None)
+            if isinstance(v, (bool, np.bool_)):
+                return bool(v)
+    return None
+
+
+def _check_normalised(c, index):
+    """Refuse an unnormalised component of a linear mixture: by its own flag, and by
+    summing its distribution after <s> over its vocabulary (without <s>)."""
+    name = c.path or f"component {index}"
+    if c.is_kenlm:
+        return                      # kenlm back-off models are normalised by construction
+    flag = _is_normalised_flag(c.owner)
+    total = None
+    if flag is None or flag:
+        st = _kernels.State()
+        c.owner.BeginSentenceWrite(st)
+        p = np.power(10.0, c.owner.log10_distribution(st).astype(np.float64))
+        total = float(p.sum())
+        # Back-off models give <s> probability 1 (it is never predicted); neural
+        # softmaxes include it in their normalisation.  Either sum may be the one.
+        without_bos = total - float(p[c.owner.vocab.id("<s>")])
+        if abs(without_bos - 1.0) < abs(total - 1.0):
+            total = without_bos
+    if flag is False or abs(total - 1.0) > NORMALISED_TOLERANCE:
+        detail = (f"normalization={getattr(c.owner, 'normalization', None)!r}" if flag is False
+                  else f"p(w | <s>) sums to {total:.6g}")
+        raise ValueError(f"component {index} ({name}) is not normalised ({detail}); linear "
+                         "interpolation needs normalised models: use mode='loglinear'")
+
+
+def _mode_code(mode, normalize):
+    if mode not in MODES:
+        raise ValueError(f"unknown interpolation mode {mode!r} (expected one of {', '.join(MODES)})")
+    if mode == "linear":
+        return _interp.LINEAR
+    return _interp.NORMALISED if normalize else _interp.LOGLINEAR
+
+
+def _check_weights(weights, n, mode):
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if len(w) != n:
+        raise ValueError(f"{len(w)} weights for {n} models")
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"weights must be finite, got {list(w)}")
+    if mode == "linear":
+        if np.any(w < 0):
+            raise ValueError(f"linear weights must be non-negative, got {list(w)}")
+        if abs(w.sum() - 1.0) > 1e-6:
+            raise ValueError(f"linear weights must sum to 1, got {list(w)} (sum {w.sum():.9g})")
+    if not np.any(w != 0):
+        raise ValueError("at least one weight must be non-zero")
+    return w
+
+
+class InterpolatedModel(_kernels.ModelBase):
+    """Several language models used as one, with the whole kenlm.Model API (see the
+    module docstring).  All scores are log10."""
+
+    def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="unk",
+                 vocab=None, config=None, cache_entries=65536):
+        from .model import Config
+        if config is None:
+            config = Config()
+            config.show_progress = False
+            config.arpa_complain = 2
+        models = list(models)
+        if not models:
+            raise ValueError("interpolate needs at least one model")
+        if unknown not in UNKNOWN:
+            raise ValueError(f"unknown={unknown!r}: expected one of {', '.join(UNKNOWN)}")
+        code = _mode_code(mode, normalize)
+        self._weights = _check_weights(weights, len(models), mode)
+        self._comps = [_component(m, config) for m in models]
+        self.mode = mode
+        self.normalize = bool(normalize) if mode == "loglinear" else True
+        self.unknown = unknown
+        self.extra_vocab = list(vocab) if vocab is not None else []
+        words = _union_vocab(self._comps, self.extra_vocab)
+        for special in ("<s>", "</s>"):
+            if special not in words:
+                raise ValueError(f"the union vocabulary has no {special}: a mixture of only kenlm.Model "
+                                 "components needs vocab= (kenlm cannot list its words)")
+        self._words = words
+        union = _kernels.Vocab(*_kernels.build_vocab_arrays(words))
+        bos, eos = union.id("<s>"), union.id("</s>")
+        maps = np.zeros((len(self._comps), len(words)), dtype=np.int32)
+        cores = []
+        for i, c in enumerate(self._comps):
+            if c.is_kenlm:
+                known = [w for w in words[1:] if w in c.owner]
+                cwords = ["<unk>"] + known
+                index = {w: k for k, w in enumerate(cwords)}
+                maps[i] = [index.get(w, 0) for w in words]
+                cores.append(_interp.KenlmCore(c.owner, cwords, index["<s>"], index["</s>"]))
+            else:
+                maps[i] = c.owner.vocab.ids(words)
+                maps[i, 0] = 0
+                cores.append(c.owner.core)
+            if mode == "linear":
+                _check_normalised(c, i)
+        # Words each component does not know (the union's <unk> included).
+        self._unknown_counts = (maps == 0).sum(axis=1)
+        pen = np.zeros(len(self._comps), dtype=np.float32)
+        if unknown == "split":
+            pen[:] = -np.log10(self._unknown_counts)
+        core = _interp.InterpolatedCore(cores, maps, self._weights, code, pen, bos, eos,
+                                        cache_entries, any(c.is_kenlm for c in self._comps))
+        self._maps = maps
+        self._attach(core, union)
+        self.path = b"<interpolation>"
+
+    # --- properties --------------------------------------------------------------
+
+    @property
+    def weights(self):
+        """The interpolation weights (a copy)."""
+        return self._weights.copy()
+
+    @weights.setter
+    def weights(self, weights):
+        w = _check_weights(weights, len(self._comps), self.mode)
+        self.core.set_weights(w)
+        self._weights = w
+
+    @property
+    def components(self):
+        """The component models (nplm models or kenlm.Model objects)."""
+        return [c.owner for c in self._comps]
+
+    @property
+    def component_paths(self):
+        return [c.path for c in self._comps]
+
+    def __repr__(self):
+        kind = self.mode if self.mode == "linear" or self.normalize else "loglinear-unnormalised"
+        names = ", ".join(os.path.basename(c.path) if c.path else "?" for c in self._comps)
+        return f"<InterpolatedModel {kind} of [{names}] weights {list(np.round(self._weights, 6))}>"
+
+    def __reduce__(self):
+        for c in self._comps:
+            if not c.path or not os.path.exists(c.path):
+                raise TypeError("an interpolated model pickles only when every component has a file")
+        return (_from_spec, (self.spec(),))
+
+    # --- per-component scores (tuning) ---------------------------------------------
+
+    def _encode(self, sentences, bos, eos):
+        ids, offsets = [], [0]
+        eos_id = self.vocab.id("</s>")
+        for s in sentences:
+            if isinstance(s, bytes):
+                s = s.decode("utf-8")
+            t = self.vocab.ids(s.split())
+            if eos:
+                t = np.append(t, np.int32(eos_id))
+            ids.append(t)
+            offsets.append(offsets[-1] + len(t))
+        tokens = np.concatenate(ids).astype(np.int32) if ids else np.zeros(0, np.int32)
+        return tokens, np.asarray(offsets, dtype=np.int64)
+
+    def component_scores(self, sentences, bos=True, eos=True):
+        """log10 p_i of every token (then </s>) of ``sentences`` under each component,
+        as the mixture sees them (union vocabulary, unknown-word rule): float64 (n, T)."""
+        tokens, offsets = self._encode(sentences, bos, eos)
+        lp, _ = self.core.trace(tokens, offsets, bos)
+        return lp
+
+    # --- tuning ------------------------------------------------------------------
+
+    def tune(self, dev, *, max_contexts=None, memory_mib=512, threads=2, tol=1e-7,
+             max_iter=500, seed=0, progress=None):
+        """Set the weights that minimise the perplexity of ``dev`` (a path or a list
+        of sentences; bos and eos on).  Linear: EM.  Log-linear: Newton's method on
+        the normalised likelihood (the gradient and Hessian are exact:
+        expected minus observed log-probabilities and their covariance); also used
+        for ``normalize=False`` mixtures.  The
+        log-linear objective needs every component's distribution in every dev
+        context; at most ``max_contexts`` contexts (default: what fits in
+        ``memory_mib``) are used, sampled uniformly (seeded) with all their tokens.
+        Returns a TuneResult."""
+        sentences = _read_sentences(dev)
+        if not sentences:
+            raise ValueError("the tuning text is empty")
+        if self.mode == "linear":
+            res = tune_linear(self.component_scores(sentences), tol=tol, max_iter=max_iter)
+        else:
+            res = self._tune_loglinear(sentences, max_contexts, memory_mib, threads, seed, progress)
+        self.weights = res.weights
+        return res
+
+    def _tune_loglinear(self, sentences, max_contexts, memory_mib, threads, seed, progress):
+        tokens, offsets = self._encode(sentences, True, True)
+        lp, ctx = self.core.trace(tokens, offsets, True)
+        uniq, inverse = np.unique(ctx, axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        n, V = lp.shape[0], len(self._words)
+        cap = max(1, int(memory_mib * 2**20 // (4 * n * V)))
+        if max_contexts is not None:
+            cap = min(cap, int(max_contexts))
+        C = len(uniq)
+        if C > cap:
+            rng = np.random.default_rng(seed)
+            chosen = np.sort(rng.choice(C, size=cap, replace=False))
+        else:
+            chosen = np.arange(C)
+        remap = np.full(C, -1, dtype=np.int64)
+        remap[chosen] = np.arange(len(chosen))
+        keep = remap[inverse] >= 0
+        tok_ctx = remap[inverse[keep]]
+        f_sum = lp[:, keep].sum(axis=1)                    # observed log10 features
+        N = int(keep.sum())
+        counts = np.bincount(tok_ctx, minlength=len(chosen)).astype(np.float64)
+        if progress:
+            print(f"tuning on {N} of {lp.shape[1]} tokens in {len(chosen)} of {C} contexts",
+                  file=sys.stderr)
+        F = np.empty((len(chosen), n, V), dtype=np.float32)
+        self.core.distributions(np.ascontiguousarray(uniq[chosen]), F, threads)
+        bos = self.vocab.id("<s>")
+        ln10 = math.log(10.0)
+
+        def objective(w):
+            # Mean negative log-likelihood (nats/token), its gradient (expected
+            # minus observed log-probabilities) and Hessian (their covariance).
+            lnz, e1, cov = _interp.loglinear_objective(F, counts, w, bos, threads)
+            return (lnz - ln10 * float(w @ f_sum)) / N, (e1 - ln10 * f_sum) / N, cov / N
+
+        w0 = self._weights.copy() if np.any(self._weights != 0) else np.full(n, 1.0 / n)
+        start = objective(np.full(n, 1.0 / n))[0]
+        w, value, it = newton(objective, w0)
+        return TuneResult(w, math.exp(value), math.exp(start), it, N, sampled=len(chosen) < C)
+
+    # --- saving ------------------------------------------------------------------
+
+    def spec(self, base_dir=None):
+        """The JSON spec (a dict); paths relative to ``base_dir`` when given."""
+        paths = []
+        for c in self._comps:
+            if not c.path:
+                raise ValueError("a component without a file cannot be saved in a spec")
+            p = c.path
+            if base_dir is not None and not os.path.relpath(p, base_dir).startswith(".."):
+                p = os.path.relpath(p, base_dir)      # a spec beside its models can move with them
+            norm = None if c.is_kenlm else getattr(c.owner, "normalization", None)
+            paths.append(p if norm is None else {"path": p, "normalization": norm})
+        return {"nplm": SPEC_KEY, "version": SPEC_VERSION, "mode": self.mode,
+                "normalize": self.normalize, "unknown": self.unknown, "models": paths,
+                "weights": [float(x) for x in self._weights], "vocab": self.extra_vocab}
+
+    def save(self, path, **extra):
+        """Write the spec to ``path`` (atomically); ``extra`` keys are recorded too."""
+        base = os.path.dirname(os.path.abspath(path))
+        spec = self.spec(base)
+        spec.update(extra)
+        with atomic_write(path, "w") as f:
+            json.dump(spec, f, indent=1)
+            f.write("\n")
+
+
+class TuneResult:
+    """Outcome of tuning: weights, perplexity before (uniform weights) and after,
+    iterations, and the number of dev tokens used."""
+
+    def __init__(self, weights, perplexity, start_perplexity, iterations, tokens, sampled=False):
+        self.weights = weights
+        self.perplexity = perplexity
+        self.start_perplexity = start_perplexity
+        self.iterations = iterations
+        self.tokens = tokens
+        self.sampled = sampled
+
+    def __repr__(self):
+        return (f"TuneResult(weights={list(np.round(self.weights, 6))}, perplexity={self.perplexity:.4f}, "
+                f"start={self.start_perplexity:.4f}, iterations={self.iterations}, tokens={self.tokens})")
+
+
+def tune_linear(log10_probs, weights=None, tol=1e-7, max_iter=500):
+    """EM for linear interpolation weights.  ``log10_probs``: (n, T) per-token log10
+    probabilities of each component.  Stops when the per-token log-likelihood
+    improves by less than ``tol`` (nats).  Returns a TuneResult."""
+    lp = np.asarray(log10_probs, dtype=np.float64)
+    n, T = lp.shape
+    if T == 0:
+        raise ValueError("no tokens to tune on")
+    # Scale each token by its best component so that 10**lp never underflows.
+    shift = lp.max(axis=0)
+    p = np.power(10.0, lp - shift)
+    w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=np.float64)
+    ln10 = math.log(10.0)
+
+    def loglik(w):
+        return (np.log(w @ p).sum() + ln10 * shift.sum()) / T
+
+    start = loglik(np.full(n, 1.0 / n))
+    prev = loglik(w)
+    it = 0
+    for it in range(1, max_iter + 1):
+        mix = w @ p
+        w = w * (p / mix).mean(axis=1)
+        w /= w.sum()
+        cur = loglik(w)
+        if cur - prev < tol:
+            prev = cur
+            break
+        prev = cur
+    return TuneResult(w, math.exp(-prev), math.exp(-start), it, T)
+
+
+def newton(objective, w, max_iter=50, tol=1e-12):
+    """Minimise a convex ``objective(w) -> (value, gradient, hessian)`` by Newton's
+    method with backtracking (the normalised log-linear likelihood is convex in the
+    weights: log-sum-exp of linear functions).  Returns (w, value, iterations)."""
+    value, grad, hess = objective(w)
+    it = 0
+    for it in range(1, max_iter + 1):
+        n = len(w)
+        # A tiny ridge keeps the step defined when components are collinear.
+        step = -np.linalg.solve(hess + 1e-10 * np.eye(n) * max(1.0, np.trace(hess)), grad)
+        decrement = -float(grad @ step)
+        if decrement < tol:
+            break
+        t = 1.0
+        while True:
+            cand = w + t * step
+            v, g, h = objective(cand)
+            if v <= value - 0.25 * t * decrement or t < 1e-8:
+                break
+            t *= 0.5
+        if v > value:
+            break
+        w, value, grad, hess = cand, v, g, h
+    return w, value, it
+
+
+def _read_sentences(dev):
+    if isinstance(dev, (str, bytes, os.PathLike)):
+        with open_text(os.fsdecode(dev)) as f:
+            return [line.rstrip("\n") for line in f if line.strip()]
+    return [s.decode("utf-8") if isinstance(s, bytes) else s for s in dev]
+
+
+def interpolate(models, weights=None, mode="linear", **kwargs):
+    """One model from several (nplm models, paths, kenlm.Model objects).  ``mode`` is
+    "linear" or "loglinear"; keyword options: normalize (log-linear; default True),
+    unknown ("unk" or "split"), vocab (extra words), config, cache_entries.
+    Uniform weights by default.  See the module docstring."""
+    return InterpolatedModel(models, weights, mode, **kwargs)
+
+
+# --- the JSON spec -------------------------------------------------------------------
+
+
+def is_spec(path):
+    """Whether ``path`` is an interpolation spec (a JSON object naming itself)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    if not head.lstrip().startswith(b"{"):
+        return False
+    return b'"nplm"' in head and SPEC_KEY.encode() in head
+
+
+def read_spec(path):
+    """Parse and check a spec file; FormatError names the file and the problem."""
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            spec = json.load(f)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"invalid JSON: {e.msg}", path, e.lineno) from None
+    except UnicodeDecodeError:
+        raise FormatError("invalid UTF-8", path) from None
+    if not isinstance(spec, dict) or spec.get("nplm") != SPEC_KEY:
+        raise FormatError(f'not an interpolation spec (needs "nplm": "{SPEC_KEY}")', path)
+    if spec.get("version") != SPEC_VERSION:
+        raise FormatError(f"unsupported spec version {spec.get('version')!r} (this nplm reads "
+                          f"{SPEC_VERSION})", path)
+    models = spec.get("models")
+
+    def entry_ok(m):
+        return isinstance(m, str) or (isinstance(m, dict) and isinstance(m.get("path"), str)
+                                      and set(m) <= {"path", "normalization"})
+    if not isinstance(models, list) or not models or not all(entry_ok(m) for m in models):
+        raise FormatError('"models" must be a non-empty list of paths (or {"path": ..., '
+                          '"normalization": ...} objects)', path)
+    weights = spec.get("weights")
+    if (not isinstance(weights, list) or len(weights) != len(models)
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in weights)):
+        raise FormatError(f'"weights" must be a list of {len(models)} numbers', path)
+    if spec.get("mode") not in MODES:
+        raise FormatError(f'"mode" must be one of {", ".join(MODES)}, got {spec.get("mode")!r}', path)
+    if spec.get("unknown", "unk") not in UNKNOWN:
+        raise FormatError(f'"unknown" must be one of {", ".join(UNKNOWN)}', path)
+    base = os.path.dirname(os.path.abspath(path))
+
+    def resolve(p):
+        return p if os.path.isabs(p) else os.path.join(base, p)
+    spec["models"] = [resolve(m) if isinstance(m, str) else dict(m, path=resolve(m["path"]))
+                      for m in models]
+    return spec
+
+
+def _from_spec(spec, config=None):
+    return InterpolatedModel(spec["models"], spec["weights"], spec["mode"],
+                             normalize=spec.get("normalize", True), unknown=spec.get("unknown", "unk"),
+                             vocab=spec.get("vocab") or None, config=config)
+
+
+class SpecData:
+    """What ``nplm.Model`` attaches for a spec file: the mixture's core and vocab."""
+
+    def __init__(self, mixture):
+        self.mixture = mixture
+        self.core = mixture.core
+        self.vocab = mixture.vocab
+
+
+def load_spec(path, config=None):
+    """Load a spec file as an InterpolatedModel (wrapped for nplm.Model)."""
+    spec = read_spec(path)
+    try:
+        return SpecData(_from_spec(spec, config))
+    except ValueError as e:
+        if isinstance(e, FormatError):
+            raise
+        raise FormatError(str(e), path) from e
