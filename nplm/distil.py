@@ -1,0 +1,526 @@
+"""Distillation of any model into a normalised back-off n-gram table (ARPA).
+
+Which n-grams are listed: every word of the teacher's vocabulary as a unigram, plus
+the n-grams of a text (or of an existing back-off model), each order with its own
+count threshold, optionally plus every listed context's ``top_k`` most probable
+continuations.  The set is then closed under prefixes and suffixes, so every listed
+n-gram's context and lower-order n-gram are listed too (KenLM needs the former;
+exact back-off weights need the latter).
+
+Where the numbers come from: the probability of a listed n-gram (h, w) is the
+teacher's log10 p(w | h), the context given to the teacher as a state built from h
+(``context_state``, KenLM's GetState), through the LMCore protocol, so back-off,
+neural and interpolated teachers work alike.  Back-off weights are then chosen so
+every context's distribution sums to one:
+
+    bow(h) = (1 - sum_listed p(w | h)) / (1 - sum_listed p_lower(w | h'))
+
+where p_lower is the *distilled* lower-order probability (listed, by the suffix
+closure).  Lower orders are computed first.
+
+Special words: ``<s>`` is never predicted: no n-gram ends with it and its unigram
+log10 probability is copied from the teacher (lmplz writes 0), clipped to [-99, 0];
+every other context's distribution is over the vocabulary minus ``<s>``.  ``<unk>``
+is an ordinary word (the teacher's probability of an unknown word); text words the
+teacher does not know become ``<unk>``.  The neural padding token ``<null>`` is not
+a word of the distilled model.  The unigram distribution is renormalised over the
+vocabulary minus ``<s>`` (a no-op for a normalised teacher).
+
+Relative-entropy pruning (Stolcke 1998) removes the n-grams whose removal changes
+the model least, D = P(h) [p log(p / p') + (1 - sum_listed p(.|h)) log(bow / bow')],
+keeping every n-gram that is the context or the lower-order n-gram of a kept one;
+the threshold is found by bisection so the table meets a target n-gram count.
+P(h) is the distilled model's own chain-rule probability of h, with P(<s>) taken
+as the unigram probability of </s> (one sentence start per sentence end).
+
+Memory: the distinct n-grams of the text (before thresholds) and the listed ones,
+as flat numpy arrays; no Python object per n-gram.
+"""
+import math
+import sys
+
+import numpy as np
+
+from .errors import FormatError
+from .tables import NGramTables
+
+try:
+    from . import _distil
+except ImportError as e:  # pragma: no cover - build problem
+    raise ImportError("nplm._distil is not built; run `python setup.py build_ext --inplace` "
+                      f"in the source tree ({e})") from None
+
+_EPS = 1e-7          # probability mass kept back for unlisted words
+_MIN_DEN = 1e-12     # smallest back-off denominator (lower-order mass left)
+_CHUNK_LINES = 200_000
+
+
+def _unique(a):
+    """Sorted unique values (np.unique's hash path is slow on tens of millions)."""
+    a = np.sort(a)
+    if len(a) == 0:
+        return a
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
+class Structure:
+    """Listed n-grams of orders 1..N in teacher word ids.
+
+    Order n's n-grams are sorted by ``keys[n] = prefix[n] * V + word[n]`` where
+    ``prefix[n]`` is the index of the n-gram's first n-1 words in order n-1 and
+    ``suffix[n]`` the index of its last n-1 words in order n-1.  Order 1 is the
+    whole vocabulary (index = word id)."""
+
+    def __init__(self, V, order):
+        self.V = V
+        self.order = order
+        self.keys = {}
+        self.prefix = {}
+        self.word = {}
+        self.suffix = {}
+
+    def count(self, n):
+        return self.V if n == 1 else len(self.keys[n])
+
+    def rows(self, n):
+        """(count, n) int32 word ids, oldest first."""
+        if n == 1:
+            return np.arange(self.V, dtype=np.int32)[:, None]
+        lower = self.rows(n - 1)
+        return np.ascontiguousarray(np.column_stack([lower[self.prefix[n]], self.word[n]]), dtype=np.int32)
+
+    def index(self, rows):
+        """Index of each row (oldest first) in its order's table, -1 where absent."""
+        rows = np.asarray(rows)
+        idx = rows[:, 0].astype(np.int64)
+        ok = np.ones(len(idx), dtype=bool)
+        for k in range(1, rows.shape[1]):
+            table = self.keys[k + 1]
+            if len(table) == 0:
+                return np.full(len(idx), -1, np.int64)
+            key = idx * self.V + rows[:, k]
+            pos = np.minimum(np.searchsorted(table, key), len(table) - 1)
+            ok &= table[pos] == key
+            idx = np.where(ok, pos, 0)
+        return np.where(ok, idx, -1)
+
+
+def build_structure(V, rows_by_order):
+    """A Structure from row arrays per order (n >= 2; duplicates allowed).  The rows
+    are closed under prefixes and suffixes first."""
+    order = max([1] + [n for n, r in rows_by_order.items() if len(r)])
+    rows = {n: [np.asarray(rows_by_order.get(n, np.zeros((0, n), np.int32)), dtype=np.int32).reshape(-1, n)]
+            for n in range(2, order + 1)}
+    for n in range(order, 2, -1):
+        r = np.concatenate(rows[n])
+        rows[n] = [r]
+        rows[n - 1] += [r[:, :-1], r[:, 1:]]
+    s = Structure(V, order)
+    for n in range(2, order + 1):
+        r = np.concatenate(rows[n])
+        if n == 2:
+            pidx = r[:, 0].astype(np.int64)
+        else:
+            pidx = s.index(r[:, :-1])
+            assert (pidx >= 0).all(), "prefix closure violated"
+        keys = _unique(pidx * V + r[:, -1])
+        s.keys[n] = keys
+        s.prefix[n] = keys // V
+        s.word[n] = (keys % V).astype(np.int32)
+        if n == 2:
+            s.suffix[n] = s.word[n].astype(np.int64)
+        else:
+            skey = s.suffix[n - 1][s.prefix[n]] * V + s.word[n]
+            spos = np.searchsorted(s.keys[n - 1], skey)
+            assert np.array_equal(s.keys[n - 1][np.minimum(spos, len(s.keys[n - 1]) - 1)], skey), \
+                "suffix closure violated"
+            s.suffix[n] = spos
+    return s
+
+
+# ---------------------------------------------------------------------------------
+# Counting the n-grams of a text.
+
+def _sentence_ids(path, vocab, bos, eos, forbidden):
+    """Token id arrays of the text's lines in chunks: (flat ids with <s>/</s> around
+    each sentence, sentence start offsets)."""
+    from .textio import open_text
+    buf, starts, pos = [], [], 0
+    with open_text(path) as f:
+        for line_no, line in enumerate(f, 1):
+            words = line.split()
+            for w in words:
+                if w in forbidden:
+                    raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)
+            ids = vocab.ids(words) if words else np.zeros(0, np.int32)
+            starts.append(pos)
+            buf.append(np.concatenate([[bos], ids, [eos]]).astype(np.int32))
+            pos += len(ids) + 2
+            if len(starts) >= _CHUNK_LINES:
+                yield np.concatenate(buf), np.asarray(starts, np.int64)
+                buf, starts, pos = [], [], 0
+    if starts:
+        yield np.concatenate(buf), np.asarray(starts, np.int64)
+
+
+def _unique_inverse_counts(keys):
+    """np.unique(keys, return_inverse=True, return_counts=True), by one argsort."""
+    order = np.argsort(keys)
+    s = keys[order]
+    first = np.empty(len(s), dtype=bool)
+    first[:1] = True
+    np.not_equal(s[1:], s[:-1], out=first[1:])
+    inv = np.empty(len(s), np.int64)
+    inv[order] = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    counts = np.diff(np.append(starts, len(s)))
+    return s[starts], inv, counts
+
+
+def _merge_counts(rows, counts):
+    """Unique rows (lexicographic) with summed counts."""
+    if len(rows) == 0:
+        return rows, counts
+    order = np.lexsort(rows.T[::-1])
+    rows, counts = rows[order], counts[order]
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    starts = np.flatnonzero(new)
+    return rows[starts], np.add.reduceat(counts, starts)
+
+
+def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False):
+    """{n: (rows (count, n) int32, counts int64)} for n = 2..order: the n-grams of the
+    text with one <s> before and </s> after each line (never ending in <s>)."""
+    acc = {n: [] for n in range(2, order + 1)}
+    chunks = _sentence_ids(path, vocab, bos, eos, forbidden)
+    if progress:
+        from tqdm import tqdm
+        chunks = tqdm(chunks, desc="count n-grams", unit="chunk")
+    for ids, starts in chunks:
+        sent = np.zeros(len(ids), np.int64)
+        sent[starts[1:]] = 1
+        pos_in = np.arange(len(ids)) - starts[np.cumsum(sent)]
+        # Order n's n-gram ending at position j has key prefix_index * V + word, the
+        # prefix being the (n-1)-gram ending at j-1 (same sentence by construction).
+        idx = ids.astype(np.int64)
+        for n in range(2, order + 1):
+            ends = np.flatnonzero(pos_in >= n - 1)
+            keys = idx[ends - 1] * V + ids[ends]
+            uniq, inv, cnt = _unique_inverse_counts(keys)
+            prev_rows = acc_rows if n > 2 else None
+            rows = (np.column_stack([uniq // V, uniq % V]) if n == 2
+                    else np.column_stack([prev_rows[uniq // V], uniq % V]))
+            acc[n].append((rows.astype(np.int32), cnt.astype(np.int64)))
+            acc_rows = rows
+            idx = np.full(len(ids), -1, np.int64)
+            idx[ends] = inv
+    out = {}
+    for n in range(2, order + 1):
+        parts = acc[n]
+        if not parts:
+            out[n] = (np.zeros((0, n), np.int32), np.zeros(0, np.int64))
+        elif len(parts) == 1:
+            out[n] = parts[0]
+        else:
+            out[n] = _merge_counts(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# Teacher access and back-off weights.
+
+def _load(model):
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        from .model import Config, Model
+        cfg = Config()
+        cfg.show_progress = False
+        from .model import ARPALoadComplain
+        cfg.arpa_complain = ARPALoadComplain.NONE
+        return Model(model, cfg)
+    return model
+
+
+def _score(model, rows, threads):
+    out = np.empty(len(rows), np.float32)
+    if len(rows):
+        _distil.score_rows(model.core, np.ascontiguousarray(rows, dtype=np.int32), out, threads)
+    return out
+
+
+def compute_backoffs(s, logprob, predictable):
+    """log10 back-off weights per order (float64) for a Structure and its log10
+    probabilities; rescales, in place, any context whose listed continuations take
+    more than 1 - 1e-7 of the mass (so unlisted words keep some)."""
+    p = {n: np.power(10.0, logprob[n].astype(np.float64)) for n in logprob}
+    # Unigrams over the predictable vocabulary sum to one.
+    total = p[1][predictable].sum()
+    p[1][predictable] /= total
+    logprob[1][predictable] = np.log10(p[1][predictable])
+    n_pred = int(predictable.sum())
+    for n in range(2, s.order + 1):
+        ctx = s.prefix[n]
+        mass = np.bincount(ctx, weights=p[n], minlength=s.count(n - 1))
+        width = np.bincount(ctx, minlength=s.count(n - 1))
+        full = width >= n_pred          # lists every predictable word: normalise exactly
+        over = (mass > 1 - _EPS) & ~full
+        scale = np.ones_like(mass)
+        scale[full] = 1.0 / np.maximum(mass[full], 1e-300)
+        scale[over] = (1 - _EPS) / mass[over]
+        fix = scale[ctx] != 1.0
+        if fix.any():
+            p[n][fix] *= scale[ctx[fix]]
+            logprob[n][fix] = np.log10(p[n][fix])
+    bows = {}
+    for n in range(1, s.order):
+        ctx = s.prefix[n + 1]
+        num = 1.0 - np.bincount(ctx, weights=p[n + 1], minlength=s.count(n))
+        den = 1.0 - np.bincount(ctx, weights=p[n][s.suffix[n + 1]], minlength=s.count(n))
+        num = np.maximum(num, 0.0)
+        den = np.maximum(den, _MIN_DEN)
+        with np.errstate(divide="ignore"):
+            b = np.log10(num) - np.log10(den)
+        width = np.bincount(ctx, minlength=s.count(n))
+        b[width >= n_pred] = 0.0            # never backs off
+        b[~np.isfinite(b)] = -99.0
+        bows[n] = b
+    bows[s.order] = np.zeros(s.count(s.order))
+    return bows, p
+
+
+# ---------------------------------------------------------------------------------
+# Relative-entropy pruning.
+
+def _prune_scores(s, logprob, p, bos, eos):
+    """Stolcke's D for every n-gram of order >= 2 (natural-log units)."""
+    ln10 = math.log(10.0)
+    logP = {1: logprob[1].astype(np.float64) * ln10}
+    logP[1][bos] = logprob[1][eos] * ln10        # P(<s>): one start per sentence end
+    for n in range(2, s.order + 1):
+        logP[n] = logP[n - 1][s.prefix[n]] + logprob[n] * ln10
+    D = {}
+    for n in range(2, s.order + 1):
+        ctx = s.prefix[n]
+        num = np.maximum(1.0 - np.bincount(ctx, weights=p[n], minlength=s.count(n - 1)), 0.0)
+        den = np.maximum(1.0 - np.bincount(ctx, weights=p[n - 1][s.suffix[n]], minlength=s.count(n - 1)),
+                         _MIN_DEN)
+        pw, q = p[n], p[n - 1][s.suffix[n]]
+        num_c, den_c = num[ctx], den[ctx]
+        bow_new = (num_c + pw) / (den_c + q)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # the pruned word now gets bow' q instead of p; every unlisted word
+            # (mass num) bow'/bow times its old probability
+            term = pw * (np.log(pw) - np.log(bow_new * q))
+            term += np.where(num_c > 0, num_c * (np.log(np.maximum(num_c / den_c, 1e-300)) - np.log(bow_new)),
+                             0.0)
+        D[n] = np.exp(logP[n - 1][ctx]) * term
+    return D
+
+
+def _keep_masks(s, D, theta):
+    """Which n-grams survive threshold ``theta``: top-down, an n-gram with D below
+    it goes unless a kept longer n-gram has it as context or as lower-order n-gram."""
+    keep = {}
+    needed = None
+    for n in range(s.order, 1, -1):
+        k = D[n] >= theta
+        if needed is not None:
+            k |= needed
+        keep[n] = k
+        needed = np.zeros(s.count(n - 1), dtype=bool)
+        needed[s.prefix[n][k]] = True
+        needed[s.suffix[n][k]] = True
+    return keep
+
+
+def prune_structure(s, logprob, p, target, bos, eos):
+    """(Structure, logprob) after pruning to at most ``target`` n-grams of orders
+    >= 2 (unigrams are never pruned)."""
+    total = sum(s.count(n) for n in range(2, s.order + 1))
+    if target >= total:
+        return s, logprob
+    D = _prune_scores(s, logprob, p, bos, eos)
+    cands = _unique(np.concatenate([D[n] for n in range(2, s.order + 1)]))
+    cands = np.append(cands, np.inf)
+    lo, hi = 0, len(cands) - 1          # kept(cands[hi]) <= target always (inf prunes all it may)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        kept = sum(int(k.sum()) for k in _keep_masks(s, D, cands[mid]).values())
+        if kept <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    keep = _keep_masks(s, D, cands[hi])
+    rows = {n: s.rows(n)[keep[n]] for n in range(2, s.order + 1)}
+    new = build_structure(s.V, rows)
+    new_lp = {1: logprob[1]}
+    for n in range(2, new.order + 1):
+        # build_structure sorts by the same keys, so the kept rows keep their order
+        new_lp[n] = logprob[n][keep[n]]
+    return new, new_lp
+
+
+# ---------------------------------------------------------------------------------
+# The driver.
+
+def _per_order(value, order, name):
+    if value is None:
+        return {n: 1 for n in range(2, order + 1)}
+    if isinstance(value, int):
+        value = [value] * (order - 1)
+    value = list(value)
+    if len(value) > order - 1:
+        raise ValueError(f"{name} has {len(value)} entries for orders 2..{order}")
+    value = value + [value[-1] if value else 1] * (order - 1 - len(value))
+    if any(int(v) < 1 for v in value):
+        raise ValueError(f"{name} must be at least 1, not {value}")
+    return {n: int(v) for n, v in zip(range(2, order + 1), value)}
+
+
+def _top_continuations(model, rows, k, exclude, progress):
+    """(contexts x k) most probable words after each context row."""
+    out = []
+    it = range(len(rows))
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(it, desc=f"top-{k} after {rows.shape[1]}-word contexts", unit="ctx")
+    for i in it:
+        dist = model.log10_distribution(model.core.state_for(rows[i].tolist()))
+        dist[exclude] = -np.inf
+        best = np.argpartition(-dist, k)[:k] if k < len(dist) else np.arange(len(dist))
+        out.append(np.column_stack([np.repeat(rows[i][None, :], len(best), 0), best]))
+    return np.concatenate(out).astype(np.int32) if out else np.zeros((0, rows.shape[1] + 1), np.int32)
+
+
+def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, top_k_min_count=2,
+           lower_teacher=None, prune_to=None, threads=1, progress=False, messages=sys.stderr):
+    """Distil ``teacher`` (an nplm.Model or a model path) into NGramTables of ``order``.
+
+    text:       training text whose n-grams are listed (one sentence per line);
+    ngrams:     or/and a back-off model (NGramTables or ARPA path) whose n-grams are listed;
+    min_count:  per-order count thresholds for the text's n-grams (int, or list for
+                orders 2..N, the last repeated);
+    top_k:      also list each text context's k most probable continuations (contexts
+                seen at least ``top_k_min_count`` times);
+    lower_teacher: model giving the probabilities of orders < ``order`` (default: teacher);
+    prune_to:   relative-entropy pruning to at most this many n-grams of orders >= 2.
+    """
+    teacher = _load(teacher)
+    lower = _load(lower_teacher) if lower_teacher is not None else teacher
+    if not 1 <= order <= 16:
+        raise ValueError(f"order {order} outside 1..16")
+    words = teacher.vocab.words()
+    V = len(words)
+    wid = {w: i for i, w in enumerate(words)}
+    for sp in ("<s>", "</s>"):
+        if sp not in wid:
+            raise ValueError(f"the teacher's vocabulary has no {sp}")
+    bos, eos = wid["<s>"], wid["</s>"]
+    null = wid.get("<null>")
+    if lower is not teacher and lower.vocab.words() != words:
+        raise ValueError("the lower-order teacher's vocabulary differs from the teacher's")
+    thresholds = _per_order(min_count, order, "min_count")
+    rows = {n: [] for n in range(2, order + 1)}
+    counted = None
+    if text is not None:
+        forbidden = {"<s>", "</s>", "<null>"}
+        counted = count_text(text, teacher.vocab, order, V, bos, eos, forbidden, progress)
+        for n in range(2, order + 1):
+            r, c = counted[n]
+            rows[n].append(r[c >= thresholds[n]])
+    if ngrams is not None:
+        from .arpa import read_arpa
+        tables = read_arpa(ngrams) if not isinstance(ngrams, NGramTables) else ngrams
+        m = np.array([wid.get(w, 0) for w in tables.vocab], dtype=np.int32)
+        for n in range(2, min(order, tables.order) + 1):
+            rows[n].append(m[tables.ids[n - 1]])
+    if text is None and ngrams is None:
+        raise ValueError("give a text or a back-off model whose n-grams to list")
+    if top_k:
+        exclude = np.array([bos] + ([null] if null is not None else []), dtype=np.int64)
+        for n in range(2, order + 1):
+            if counted is None:
+                break
+            if n == 2:
+                ctx = np.array([[w] for w in range(V) if w not in (null, eos)], np.int32)
+                if top_k_min_count > 1:
+                    ctx_counts = np.bincount(counted[2][0][:, 0], weights=counted[2][1], minlength=V)
+                    ctx = ctx[ctx_counts[ctx[:, 0]] >= top_k_min_count]
+            else:
+                r, c = counted[n - 1]
+                ctx = r[(c >= top_k_min_count) & (r[:, -1] != eos)]
+            rows[n].append(_top_continuations(lower if n < order else teacher, ctx, top_k, exclude, progress))
+    s = build_structure(V, {n: np.concatenate(rows[n]) if rows[n] else np.zeros((0, n), np.int32)
+                            for n in range(2, order + 1)})
+    logprob = {}
+    it = range(1, s.order + 1)
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(it, desc="teacher scores", unit="order")
+    for n in it:
+        model = teacher if n == order else lower
+        logprob[n] = _score(model, s.rows(n), threads).astype(np.float64)
+    predictable = np.ones(V, dtype=bool)
+    predictable[bos] = False
+    if null is not None:
+        predictable[null] = False
+    bos_lp = float(np.clip(logprob[1][bos], -99.0, 0.0))
+    bows, p = compute_backoffs(s, logprob, predictable)
+    if prune_to is not None:
+        s, logprob = prune_structure(s, logprob, p, int(prune_to), bos, eos)
+        bows, p = compute_backoffs(s, logprob, predictable)
+    logprob[1][bos] = bos_lp
+    return _to_tables(s, words, logprob, bows, null)
+
+
+def _to_tables(s, words, logprob, bows, null):
+    V = len(words)
+    if null is None:
+        remap = np.arange(V, dtype=np.int32)
+        vocab = list(words)
+        keep1 = np.ones(V, dtype=bool)
+    else:
+        keep1 = np.ones(V, dtype=bool)
+        keep1[null] = False
+        remap = np.cumsum(keep1, dtype=np.int32) - 1
+        vocab = [w for i, w in enumerate(words) if i != null]
+    ids, lps, bos_ = [], [], []
+    for n in range(1, s.order + 1):
+        r = s.rows(n)
+        if n == 1:
+            r = r[keep1]
+            lp, bo = logprob[1][keep1], bows[1][keep1]
+        else:
+            lp, bo = logprob[n], bows[n]
+        ids.append(np.ascontiguousarray(remap[r], dtype=np.int32))
+        lps.append(np.asarray(lp, dtype=np.float32))
+        bos_.append(np.asarray(bo, dtype=np.float32) if n < s.order else np.zeros(len(lp), np.float32))
+    return NGramTables(vocab=vocab, ids=ids, logprob=lps, backoff=bos_,
+                       comments=["distilled by nplm"])
+
+
+def distil_to_file(teacher, out, order, text=None, **kwargs):
+    """distil() and write the result: ARPA (by default; .gz/.bz2/.xz compressed by
+    extension) or, for a path ending in .nplm/.bin, an nplm back-off binary.
+    Refuses to overwrite the teacher or the text."""
+    from .textio import same_file
+    for src in (teacher, text, kwargs.get("ngrams"), kwargs.get("lower_teacher")):
+        if isinstance(src, (str, bytes)) or hasattr(src, "__fspath__"):
+            if same_file(src, out):
+                raise ValueError(f"refusing to overwrite the input {src!r}")
+    tables = distil(teacher, order, text, **kwargs)
+    write_tables(tables, out, progress=kwargs.get("progress", False))
+    return tables
+
+
+def write_tables(tables, out, progress=False):
+    import os
+    if os.fspath(out).endswith((".nplm", ".bin", ".binary")):
+        from .backoff import build_binary
+        build_binary(tables, out)
+    else:
+        from .arpa import write_arpa
+        write_arpa(tables, out, progress=progress)

@@ -1,0 +1,298 @@
+"""Distillation into back-off tables: checked against the real kenlm module, against
+the teacher itself (a back-off teacher distilled over its own n-grams must come
+back unchanged), and for normalisation over the whole vocabulary."""
+import math
+
+import numpy as np
+import pytest
+
+import nplm
+from nplm import arpa, distil
+from nplm.errors import FormatError
+from nplm.tables import NGramTables
+
+from conftest import REFERENCE, need_shared
+
+kenlm = pytest.importorskip("kenlm")
+
+
+def _model(path):
+    cfg = nplm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
+    return nplm.Model(str(path), cfg)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny200 order-4 lmplz model as a teacher, its text, and a held-out text."""
+    need_shared()
+    d = tmp_path_factory.mktemp("distil")
+    lines = (REFERENCE / "tiny200.txt").read_text().splitlines()
+    text = d / "train.txt"
+    text.write_text("\n".join(lines[:150]) + "\n")
+    held = d / "held.txt"
+    held.write_text("\n".join(lines[150:]) + "\n")
+    teacher = _model(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz")
+    return teacher, text, held, d
+
+
+def _as_dict(t, k):
+    return {tuple(t.vocab[i] for i in row): (p, b)
+            for row, p, b in zip(t.ids[k].tolist(), t.logprob[k].tolist(), t.backoff[k].tolist())}
+
+
+def _context_states(model, tables):
+    """kenlm states (and word tuples) for the empty context and every listed n-gram
+    of order < N that is a context, built by feeding the words through kenlm."""
+    out = [((), kenlm.State())]
+    model.NullContextWrite(out[0][1])
+    for k in range(tables.order - 1):
+        for row in tables.ids[k]:
+            words = tuple(tables.vocab[i] for i in row)
+            if words[-1] == "</s>":
+                continue
+            s, t = kenlm.State(), kenlm.State()
+            if words[0] == "<s>":
+                model.BeginSentenceWrite(s)
+                rest = words[1:]
+            else:
+                model.NullContextWrite(s)
+                rest = words
+            for w in rest:
+                model.BaseScore(s, w, t)
+                s, t = t, s
+            out.append((words, s))
+    return out
+
+
+def test_back_off_teacher_over_its_own_ngrams_comes_back_unchanged():
+    need_shared()
+    ref = REFERENCE / "ptb5k.o3.arpa.xz"
+    orig = arpa.read_arpa(ref)
+    got = distil.distil(str(ref), 3, ngrams=str(ref))
+    assert got.vocab == orig.vocab
+    for k in range(3):
+        a, b = _as_dict(got, k), _as_dict(orig, k)
+        assert a.keys() == b.keys()
+        # probabilities are the teacher's, exactly
+        assert all(a[g][0] == b[g][0] for g in a)
+        if k == 2:
+            continue
+        # back-offs are recomputed from those (rounded) probabilities: where the
+        # listed continuations leave little mass, the ARPA's 8-digit rounding of
+        # the probabilities limits how well 1 - sum p is known
+        p_next = 10.0 ** orig.logprob[k + 1].astype(np.float64)
+        ctx = {}
+        for row, p in zip(orig.ids[k + 1].tolist(), p_next):
+            key = tuple(orig.vocab[i] for i in row[:-1])
+            ctx[key] = ctx.get(key, 0.0) + p
+        for g in a:
+            left = 1.0 - ctx.get(g, 0.0)
+            tol = 1e-5 + 2e-7 / max(left, 1e-9)
+            assert abs(a[g][1] - b[g][1]) <= tol, (g, a[g], b[g], left)
+
+
+def test_text_ngrams_of_lmplz_model_reproduce_it(tiny, tmp_path):
+    """lmplz lists every n-gram of its text: distilling the model over that text
+    gives the same n-gram set and the same scores."""
+    need_shared()
+    ref = REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"
+    out = tmp_path / "d.arpa"
+    distil.distil_to_file(str(ref), out, 4, text=str(REFERENCE / "tiny200.txt"))
+    a, b = arpa.read_arpa(out), arpa.read_arpa(ref)
+    assert a.counts == b.counts
+    for k in range(4):
+        assert _as_dict(a, k).keys() == _as_dict(b, k).keys()
+    ka, kb = kenlm.Model(str(out)), kenlm.Model(str(ref))
+    for line in (REFERENCE / "tiny200.txt").read_text().splitlines()[:60]:
+        for (pa, la, _), (pb, lb, _) in zip(ka.full_scores(line), kb.full_scores(line)):
+            assert la == lb
+            assert abs(pa - pb) < 2e-5
+
+
+@pytest.fixture(scope="module")
+def distilled(tiny):
+    """tiny200's 4-gram teacher distilled to order 3 over part of its text, with
+    count thresholds and top-2 continuations: a table unlike the teacher's."""
+    teacher, text, held, d = tiny
+    out = d / "student.arpa"
+    tables = distil.distil_to_file(teacher, out, 3, text=str(text), min_count=[1, 2], top_k=2,
+                                   top_k_min_count=3)
+    return tables, out
+
+
+def test_distilled_arpa_loads_in_kenlm_and_scores_match(tiny, distilled):
+    teacher, text, held, d = tiny
+    tables, out = distilled
+    assert tables.order == 3
+    km = kenlm.Model(str(out))
+    nm = _model(out)
+    assert km.order == 3
+    lines = held.read_text().splitlines() + text.read_text().splitlines()[:20]
+    for line in lines:
+        ks = list(km.full_scores(line))
+        ns = list(nm.full_scores(line))
+        assert len(ks) == len(ns)
+        for (pk, lk, ok), (pn, ln_, on) in zip(ks, ns):
+            assert abs(pk - pn) <= 1e-5
+            assert lk == ln_ and ok == on
+
+
+def test_listed_probabilities_are_the_teachers(tiny, distilled):
+    teacher, text, held, d = tiny
+    tables, out = distilled
+    km = kenlm.Model(str(out))
+    tk = kenlm.Model(str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"))
+    rng = np.random.default_rng(0)
+    for k in (1, 2):
+        for i in rng.choice(tables.counts[k], size=min(200, tables.counts[k]), replace=False):
+            words = [tables.vocab[j] for j in tables.ids[k][i]]
+            for m in (km, tk):
+                s, t = kenlm.State(), kenlm.State()
+                if words[0] == "<s>":
+                    m.BeginSentenceWrite(s)
+                    ctx = words[1:-1]
+                else:
+                    m.NullContextWrite(s)
+                    ctx = words[:-1]
+                for w in ctx:
+                    m.BaseScore(s, w, t)
+                    s, t = t, s
+                score = m.BaseScore(s, words[-1], t)
+                if m is km:
+                    student = score
+                else:
+                    assert abs(student - score) <= 1e-5, words
+            assert abs(student - tables.logprob[k][i]) <= 1e-6
+
+
+def test_every_context_sums_to_one_over_the_vocabulary(distilled):
+    tables, out = distilled
+    km = kenlm.Model(str(out))
+    nm = _model(out)
+    words = [w for w in tables.vocab if w != "<s>"]
+    ids = np.array([nm.vocab.id(w) for w in words])
+    states = _context_states(km, tables)
+    assert len(states) > 500
+    worst = 0.0
+    for n, (ctx, ks) in enumerate(states):
+        # nplm's state for the same context (KenLM's GetState)
+        ns = nm.core.state_for([nm.vocab.id(w) for w in ctx])
+        dist = nm.log10_distribution(ns)[ids].astype(np.float64)
+        total = np.sum(10.0 ** dist)
+        worst = max(worst, abs(total - 1.0))
+        if n % 40 == 0:  # the real kenlm over the full vocabulary, for a sample
+            out_state = kenlm.State()
+            kt = sum(10.0 ** km.BaseScore(ks, w, out_state) for w in words)
+            assert abs(kt - 1.0) <= 1e-5, ctx
+    assert worst <= 1e-5
+
+
+def test_unigram_and_specials(distilled, tiny):
+    tables, out = distilled
+    teacher = tiny[0]
+    assert tables.vocab == teacher.vocab.words()
+    p = 10.0 ** tables.logprob[0].astype(np.float64)
+    s = tables.vocab.index("<s>")
+    assert abs(p.sum() - p[s] - 1.0) < 1e-5
+    assert tables.logprob[0][s] == 0.0            # lmplz's convention, copied from the teacher
+    for k in range(1, tables.order):
+        assert not np.any(tables.ids[k][:, -1] == s)    # <s> is never predicted
+    # closure: every context and every lower-order n-gram is listed
+    for k in range(1, tables.order):
+        lower = {tuple(r) for r in tables.ids[k - 1].tolist()}
+        for r in tables.ids[k].tolist():
+            assert tuple(r[:-1]) in lower and tuple(r[1:]) in lower
+
+
+def test_thresholds_and_top_k_change_the_listed_set(tiny):
+    teacher, text, held, d = tiny
+    base = distil.distil(teacher, 3, text=str(text))
+    thr = distil.distil(teacher, 3, text=str(text), min_count=[2, 2])
+    top = distil.distil(teacher, 3, text=str(text), top_k=3, top_k_min_count=2)
+    assert thr.counts[1] < base.counts[1] and thr.counts[2] < base.counts[2]
+    assert top.counts[1] > base.counts[1]
+    # the added continuations are the teacher's most probable words after a context
+    counts = {}
+    for line in text.read_text().splitlines():
+        w = ["<s>"] + line.split() + ["</s>"]
+        for i in range(len(w) - 1):
+            counts[w[i]] = counts.get(w[i], 0) + 1
+    ctx = max((c, w) for w, c in counts.items() if w not in ("<s>", "</s>"))[1]
+    s = teacher.core.state_for([teacher.vocab.id(ctx)])
+    dist = teacher.log10_distribution(s)
+    dist[teacher.vocab.id("<s>")] = -np.inf
+    best = {teacher.vocab.word(int(i)) for i in np.argsort(-dist)[:3]}
+    listed = {tuple(top.vocab[i] for i in r) for r in top.ids[1].tolist()}
+    assert all((ctx, w) in listed for w in best)
+
+
+def test_relative_entropy_pruning(tiny, tmp_path):
+    teacher, text, held, d = tiny
+    full = distil.distil(teacher, 3, text=str(text))
+    n_full = sum(full.counts[1:])
+    target = n_full // 2
+    pruned = distil.distil(teacher, 3, text=str(text), prune_to=target)
+    assert sum(pruned.counts[1:]) <= target
+    assert sum(pruned.counts[1:]) >= target * 0.9
+    arpa.write_arpa(pruned, tmp_path / "p.arpa")
+
+    # a random pruning to the same per-order sizes (keeping closure) as the baseline
+    rng = np.random.default_rng(1)
+    s3 = full.ids[2][rng.choice(full.counts[2], pruned.counts[2], replace=False)]
+    need2 = {tuple(r) for r in np.concatenate([s3[:, :2], s3[:, 1:]]).tolist()}
+    others = [tuple(r) for r in full.ids[1].tolist() if tuple(r) not in need2]
+    extra = rng.choice(len(others), max(0, pruned.counts[1] - len(need2)), replace=False)
+    s2 = np.array(sorted(need2 | {others[i] for i in extra}), dtype=np.int32)
+    z = lambda n: np.zeros(n, np.float32)  # noqa: E731
+    ngr = NGramTables(vocab=full.vocab, ids=[full.ids[0], s2, s3], logprob=[full.logprob[0], z(len(s2)), z(len(s3))],
+                      backoff=[full.backoff[0], z(len(s2)), z(len(s3))])
+    rand = distil.distil(teacher, 3, ngrams=ngr)
+    arpa.write_arpa(rand, tmp_path / "r.arpa")
+    arpa.write_arpa(full, tmp_path / "f.arpa")
+
+    def ppl(path):
+        m = kenlm.Model(str(path))
+        lines = held.read_text().splitlines()
+        tot = sum(m.score(l) for l in lines)
+        n = sum(len(l.split()) + 1 for l in lines)
+        return 10 ** (-tot / n)
+
+    p_full, p_pruned, p_rand = ppl(tmp_path / "f.arpa"), ppl(tmp_path / "p.arpa"), ppl(tmp_path / "r.arpa")
+    assert rand.counts == pruned.counts
+    assert p_pruned < p_rand
+    assert p_pruned >= p_full * 0.97
+    # still normalised
+    nm = _model(tmp_path / "p.arpa")
+    ids = np.array([nm.vocab.id(w) for w in pruned.vocab if w != "<s>"])
+    for row in pruned.ids[1][:200].tolist():
+        st = nm.core.state_for([nm.vocab.id(pruned.vocab[i]) for i in row])
+        assert abs(np.sum(10.0 ** nm.log10_distribution(st)[ids].astype(np.float64)) - 1) < 1e-5
+
+
+def test_lower_teacher_supplies_lower_orders(tiny):
+    teacher, text, held, d = tiny
+    other = _model(REFERENCE / "ptb5k.o2.arpa.xz")
+    with pytest.raises(ValueError, match="vocabulary differs"):
+        distil.distil(teacher, 3, text=str(text), lower_teacher=other)
+    same = distil.distil(teacher, 3, text=str(text), lower_teacher=teacher)
+    base = distil.distil(teacher, 3, text=str(text))
+    for k in range(3):
+        assert np.array_equal(same.logprob[k], base.logprob[k])
+
+
+def test_bad_input(tiny, tmp_path):
+    teacher, text, held, d = tiny
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a b c\nthe <s> cat\n")
+    with pytest.raises(FormatError, match=r"bad.txt:2.*<s>"):
+        distil.distil(teacher, 3, text=str(bad))
+    with pytest.raises(ValueError, match="text or a back-off model"):
+        distil.distil(teacher, 3)
+    with pytest.raises(ValueError, match="min_count"):
+        distil.distil(teacher, 3, text=str(text), min_count=[0])
+    before = text.read_bytes()
+    with pytest.raises(ValueError, match="refusing to overwrite"):
+        distil.distil_to_file(str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"), text, 3, text=str(text))
+    assert text.read_bytes() == before
