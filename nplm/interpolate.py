@@ -11,8 +11,11 @@ other mixtures), model paths, and real ``kenlm.Model`` objects:
   uses, which is not a probability.
 
 Vocabularies may differ: the mixture's vocabulary is the union of the components'
-(in component order), and a word one component does not know gets that component's
-<unk> probability (``unknown="unk"``, KenLM's rule).  A linear mixture of models
+(in component order; ids no word reaches, such as a neural model's <null>, are left
+out), and a word one component does not know gets that component's <unk>
+probability (``unknown="unk"``, KenLM's rule).  Probability a component gives to
+such unreachable ids, and to <s> (a softmax's share; back-off models give <s>
+none), is not part of the mixture's distribution.  A linear mixture of models
 with different vocabularies is then not normalised (a component's <unk> mass is
 counted once per word it lacks); ``unknown="split"`` instead divides that mass
 evenly among the words it lacks, which keeps every component, and so the mixture,
@@ -92,8 +95,12 @@ def _union_vocab(comps, extra):
     for c in comps:
         if c.is_kenlm:
             continue
-        for w in c.owner.vocab.words()[1:]:
-            if w not in seen and w not in _UNK:
+        own = c.owner.vocab.words()
+        # Only words that look up to themselves: padding such as a neural model's
+        # <null> is an id no text can reach, so it is not a word of the mixture.
+        reachable = c.owner.vocab.ids(own) == np.arange(len(own))
+        for w, ok in zip(own[1:], reachable[1:]):
+            if ok and w not in seen and w not in _UNK:
                 seen.add(w)
                 words.append(w)
     for w in extra or ():

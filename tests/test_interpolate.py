@@ -4,6 +4,7 @@ kenlm.Model components, weight tuning, the JSON spec and the CLI."""
 import json
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -509,3 +510,59 @@ def test_argument_errors(models, kenlm_o3):
         nplm.interpolate([])
     with pytest.raises(ValueError, match="empty"):
         nplm.interpolate([a, b]).tune([])
+
+
+# --- a neural component (the lead's NeuralCore) ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def neural_pair(tmp_path_factory):
+    """A small random neural model and a KN model over the same words."""
+    import random
+    from neural_fixtures import make_net
+    tmp = tmp_path_factory.mktemp("nnmix")
+    net = make_net("softmax-full-2")
+    nn_path = str(tmp / "n.nplm")
+    net.save(nn_path)
+    rng = random.Random(3)
+    text = tmp / "t.txt"
+    text.write_text("\n".join(" ".join(f"w{rng.randrange(20)}" for _ in range(rng.randrange(3, 9)))
+                              for _ in range(400)) + "\n")
+    kn_path = str(tmp / "kn.arpa")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # "substituting fallback discounts": intended
+        nplm.estimate(str(text), 3, arpa=kn_path, discount_fallback=True, progress=False)
+    return nplm.Model(kn_path, _quiet()), nn_path
+
+
+def test_neural_component_mixtures(neural_pair):
+    kn, nn_path = neural_pair
+    nn = nplm.Model(nn_path)
+    raw = nplm.Model(nn_path, normalization="unnormalized")
+    contexts = [([], True), (["w1", "w2"], True), (["w5", "w30", "w3"], False)]
+    for mode in ["linear", "loglinear"]:
+        mix = nplm.interpolate([kn, nn], [0.4, 0.6], mode, unknown="split")
+        # the neural vocabulary joins the union, without its padding id
+        assert set(mix.vocab.words()) == set(kn.vocab.words()) | set(nn.vocab.words()) - {"<null>"}
+        bos_id = mix.vocab.id("<s>")
+        for words, bos in contexts:
+            comp, _ = _component_dists(mix, [kn, nn], words, bos)
+            union = mix.vocab.words()
+            lacks = np.array([[u == 0 or w not in c for u, w in enumerate(union)] for c in [kn, nn]])
+            pen = np.where(lacks, -np.log10(lacks.sum(axis=1))[:, None], 0.0)
+            ref = _reference(mode, [0.4, 0.6], comp, bos_id, pen)
+            got = mix.log10_distribution(_after(mix, words, bos)).astype(np.float64)
+            keep = np.arange(len(union)) != bos_id
+            np.testing.assert_allclose(got[keep], ref[keep], atol=3e-5)
+            total = _total(got, mix)
+            if mode == "linear":
+                # the softmax's mass on <s> and <null> (never predicted) is the only loss
+                d = 10.0 ** nn.log10_distribution(_after(nn, words, bos)).astype(np.float64)
+                lost = d[nn.vocab.words().index("<s>")] + d[nn.vocab.words().index("<null>")]
+                assert total + 0.6 * lost == pytest.approx(1.0, abs=1e-4)
+            else:
+                assert total == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="not normalised"):
+        nplm.interpolate([kn, raw], [0.5, 0.5])
+    mix = nplm.interpolate([kn, raw], [0.5, 0.5], "loglinear")
+    assert _total(mix.log10_distribution(_after(mix, ["w1"])), mix) == pytest.approx(1.0, abs=1e-5)
