@@ -45,9 +45,41 @@ cdef extern from *:
     static inline uint64_t nq_fastrange(uint64_t h, uint64_t n) {
         return (uint64_t)(((__uint128_t)h * n) >> 64);
     }
+    /* y[0:n_out] = b + x[0:n_in] W for one row-major W (n_in x n_out), skipping the
+       zero inputs (half of a ReLU layer's).  One context does not fill a BLAS call;
+       compiled for AVX2+FMA and plain x86-64, chosen at run time. */
+    #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+    __attribute__((target_clones("arch=haswell", "default")))
+    #endif
+    static void nq_vecmat(const float *x, int n_in, const float *W, int n_out,
+                          const float *b, float *y) {
+        int i, j;
+        for (j = 0; j < n_out; j++) y[j] = b[j];
+        for (i = 0; i < n_in; i++) {
+            const float xi = x[i];
+            const float *row = W + (long)i * n_out;
+            if (xi == 0.0f) continue;
+            for (j = 0; j < n_out; j++) y[j] += xi * row[j];
+        }
+    }
+    #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+    __attribute__((target_clones("arch=haswell", "default")))
+    #endif
+    static float nq_dot(const float *a, const float *b, int n) {
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        int i = 0;
+        for (; i + 4 <= n; i += 4) {
+            s0 += a[i] * b[i]; s1 += a[i + 1] * b[i + 1];
+            s2 += a[i + 2] * b[i + 2]; s3 += a[i + 3] * b[i + 3];
+        }
+        for (; i < n; i++) s0 += a[i] * b[i];
+        return (s0 + s1) + (s2 + s3);
+    }
     """
     uint64_t nq_mix(uint64_t h) noexcept nogil
     uint64_t nq_fastrange(uint64_t h, uint64_t n) noexcept nogil
+    void nq_vecmat(const float *x, int n_in, const float *W, int n_out, const float *b, float *y) noexcept nogil
+    float nq_dot(const float *a, const float *b, int n) noexcept nogil
 
 cdef enum:
     CTX_FULL = 0
@@ -282,11 +314,14 @@ cdef class NeuralCore(LMCore):
                     for j in range(m):
                         memcpy(X + (<int64_t>b * m + j) * d, self.emb + <int64_t>ctx[b * m + j] * d,
                                d * sizeof(float))
-                _gemm_rm(B, r0, m * d, X, m * d, self.ctxw, r0, A0, r0, False)
-                for b in range(B):
-                    a = A0 + <int64_t>b * r0
-                    for i in range(r0):
-                        a[i] += self.b0[i]
+                if B == 1:
+                    nq_vecmat(X, m * d, self.ctxw, r0, self.b0, A0)
+                else:
+                    _gemm_rm(B, r0, m * d, X, m * d, self.ctxw, r0, A0, r0, False)
+                    for b in range(B):
+                        a = A0 + <int64_t>b * r0
+                        for i in range(r0):
+                            a[i] += self.b0[i]
         else:
             for b in range(B):
                 a = A0 + <int64_t>b * r0
@@ -299,6 +334,18 @@ cdef class NeuralCore(LMCore):
         for i in range(B * r0):
             A0[i] = _act(A0[i], self.act)
         H[0] = A0
+        if B == 1:
+            if self.n_dense >= 1:
+                nq_vecmat(A0, r0, self.w1, self.h1, self.b1, A1)
+                for i in range(self.h1):
+                    A1[i] = _act(A1[i], self.act)
+                H[0] = A1
+            if self.n_dense >= 2:
+                nq_vecmat(A1, self.h1, self.w2, self.h2, self.b2, A2)
+                for i in range(self.h2):
+                    A2[i] = _act(A2[i], self.act)
+                H[0] = A2
+            return
         if self.n_dense >= 1:
             _gemm_rm(B, self.h1, r0, A0, r0, self.w1, self.h1, A1, self.h1, False)
             for b in range(B):
@@ -313,8 +360,7 @@ cdef class NeuralCore(LMCore):
             H[0] = A2
 
     cdef inline double _dot(self, const float *a, const float *b) noexcept nogil:
-        cdef int n = self.r, one = 1
-        return sdot(&n, <float *>a, &one, <float *>b, &one)
+        return nq_dot(a, b, self.r)
 
     cdef double _softmax_logz(self, const float *h, float *scores) noexcept nogil:
         """log sum_w exp(out_w[w] . h + out_b[w]) over the vocabulary (sgemv)."""
@@ -602,3 +648,40 @@ cdef class NeuralCore(LMCore):
                 kv[b] = k
                 zv[b] = stored
         return ks, zs
+
+
+def context_keys(ctx, int k):
+    """Fallback-table keys of the last ``k`` columns of each context row (N, m)."""
+    cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+    cdef Py_ssize_t N = c.shape[0], i
+    cdef int m = c.shape[1] if c.ndim == 2 else 0
+    if k < 0 or k > m:
+        raise ValueError(f"k={k} outside 0..{m}")
+    out = np.empty(N, np.uint64)
+    cdef uint64_t[::1] o = out
+    with nogil:
+        for i in range(N):
+            o[i] = _ctx_hash(&c[i, m - k] if k else NULL, k)
+    return out
+
+
+def build_key_table(keys, vals, double multiplier=1.5):
+    """Open-addressing arrays (keys uint64, vals float32) probed like _fb_lookup."""
+    cdef const uint64_t[::1] kv = np.ascontiguousarray(keys, dtype=np.uint64)
+    cdef const float[::1] vv = np.ascontiguousarray(vals, dtype=np.float32)
+    cdef Py_ssize_t n = kv.shape[0], i
+    cdef uint64_t nb = max(<uint64_t>(n * multiplier) + 1, <uint64_t>(n + 1)), b
+    tk = np.zeros(nb, np.uint64)
+    tv = np.zeros(nb, np.float32)
+    cdef uint64_t[::1] tkv = tk
+    cdef float[::1] tvv = tv
+    with nogil:
+        for i in range(n):
+            b = nq_fastrange(kv[i], nb)
+            while tkv[b] != 0 and tkv[b] != kv[i]:
+                b += 1
+                if b == nb:
+                    b = 0
+            tkv[b] = kv[i]
+            tvv[b] = vv[i]
+    return tk, tv

@@ -125,7 +125,8 @@ class Model(_kernels.ModelBase):
         if self.normalization is None:
             return super().full_scores_batch(sentences, bos, eos)
         from .neural_model import batch_log10, sentence_items
-        contexts, words, ctx_len, oov, offsets = sentence_items(self, list(sentences), bos, eos)
+        contexts, words, ctx_len, oov, offsets = sentence_items(self.vocab, self.order - 1, list(sentences),
+                                                                bos, eos)
         lp, lengths = batch_log10(self, contexts, words, ctx_len)
         return lp.astype(np.float32), lengths.astype(np.int32), oov, offsets
 

@@ -112,41 +112,39 @@ def load(path, normalization=None, cache_size=4096):
 # --- batched scoring --------------------------------------------------------------
 
 
-def sentence_items(model, sentences, bos=True, eos=True):
-    """Contexts (N, m), targets (N,), real-context lengths (N,), OOV flags and
-    per-sentence item offsets for a list of sentences, as the network sees them."""
-    vocab = model.vocab
-    m = model.order - 1
-    pad = [NULL] * m
-    pieces, targets, ctx_len, offsets = [], [], [], [0]
+def sentence_items(vocab, m, sentences, bos=True, eos=True):
+    """Contexts (N, m) oldest first, targets (N,), real-context lengths (N,), OOV
+    flags and per-sentence item offsets for a list of sentences (str), as the
+    network sees them: before <s> (or with no <s>) the positions hold <null>."""
+    pieces, tpos, ctx_len, offsets = [], [], [], [0]
     pos = 0
+    start = [NULL] * (m - 1) + [BOS] if bos else [NULL] * m
+    known = 1 if bos else 0
     for s in sentences:
-        ids = vocab.ids(s.split() if isinstance(s, str) else s.split()).tolist()
+        ids = vocab.ids(s.split()).tolist()
         if eos:
             ids.append(EOS)
-        start = pad[:-1] + [BOS] if bos else pad
-        seq = start + ids
-        pieces.append(np.asarray(seq, np.int32))
         n = len(ids)
-        base = pos + m
-        targets.extend(range(base, base + n))
-        known = (1 if bos else 0)
-        ctx_len.extend(min(known + i, m) for i in range(n))
-        pos += len(seq)
+        pieces.append(start)
+        pieces.append(ids)
+        tpos.append(np.arange(pos + m, pos + m + n))
+        ctx_len.append(np.minimum(np.arange(known, known + n), m))
+        pos += m + n
         offsets.append(offsets[-1] + n)
-    if not pieces:
+    offsets = np.asarray(offsets, np.int64)
+    if not pieces or offsets[-1] == 0:
         return (np.zeros((0, m), np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32),
-                np.zeros(0, bool), np.asarray(offsets, np.int64))
-    flat = np.concatenate(pieces)
-    tpos = np.asarray(targets, np.int64)
+                np.zeros(0, bool), offsets)
+    flat = np.fromiter((w for p in pieces for w in p), dtype=np.int32, count=pos)
+    tpos = np.concatenate(tpos)
     windows = np.lib.stride_tricks.sliding_window_view(flat, m)
     contexts = np.ascontiguousarray(windows[tpos - m])
     words = np.ascontiguousarray(flat[tpos])
     oov = words == UNK
     if eos:
-        ends = np.asarray(offsets[1:], np.int64) - 1
-        oov[ends[ends >= 0]] = False
-    return contexts, words, np.asarray(ctx_len, np.int32), oov, np.asarray(offsets, np.int64)
+        ends = offsets[1:] - 1
+        oov[ends[offsets[1:] > offsets[:-1]]] = False
+    return contexts, words, np.concatenate(ctx_len).astype(np.int32), oov, offsets
 
 
 def batch_log10(model, contexts, words, ctx_len):
@@ -172,31 +170,13 @@ def batch_log10(model, contexts, words, ctx_len):
 # --- fallback normaliser tables -----------------------------------------------------
 
 
-def _hash_table(keys, vals):
-    """Open-addressing arrays (keys uint64, vals float32) for fallback lookups."""
-    n = len(keys)
-    nb = max(int(n * FALLBACK_MULTIPLIER) + 1, n + 1)
-    tk = np.zeros(nb, np.uint64)
-    tv = np.zeros(nb, np.float32)
-    slot = ((keys.astype(object) * nb) >> 64).astype(np.int64) if n else np.zeros(0, np.int64)
-    for key, val, b in zip(keys.tolist(), vals.tolist(), slot.tolist()):
-        while tk[b] != 0:
-            b += 1
-            if b == nb:
-                b = 0
-        tk[b] = key
-        tv[b] = val
-    return tk, tv
-
-
 def precompute(path, text, min_count=2, out=None, progress=True):
     """Store exact softmax normalisers of the contexts seen at least ``min_count``
     times in ``text`` at every order (the one-word table covers every word, and the
     empty context is always stored), so ``normalization="fallback"`` can use them.
-    Rewrites ``path`` (or writes ``out``) atomically.  Returns per-order table sizes."""
-    from collections import Counter
-
-    from .textio import open_text, same_file
+    Rewrites ``path`` (or writes ``out``) atomically.  Returns the number of contexts
+    stored per context length 0..n-1."""
+    from .textio import open_text
     net, c = NeuralNet.load(path, return_container=True)
     if net.config.output != "softmax":
         raise ValueError("fallback normalisers apply to softmax-output models only")
@@ -205,43 +185,34 @@ def precompute(path, text, min_count=2, out=None, progress=True):
     m = net.order - 1
     core = _nquery.NeuralCore(_dims(net), dict(net.params), dict(net.structs), 0,
                               first_layer_table(net), None, 16)
-    vocab = net.vocab
-    counts = [Counter() for _ in range(m + 1)]
     with open_text(text) as f:
-        for line in f:
-            ids = [BOS] + [vocab.id(w) for w in line.split()] + [EOS]
-            for t in range(1, len(ids)):
-                for k in range(1, min(t, m) + 1):
-                    counts[k][tuple(ids[t - k:t])] += 1
-    sizes = []
-    arrays = {}
-    it = range(m + 1)
+        contexts, _, ctx_len, _, _ = sentence_items(net.vocab, m, f.read().splitlines())
+    V = len(net.vocab)
+    stages = range(m + 1)
     if progress:
         from tqdm import tqdm
-        it = tqdm(it, desc="normalisers", unit="order")
-    for k in it:
+        stages = tqdm(stages, desc="normalisers", unit="order")
+    sizes, arrays = [], {}
+    for k in stages:
         if k == 0:
-            ctxs = [()]
+            rows = np.full((1, m), NULL, np.int32)
         elif k == 1:
-            ctxs = [(w,) for w in range(len(vocab)) if w != NULL]
+            rows = np.full((V - 1, m), NULL, np.int32)
+            rows[:, -1] = [w for w in range(V) if w != NULL]
         else:
-            ctxs = [h for h, cnt in counts[k].items() if cnt >= min_count]
-        full = np.full((len(ctxs), m), NULL, np.int32)
-        for i, h in enumerate(ctxs):
-            if k:
-                full[i, m - k:] = h
-        z = core.softmax_logz(full) if len(ctxs) else np.zeros(0)
-        keys = np.array([_nquery.context_key(row[m - k:]) for row in full], dtype=np.uint64)
-        tk, tv = _hash_table(keys, z.astype(np.float32))
+            cand = contexts[ctx_len >= k]
+            keys = _nquery.context_keys(cand, k)
+            _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+            rows = cand[first[counts >= min_count]].copy()
+            rows[:, :m - k] = NULL
+        z = core.softmax_logz(rows) if len(rows) else np.zeros(0)
+        tk, tv = _nquery.build_key_table(_nquery.context_keys(rows, k), z, FALLBACK_MULTIPLIER)
         arrays[f"fallback.{k}.keys"] = tk
         arrays[f"fallback.{k}.vals"] = tv
-        sizes.append(len(ctxs))
-    target = out or path
-    if out is not None and same_file(out, path):
-        target = path
+        sizes.append(len(rows))
     config = dict(c.config)
     config["fallback"] = {"min_count": int(min_count), "contexts": sizes}
     all_arrays = {k: np.asarray(v) for k, v in c.arrays.items() if not k.startswith("fallback.")}
     all_arrays.update(arrays)
-    container.write(target, KIND, config, all_arrays)
+    container.write(out or path, KIND, config, all_arrays)
     return sizes

@@ -1,0 +1,107 @@
+"""Neural query speed per normalisation mode, through the kenlm API.
+
+For each model (trained ones via --model, else randomly initialised networks of the
+benchmark shapes: (a) Vaswani et al. 5-gram 150-d embeddings, hidden 750+150,
+softmax output; (b) Baltescu & Blunsom diagonal contexts, class output): load time,
+resident memory, microseconds per BaseScore in a decoder-like loop over PTB test,
+full_scores and batch throughput (tokens/s), and fallback table sizes.
+Reference: Vaswani et al. report about 40 us per unnormalised n-gram lookup.
+
+    python tools/bench_neural_query.py [--model PATH ...] [--tokens N]
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import nplm
+from _bench_common import CACHE, PTB, best_time, rss_mib_of
+from nplm.neural_model import precompute
+
+
+def random_model(shape, path):
+    from nplm.clusters import brown_clusters, frequency_bins
+    from nplm.neural import NeuralConfig, NeuralNet
+    from nplm.vocab import Vocabulary, count_words, read_sentences
+    sents = read_sentences(str(PTB / "ptb.train.txt"))
+    vocab = Vocabulary.build(count_words(sents))
+    if shape == "a":
+        cfg = NeuralConfig(order=5, embedding_dim=150, hidden=(750, 150), context="full", output="softmax",
+                           objective="nce", noise_samples=100)
+        net = NeuralNet.create(cfg, vocab, seed=1)
+    else:
+        cfg = NeuralConfig(order=5, embedding_dim=150, hidden=(), context="diagonal", output="class",
+                           objective="nce", noise_samples=10, classes=100)
+        net = NeuralNet.create(cfg, vocab, word_class=frequency_bins(vocab.counts, 100), seed=1)
+    net.save(path)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", action="append", help="trained neural model(s); default: random (a) and (b)")
+    ap.add_argument("--tokens", type=int, default=20000, help="PTB test tokens for the per-call loops")
+    args = ap.parse_args()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    models = args.model or [random_model("a", str(CACHE / "random_a.nplm")),
+                            random_model("b", str(CACHE / "random_b.nplm"))]
+    lines = (PTB / "ptb.test.txt").read_text().splitlines()
+    total = sum(len(l.split()) + 1 for l in lines)
+    sub, n = [], 0
+    for l in lines:
+        sub.append(l)
+        n += len(l.split()) + 1
+        if n >= args.tokens:
+            break
+    print(f"text: ptb.test.txt ({total} tokens; per-call loops over the first {n})")
+    print(f"{'model':<22} {'mode':<13} {'BaseScore us':>12} {'(cached ctx)':>12} {'full_scores tok/s':>18} "
+          f"{'batch tok/s':>12} {'RSS MiB':>8}")
+    for path in models:
+        modes = ["exact", "unnormalized"]
+        probe = nplm.Model(path)
+        if probe.normalization == "exact":
+            fb = str(CACHE / (os.path.basename(path) + ".fallback.nplm"))
+            if not os.path.exists(fb):
+                t0 = time.perf_counter()
+                sizes = precompute(path, str(PTB / "ptb.train.txt"), 2, out=fb, progress=False)
+                print(f"  precompute (min count 2): {time.perf_counter() - t0:.1f} s, contexts per order "
+                      f"{sizes}, table file +{(os.path.getsize(fb) - os.path.getsize(path)) / 2**20:.1f} MiB")
+            modes.append("fallback")
+        for mode in modes:
+            mpath = fb if mode == "fallback" else path
+            m = nplm.Model(mpath, normalization=mode)
+
+            def basescore_loop():
+                s, o = nplm.State(), nplm.State()
+                for l in sub:
+                    m.BeginSentenceWrite(s)
+                    for w in l.split():
+                        m.BaseScore(s, w, o)
+                        s, o = o, s
+                    m.BaseScore(s, "</s>", o)
+
+            def decoder_loop():
+                # a decoder asks many words after one context: the cache serves them
+                s, o = nplm.State(), nplm.State()
+                m.BeginSentenceWrite(s)
+                m.BaseScore(s, "the", o)
+                for w in words:
+                    m.BaseScore(o, w, s)
+
+            m.core.clear_cache()
+            t_bs, _ = best_time(basescore_loop, 1)
+            words = m.vocab.words()[4:4 + n]
+            t_dec, _ = best_time(decoder_loop, 2)
+            t_fs, _ = best_time(lambda: [list(m.full_scores(l)) for l in sub], 1)
+            t_b, _ = best_time(lambda: m.score_sentences(lines), 2)
+            rss = rss_mib_of(f"import nplm\nbefore = rss()\nm = nplm.Model({mpath!r}, normalization={mode!r})\n"
+                             "m.score('the company said')\nafter = rss()")
+            print(f"{os.path.basename(path):<22} {m.normalization:<13} {t_bs / n * 1e6:>12.2f} "
+                  f"{t_dec / len(words) * 1e6:>12.2f} {n / t_fs:>18.0f} {total / t_b:>12.0f} {rss:>8.1f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
