@@ -13,7 +13,7 @@ shortest decimal that reads back as the same float32 (like double-conversion's
 """
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy, memcmp, memset
+from libc.string cimport memcpy, memcmp, memset, memmove
 from libc.math cimport floor, log10, fabs, isfinite
 
 import numpy as np
@@ -678,6 +678,11 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
 cdef class Parser:
     """Holds the reader's C state; ``arpa.py`` drives it section by section."""
     cdef State st
+    cdef State b                        # the second half's state in split parsing
+    cdef int split_codes[2]
+    cdef Py_ssize_t split_pos[2]
+    cdef Py_ssize_t split_stop[2]
+    cdef int64_t split_entries_a
     cdef object _ids, _prob, _backoff   # the numpy arrays st points into
 
     def __cinit__(self):
@@ -727,6 +732,70 @@ cdef class Parser:
         with nogil:
             code = parse_lines(&self.st, &data[0], &pos, end)
         return code, pos
+
+    # Two-thread parsing of one buffer (orders >= 2 only: the vocabulary is
+    # read-only then).  split_begin() sets up a second State for data[mid:end]
+    # whose rows go right after the first half's entries (counted beforehand
+    # by count_lines); split_part(0/1) parse the halves, each from its own
+    # Python thread (the GIL is released); split_end() merges the states.
+
+    def split_begin(self, const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t mid,
+                    Py_ssize_t end, int64_t lines_a, int64_t entries_a):  # IN
+        """data[pos:mid] holds lines_a lines, entries_a of them not blank; the
+        caller checks that got + entries_a < need and that the arrays have room
+        beyond got + entries_a."""
+        cdef int n = self.st.n
+        cdef int64_t got0 = self.st.got
+        if n < 2:
+            raise ValueError("split parsing is for orders >= 2")
+        if not (0 <= pos < mid < end <= data.shape[0]) or data[mid - 1] != c'\n' or data[end - 1] != c'\n':
+            raise ValueError("split parsing needs two buffers of complete lines")
+        if (not 0 <= entries_a <= lines_a or self.st.cap - got0 - entries_a < 1
+                or self.st.need - got0 - entries_a < 1):
+            raise ValueError("split parsing: not enough room or entries left for the second half")
+        self.b = self.st
+        self.b.ids = self.st.ids + (got0 + entries_a) * n
+        self.b.prob = self.st.prob + got0 + entries_a
+        self.b.backoff = self.st.backoff + got0 + entries_a
+        self.b.cap = self.st.cap - got0 - entries_a
+        self.b.need = self.st.need - got0 - entries_a
+        self.b.got = 0
+        self.b.first_line = 0
+        self.b.line = self.st.line + lines_a
+        self.split_entries_a = entries_a
+        self.split_pos[0] = pos
+        self.split_pos[1] = mid
+        self.split_stop[0] = mid
+        self.split_stop[1] = end
+        self.split_codes[0] = self.split_codes[1] = -1
+
+    def split_part(self, const unsigned char[::1] data, int which):  # IN
+        cdef State* st = &self.st if which == 0 else &self.b
+        cdef Py_ssize_t pos = self.split_pos[which], stop = self.split_stop[which]
+        if stop > data.shape[0] or self.split_codes[which] != -1:
+            raise ValueError("split_part() without split_begin()")
+        with nogil:
+            self.split_codes[which] = parse_lines(st, &data[0], &pos, stop)
+        self.split_pos[which] = pos
+
+    def split_end(self):
+        """Merge the halves; returns (code, new_pos) like run()."""
+        if self.split_codes[0] == -1 or self.split_codes[1] == -1:
+            raise ValueError("split_end() before both halves ran")
+        if self.split_codes[0] != NEED_INPUT:  # an error (or a '\' line) in the first half
+            return self.split_codes[0], self.split_pos[0]
+        if self.b.got and self.st.prob + self.st.got != self.b.prob:
+            raise AssertionError("count_lines() and parse_lines() disagree about blank lines")
+        if self.st.first_line == 0:
+            self.st.first_line = self.b.first_line
+        self.st.got += self.b.got
+        self.st.line = self.b.line
+        self.st.err_line = self.b.err_line
+        self.st.err_start = self.b.err_start
+        self.st.err_tok = self.b.err_tok
+        self.st.err_tok_end = self.b.err_tok_end
+        self.st.err_other = self.b.err_other
+        return self.split_codes[1], self.split_pos[1]
 
     def set_unk(self, int32_t unk_id):
         self.st.unk_id = unk_id
@@ -795,6 +864,27 @@ CODES = {
 
 # ---------------------------------------------------------------------------
 # Writer
+
+
+def count_lines(const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end):  # IN
+    """(lines, non-blank lines) in data[pos:end], blank as parse_lines() sees it."""
+    cdef Py_ssize_t i = pos
+    cdef int64_t lines = 0, entries = 0
+    cdef bint blank = True
+    cdef unsigned char ch
+    if not 0 <= pos <= end <= data.shape[0]:
+        raise ValueError("bad range")
+    with nogil:
+        while i < end:
+            ch = data[i]
+            if ch == c'\n':
+                lines += 1
+                entries += not blank
+                blank = True
+            elif blank and not (ch == c' ' or ch == c'\t' or ch == c'\r' or ch == c'\v' or ch == c'\f'):
+                blank = False
+            i += 1
+    return lines, entries
 
 
 def check_words(const unsigned char[::1] words):  # IN

@@ -42,6 +42,8 @@ CHUNK = 4 << 20              # bytes read per step
 MAX_LINE = 64 << 20          # a longer "line" is binary garbage, not ARPA
 MAX_ORDER = 64
 INITIAL_ROWS = 1 << 18       # first allocation when the header cannot be checked
+SPLIT_BYTES = 1 << 20        # buffers at least this big may be parsed by two threads
+SPLIT = None                 # two-thread parsing: None = when a core is idle, or True/False
 _COUNT_LINE = re.compile(rb"ngram ([0-9]+)=[ \t]*([0-9]+)[ \t]*")
 _KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
 _NPLM_MAGIC = b"\x93NPLM\r\n\x1a"
@@ -108,12 +110,14 @@ class _Reader:
         self.parser = _arpa.Parser()
         self.state = "prelude"
         self.counts = []
-        self.count_lines = []
+        self.count_at = []
         self.comments = []
         self.n = 0                       # order of the section being read / next one
         self.ids, self.prob, self.backoff, self.first_line = [], [], [], []
         self.vocab = None
         self.bar = None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-arpa-parse")
+        self.split = _idle_core() if SPLIT is None else SPLIT
         if progress:
             from tqdm import tqdm
             self.bar = tqdm(total=plain_size, unit="B", unit_scale=True, desc=os.path.basename(str(path)))
@@ -160,7 +164,7 @@ class _Reader:
             if count >= 1 << 40:
                 raise self.error(f"absurd n-gram count {count}")
             self.counts.append(count)
-            self.count_lines.append(self.parser.line + 1)
+            self.count_at.append(self.parser.line + 1)
             return
         if state == "header":
             if _is_blank(line):
@@ -215,7 +219,7 @@ class _Reader:
                 k = int(np.argmax(least))
                 raise self.error(
                     f"the header announces {self.counts[k]} {k + 1}-grams ({sum(self.counts)} n-grams "
-                    f"in all), more than a {self.plain_size}-byte file can hold", line=self.count_lines[k])
+                    f"in all), more than a {self.plain_size}-byte file can hold", line=self.count_at[k])
 
     def _start_section(self):
         n = self.n
@@ -278,7 +282,7 @@ class _Reader:
         pos = 0
         while pos < end:
             if self.state == "section":
-                code, pos = self.parser.run(data, pos, end)
+                code, pos = self._run(data, pos, end)
                 if code == _C["DONE"]:
                     self._end_section()
                 elif code == _C["NEED_SPACE"]:
@@ -292,6 +296,29 @@ class _Reader:
             self.header_line(data[pos:nl])
             self.parser.line += 1
             pos = nl + 1
+
+    def _run(self, data, pos, end):
+        """Parse n-gram lines: in two threads when the buffer is big and its first
+        half lies inside one section of order >= 2 (the vocabulary is complete
+        then), else in one.  The second half may end the section (DONE), run
+        out of rows (NEED_SPACE) or fail like a single run."""
+        if self.split and self.n > 1 and end - pos >= SPLIT_BYTES:
+            got, need = self.parser.got, self.counts[self.n - 1]
+            mid = data.find(b"\n", pos + (end - pos) // 2, end) + 1
+            lines_a, entries_a = _arpa.count_lines(data, pos, mid) if pos < mid < end else (0, 0)
+            if 0 < lines_a and entries_a < need - got:
+                rows = got + entries_a + (end - mid) // 4 + 1  # room for the second half, roughly
+                if self.parser.cap < rows:
+                    self._arrays(min(need, max(2 * self.parser.cap, rows)))
+                if self.parser.cap > got + entries_a:
+                    self.parser.split_begin(data, pos, mid, end, lines_a, entries_a)
+                    second = self.pool.submit(self.parser.split_part, data, 1)
+                    try:
+                        self.parser.split_part(data, 0)
+                    finally:
+                        second.result()
+                    return self.parser.split_end()
+        return self.parser.run(data, pos, end)
 
     def _too_few(self):
         return (f"the \\{self.n}-grams: section ends after {self.parser.got} entries but the "
@@ -366,6 +393,16 @@ class _Reader:
                            comments=self.comments, source=source, first_line=self.first_line)
 
 
+def _idle_core():
+    """Is a second core free?  Splitting costs ~20% more CPU in all, so on a
+    busy machine it slows the read down instead."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+        return cores >= 2 and os.getloadavg()[0] <= cores - 1
+    except (AttributeError, OSError):
+        return (os.cpu_count() or 1) >= 2
+
+
 def _valid_utf8(raw):
     try:
         raw.decode("utf-8")
@@ -417,6 +454,7 @@ def read_arpa(path, progress=False):
             raise FormatError(f"corrupt or truncated compressed data ({e})", source,
                               reader.parser.line + 1) from e
         finally:
+            reader.pool.shutdown()
             if reader.bar is not None:
                 reader.bar.close()
         reader.finish()

@@ -141,6 +141,59 @@ def test_small_chunks_and_growth_give_the_same_tables(reference, tmp_path, monke
     assert_same_tables(whole, read_arpa(plain))
 
 
+@pytest.fixture
+def split_small(monkeypatch):
+    """Small chunks, each parsed by two threads where possible."""
+    monkeypatch.setattr(arpa, "CHUNK", 50_000)
+    monkeypatch.setattr(arpa, "SPLIT_BYTES", 1000)
+    monkeypatch.setattr(arpa, "SPLIT", True)
+
+
+def test_two_thread_parsing_matches_one(reference, tmp_path, monkeypatch, split_small):
+    name = "ptb5k.o4.arpa.xz"
+    split = read_arpa(reference / name)
+    monkeypatch.setattr(arpa, "SPLIT", False)
+    serial = read_arpa(reference / name)
+    assert_same_tables(serial, split)
+    assert split.first_line == serial.first_line
+
+
+def big_section(blank_every=0):
+    """An ARPA text with 20 unigrams and 6000 bigrams; optional blank lines."""
+    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(17)]
+    lines = ["\\data\\", "ngram 1=20", "ngram 2=6000", "", "\\1-grams:"]
+    lines += [f"-1.5\t{w}\t-0.25" for w in words] + ["", "\\2-grams:"]
+    for i in range(6000):
+        lines.append(f"-{1 + i % 7}.{i}\t{words[i % 20]} {words[(i * 7) % 20]}")
+        if blank_every and i % blank_every == 0:
+            lines.append("")
+    return ("\n".join(lines + ["", "\\end\\", ""])).encode()
+
+
+def test_two_thread_parsing_with_blank_lines(tmp_path, monkeypatch, split_small):
+    path = tmp_path / "m.arpa"
+    path.write_bytes(big_section(blank_every=3))
+    split = read_arpa(path)
+    monkeypatch.setattr(arpa, "SPLIT", False)
+    assert_same_tables(read_arpa(path), split)
+    assert split.logprob[1][5999] == np.float32(-(1 + 5999 % 7) - 0.5999)
+
+
+@pytest.mark.parametrize("entry", [10, 2999, 3000, 3001, 4500, 5999])
+@pytest.mark.parametrize("damage,message", [(b"-1.x", "bad number"), (b"-1\tzz w1", "not seen in the unigrams"),
+                                            (b"\\end\\", "ends after")])
+def test_two_thread_parsing_error_lines(tmp_path, split_small, entry, damage, message):
+    """An error anywhere, in either half, names its own line."""
+    lines = big_section().split(b"\n")
+    first = lines.index(b"\\2-grams:") + 1
+    lines[first + entry] = damage
+    path = tmp_path / "bad.arpa"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(FormatError) as info:
+        read_arpa(path)
+    assert info.value.line == first + entry + 1 and message in str(info.value)
+
+
 def srilm_style(raw):
     """The same model as SRILM would print it: comment and blank lines before
     \\data\\, no zero back-offs, <s> at -99, CRLF line ends, spaces between the
