@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nplm import arpa  # noqa: E402
 from nplm.arpa import read_arpa, write_arpa  # noqa: E402
 from nplm.tables import NGramTables  # noqa: E402
 
@@ -88,16 +89,31 @@ def main():
         write_arpa(replicate(read_arpa(plain["ptb5k.o5"]), args.copies), big)
     plain[big.stem] = big
 
-    print(f"{'file':<22}{'MB':>7}{'n-grams':>10}{'read s':>9}{'write s':>9}{'kenlm s':>9}"
-          f"{'read/kenlm':>12}{'write/kenlm':>12}")
+    try:
+        import nplm
+        config = nplm.Config()
+        config.show_progress = False
+    except Exception:  # the query engine may not be built
+        nplm = None
+    print(f"{'file':<20}{'MB':>6}{'n-grams':>9}{'read':>7}{'read1':>7}{'write':>7}{'Model':>7}"
+          f"{'kenlm':>7}{'read/k':>8}{'read1/k':>8}{'write/k':>8}{'Model/k':>8}")
     for name, path in plain.items():
         tables = read_arpa(path)
+        arpa.SPLIT = True
         t_read = best(lambda: read_arpa(path), args.repeat)
+        arpa.SPLIT = False
+        t_read1 = best(lambda: read_arpa(path), args.repeat)
+        arpa.SPLIT = None
         t_write = best(lambda: write_arpa(tables, tmp / "out.arpa"), args.repeat)
+        t_model = best(lambda: nplm.Model(str(path), config), args.repeat) if nplm else float("nan")
         t_kenlm = best(lambda: kenlm.Model(str(path)), args.repeat) if kenlm else float("nan")
         mb = os.path.getsize(path) / 1e6
-        print(f"{name:<22}{mb:7.1f}{sum(tables.counts):10d}{t_read:9.3f}{t_write:9.3f}{t_kenlm:9.3f}"
-              f"{t_read / t_kenlm:12.2f}{t_write / t_kenlm:12.2f}")
+        print(f"{name:<20}{mb:6.1f}{sum(tables.counts):9d}{t_read:7.3f}{t_read1:7.3f}{t_write:7.3f}"
+              f"{t_model:7.3f}{t_kenlm:7.3f}{t_read / t_kenlm:8.2f}{t_read1 / t_kenlm:8.2f}"
+              f"{t_write / t_kenlm:8.2f}{t_model / t_kenlm:8.2f}")
+    print("read = two-thread parsing forced on, read1 = one parsing thread, write = to a plain "
+          "file (fsync'd), Model = nplm.Model load (read + the query engine's tables)")
+    print(f"load average now: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     # compressed input: decompression dominates; compare with plain
     xz = SHARED / "reference" / "ptb5k.o5.arpa.xz"
     t_xz = best(lambda: read_arpa(xz), args.repeat)
