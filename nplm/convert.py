@@ -1,0 +1,189 @@
+"""``nplm convert IN OUT``: between ARPA, nplm back-off binaries, nplm neural binaries
+(float32, float16, int8) and the ISI NPLM toolkit's text format.
+
+Formats are detected from the input's content (container magic and kind, ARPA's
+``\\data\\``, ISI's ``\\config``) and chosen for the output by ``to`` or the output
+name (.arpa[.gz|.bz2|.xz] -> ARPA, .isi/.nnlm -> ISI, otherwise the natural
+counterpart of the input).  Every output is written atomically, and a conversion
+never overwrites its own input.
+
+nplm binary -> ARPA: the binary holds 64-bit hashes of the n-grams, not their words,
+so the n-grams are recovered by search: an n-gram w_1..w_n is a context
+(w_1..w_{n-1}, flagged as extending right) joined with a lower n-gram
+(w_2..w_n, flagged as extending left) on their shared middle, and kept when its hash
+is in the table.  The flags are KenLM's, so the candidates are few except for
+bigrams (contexts x words).  A pruned model's binary also holds KenLM's "blank"
+entries for missing suffixes; they come back as n-grams with their backed-off
+probability, which leaves every score unchanged.
+"""
+import os
+
+import numpy as np
+
+from .errors import FormatError
+from .textio import open_binary, same_file
+
+FORMATS = ("arpa", "binary", "neural", "float16", "int8", "isi")
+
+
+def detect(path):
+    """The format of an existing model file: 'binary' (back-off), 'neural' (float32),
+    'float16'/'int8' (quantised neural), 'arpa' or 'isi'."""
+    from .formats import container
+    if container.is_container(path):
+        c = container.read(path)
+        if c.kind == "backoff":
+            return "binary"
+        if c.kind == "neural":
+            q = c.config.get("quantized")
+            return q["dtype"] if q else "neural"
+        raise FormatError(f"nplm binary of kind {c.kind!r} cannot be converted", path)
+    with open_binary(path) as f:
+        head = f.read(1 << 16)
+    for raw in head.split(b"\n"):
+        line = raw.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        if line == b"\\data\\":
+            return "arpa"
+        if line == b"\\config":
+            return "isi"
+        break
+    raise FormatError("not a model file nplm can convert (no ARPA \\data\\, ISI \\config or nplm header)", path)
+
+
+def _target_format(src_fmt, out, to):
+    if to is not None:
+        if to not in FORMATS:
+            raise ValueError(f"unknown output format {to!r}; choose from {FORMATS}")
+        return to
+    name = os.fspath(out).lower()
+    for ext in (".gz", ".bz2", ".xz"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    if name.endswith(".arpa"):
+        return "arpa"
+    if name.endswith((".isi", ".nnlm")):
+        return "isi"
+    return {"arpa": "binary", "binary": "arpa", "isi": "neural", "neural": "isi",
+            "float16": "neural", "int8": "neural"}[src_fmt]
+
+
+def convert(src, dst, to=None, text=None, messages=None):
+    """Convert model file ``src`` to ``dst``; returns (source format, target format,
+    report dict).  ``text`` (optional) measures the perplexity change of a
+    quantisation."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    if os.path.exists(dst) and same_file(src, dst):
+        raise ValueError(f"refusing to overwrite the input {src!r}")
+    if text is not None and os.path.exists(dst) and same_file(text, dst):
+        raise ValueError(f"refusing to overwrite the input {text!r}")
+    sf = detect(src)
+    tf = _target_format(sf, dst, to)
+    report = {}
+    backoff_kinds, neural_kinds = ("arpa", "binary"), ("neural", "float16", "int8", "isi")
+    if (sf in backoff_kinds) != (tf in backoff_kinds):
+        raise ValueError(f"cannot convert {sf} to {tf}: a back-off table and a neural network are different "
+                         "models (use `nplm distil` to turn a neural model into a back-off table)")
+    if sf in backoff_kinds:
+        from .arpa import read_arpa, write_arpa
+        from .backoff import build_binary
+        tables = read_arpa(src) if sf == "arpa" else tables_from_binary(src)
+        if tf == "arpa":
+            write_arpa(tables, dst)
+        else:
+            build_binary(tables, dst)
+        report["ngrams"] = [int(c) for c in tables.counts]
+        return sf, tf, report
+    assert tf in neural_kinds
+    from .formats import isi, quantize
+    if sf == "isi":
+        tmp_net, extra_config, extra_arrays = isi.to_neural(isi.read_isi(src))
+        if tf == "isi":
+            isi.write_isi(isi.from_neural(tmp_net, extra_config, extra_arrays), dst)
+            return sf, tf, report
+        tmp_net.save(dst, extra_config=extra_config, extra_arrays=extra_arrays)
+        if tf in ("float16", "int8"):
+            quantize.quantize_file(dst, dst, tf)
+        ref_net = tmp_net
+    elif tf == "isi":
+        isi.nplm_to_isi(src, dst)
+        return sf, tf, report
+    else:
+        ref_net = quantize.quantize_file(src, dst, "float32" if tf == "neural" else tf)
+    if text is not None and tf in ("float16", "int8", "neural") and (sf != tf):
+        before, after = quantize.perplexity_change(ref_net, quantize.load_neural(dst), text)
+        report.update(perplexity_before=before, perplexity_after=after,
+                      perplexity_change=(after - before) / before)
+    report["bytes_before"] = os.path.getsize(src)
+    report["bytes_after"] = os.path.getsize(dst)
+    return sf, tf, report
+
+
+# ---------------------------------------------------------------------------------
+# Back-off binary -> NGramTables.
+
+def _row_groups(a, b):
+    """Group ids such that equal rows of ``a`` and ``b`` (same width) share one."""
+    both = np.concatenate([a, b])
+    if both.shape[1] == 0:
+        return np.zeros(len(a), np.int64), np.zeros(len(b), np.int64)
+    order = np.lexsort(both.T[::-1])
+    s = both[order]
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = (s[1:] != s[:-1]).any(axis=1)
+    ids = np.empty(len(s), np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids[:len(a)], ids[len(a):]
+
+
+def _live_entries(a, n, order):
+    if n < order:
+        return int((a[f"mid{n}"][:, 0] != 0).sum())
+    l = a["longest"]
+    return int(((l[:, 0] != 0) | (l[:, 1] != 0)).sum())
+
+
+def tables_from_binary(path, progress=False):
+    """NGramTables of an nplm back-off binary (see the module docstring)."""
+    from . import _distil
+    from .backoff import load_binary
+    from .tables import NGramTables
+    data = load_binary(path)
+    a, order = data.arrays, int(data.config["order"])
+    words = data.vocab.words()
+    V = len(words)
+    uni = np.asarray(a["uni"], dtype=np.float32)
+    ids = [np.arange(V, dtype=np.int32)[:, None]]
+    lps = [-np.abs(uni[:, 0]) + np.float32(0.0)]      # stored signs are KenLM's flags; -0.0 -> 0.0
+    bos = [uni[:, 1] + np.float32(0.0)]               # KenLM's -0.0 "extends nothing" -> 0.0
+    for n in range(2, order + 1):
+        P = ids[-1]
+        if n == 2:
+            pg = np.zeros(len(P), np.int64)
+            cand = np.arange(V, dtype=np.int32)
+            wg = np.zeros(V, np.int64)
+        else:
+            pg, wg = _row_groups(P[:, 1:], P[:, :-1])
+            cand = P[:, -1]
+        po, wo = np.argsort(pg, kind="stable"), np.argsort(wg, kind="stable")
+        P, pg = np.ascontiguousarray(P[po]), pg[po]
+        cand, wg = np.ascontiguousarray(cand[wo], dtype=np.int32), wg[wo]
+        G = int(max(pg.max(initial=-1), wg.max(initial=-1))) + 1
+        ctx_off = np.searchsorted(pg, np.arange(G + 1)).astype(np.int64)
+        word_off = np.searchsorted(wg, np.arange(G + 1)).astype(np.int64)
+        cap = _live_entries(a, n, order)
+        out_ctx = np.empty(cap, np.int64)
+        out_word = np.empty(cap, np.int32)
+        out_prob = np.empty(cap, np.float32)
+        out_bo = np.empty(cap, np.float32)
+        found = _distil.probe_groups(data.core, P, ctx_off, cand, word_off, out_ctx, out_word, out_prob, out_bo)
+        if found != cap:
+            raise FormatError(f"recovered {found if found >= 0 else 'more than ' + str(cap)} {n}-grams, the "
+                              f"table holds {cap} (inconsistent back-off flags?)", path)
+        r = np.column_stack([P[out_ctx], out_word]).astype(np.int32)
+        o = np.lexsort(r.T[::-1])
+        ids.append(np.ascontiguousarray(r[o]))
+        lps.append(out_prob[o] + np.float32(0.0))
+        bos.append(out_bo[o] + np.float32(0.0) if n < order else np.zeros(cap, np.float32))
+    return NGramTables(vocab=words, ids=ids, logprob=lps, backoff=bos, source=os.fspath(path))

@@ -1,0 +1,132 @@
+"""Quantised neural models: float16 or int8 copies of a network's weight matrices.
+
+A quantised file is an ordinary ``neural`` container whose config carries
+``"quantized": {"dtype": "float16" | "int8", "params": [names]}``.  For each listed
+parameter the array ``param.<name>`` holds float16 values, or int8 values with a
+float32 scale per row in ``qscale.<name>`` (symmetric: w = q * scale, scale =
+max |row| / 127, so every row uses the full int8 range).  Biases and the small
+structures stay float32: they are a negligible part of the size.
+
+Loading dequantises into float32 arrays, so the float32 kernels run unchanged and
+memory at query time is that of the float32 model; the saving is on disk and in
+transfer.  ``load_neural`` reads plain and quantised files alike; the hook for the
+neural query loader is ``dequantize_arrays(container)``, which returns the
+``{name: float32 array}`` parameters for either kind.
+"""
+import numpy as np
+
+from ..errors import FormatError
+from . import container
+
+DTYPES = ("float16", "int8")
+# Matrices that are quantised; vectors (biases) are not.
+MATRICES = ("emb", "ctx", "w1", "w2", "out_w", "cls_w")
+
+
+def quantize_params(params, dtype):
+    """({array name: array}, [quantised names]) for float32 ``params``."""
+    if dtype not in DTYPES:
+        raise ValueError(f"quantisation dtype must be one of {DTYPES}, not {dtype!r}")
+    arrays, names = {}, []
+    for name, a in params.items():
+        a = np.asarray(a, dtype=np.float32)
+        if name not in MATRICES or a.ndim != 2 or a.size == 0:
+            arrays["param." + name] = a
+            continue
+        names.append(name)
+        if dtype == "float16":
+            if np.abs(a).max() > np.finfo(np.float16).max:
+                raise ValueError(f"parameter {name!r} has values beyond float16's range")
+            arrays["param." + name] = a.astype(np.float16)
+        else:
+            scale = np.abs(a).max(axis=1) / 127.0
+            safe = np.where(scale > 0, scale, 1.0)
+            q = np.clip(np.rint(a / safe[:, None]), -127, 127).astype(np.int8)
+            arrays["param." + name] = q
+            arrays["qscale." + name] = scale.astype(np.float32)
+    return arrays, names
+
+
+def dequantize_arrays(cont):
+    """{parameter name: float32 array} of a loaded neural container, quantised or not."""
+    from ..neural import PARAM_NAMES
+    q = cont.config.get("quantized")
+    out = {}
+    names = set(q.get("params", [])) if q else set()
+    if q and q.get("dtype") not in DTYPES:
+        raise FormatError(f"unknown quantisation {q.get('dtype')!r}", cont.path)
+    for name in PARAM_NAMES:
+        key = "param." + name
+        if key not in cont.arrays:
+            raise FormatError(f"parameter {name!r} is missing", cont.path)
+        a = cont.arrays[key]
+        if name not in names:
+            out[name] = a
+        elif q["dtype"] == "float16":
+            if a.dtype != np.float16:
+                raise FormatError(f"parameter {name!r} should be float16, is {a.dtype}", cont.path)
+            out[name] = a.astype(np.float32)
+        else:
+            scale = cont.arrays.get("qscale." + name)
+            if a.dtype != np.int8 or scale is None or scale.shape != (a.shape[0],) or scale.dtype != np.float32:
+                raise FormatError(f"parameter {name!r}: int8 values or their row scales are malformed", cont.path)
+            out[name] = a.astype(np.float32) * scale[:, None]
+    return out
+
+
+def load_neural(path, return_container=False):
+    """A NeuralNet from an nplm neural file, float32 or quantised."""
+    from ..neural import FORMAT, NeuralConfig, NeuralNet
+    from ..vocab import Vocabulary
+    c = container.read(path, expect_kind="neural")
+    if not c.config.get("quantized"):
+        net = NeuralNet.load(path)
+        return (net, c) if return_container else net
+    try:
+        if c.config.get("format") != FORMAT:
+            raise FormatError(f"neural model format {c.config.get('format')!r}, expected {FORMAT}", path)
+        config = NeuralConfig.from_json(c.config["net"])
+        vocab = Vocabulary.from_arrays(c.arrays)
+        params = dequantize_arrays(c)
+        structs = {n[len("struct."):]: v for n, v in c.arrays.items() if n.startswith("struct.")}
+        net = NeuralNet(config, vocab, params, structs)
+    except FormatError as e:
+        if e.path is None:
+            raise FormatError(str(e), path) from None
+        raise
+    except (KeyError, ValueError, TypeError) as e:
+        raise FormatError(f"not a valid quantised neural model ({e})", path) from None
+    return (net, c) if return_container else net
+
+
+def quantize_file(src, dst, dtype):
+    """Write a quantised copy of the neural model ``src`` (float32 or quantised) to
+    ``dst`` (atomically).  ``dtype`` "float32" writes a plain float32 model."""
+    net, c = load_neural(src, return_container=True)
+    extra_config = {k: v for k, v in c.config.items() if k not in ("format", "net", "specials", "quantized")}
+    extra_arrays = {k: v for k, v in c.arrays.items()
+                    if not k.startswith(("param.", "qscale.", "vocab.", "struct."))}
+    if dtype == "float32":
+        net.save(dst, extra_config=extra_config, extra_arrays=extra_arrays)
+        return net
+    arrays, names = quantize_params(net.params, dtype)
+    from ..neural import FORMAT, KIND
+    from ..vocab import SPECIALS
+    config = {"format": FORMAT, "net": net.config.to_json(), "specials": list(SPECIALS),
+              "quantized": {"dtype": dtype, "params": names}}
+    config.update(extra_config)
+    arrays.update(net.vocab.to_arrays())
+    for n, v in net.structs.items():
+        arrays["struct." + n] = v
+    arrays.update(extra_arrays)
+    container.write(dst, KIND, config, arrays)
+    return net
+
+
+def perplexity_change(reference, quantised, text):
+    """(perplexity of ``reference``, of ``quantised``) NeuralNets on a text file, both
+    computed exactly (normalised)."""
+    from ..vocab import examples, read_sentences
+    sents = read_sentences(text)
+    ctx, tgt = examples(sents, reference.vocab, reference.order)
+    return reference.perplexity(ctx, tgt), quantised.perplexity(ctx, tgt)
