@@ -427,6 +427,17 @@ def test_spec_round_trip_through_nplm_model(binaries, tmp_path):
     assert again.score(SENTENCES[0]) == mix.score(SENTENCES[0])
 
 
+def test_spec_of_a_kenlm_component_reloads_its_file_in_nplm(models, kenlm_o3, tmp_path):
+    mix = nplm.interpolate([kenlm_o3, models["ptb5k.o5"]], [0.25, 0.75])
+    spec = tmp_path / "k.json"
+    mix.save(str(spec))
+    assert json.loads(spec.read_text())["models"][0] == str(REFERENCE / "ptb5k.o3.arpa.xz")
+    loaded = nplm.Model(str(spec), _quiet())
+    for s in SENTENCES:
+        np.testing.assert_allclose([p for p, _, _ in loaded.full_scores(s)],
+                                   [p for p, _, _ in mix.full_scores(s)], atol=1e-6)
+
+
 def test_cli_tunes_and_writes_a_spec(binaries, tmp_path, dev, capsys):
     text = tmp_path / "dev.txt"
     text.write_text("\n".join(dev[:60]) + "\n")
