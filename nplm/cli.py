@@ -282,3 +282,65 @@ def main(argv=None):
         return 130
     except (OSError, ValueError) as e:
         return _error(str(e))
+
+
+@command("distil", "Distil a model (neural, interpolated or back-off) into a normalised back-off ARPA table")
+class Distil:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("model", help="teacher: any model nplm.Model loads (ARPA, nplm binary, ...)")
+        p.add_argument("--text", help="training text whose n-grams to list (one sentence per line)")
+        p.add_argument("--ngrams", help="list the n-grams of this ARPA file (with or instead of --text)")
+        p.add_argument("--order", "-o", type=int, required=True, help="order of the distilled table")
+        p.add_argument("--arpa", required=True,
+                       help="output: ARPA (.gz/.bz2/.xz compressed by extension), or an nplm binary "
+                            "when the name ends in .nplm/.bin")
+        p.add_argument("--min-count", type=int, nargs="+", metavar="N",
+                       help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
+        p.add_argument("--top-k", type=int, default=0,
+                       help="also list each text context's K most probable continuations")
+        p.add_argument("--top-k-min-count", type=int, default=2,
+                       help="only for contexts seen at least this often (default 2)")
+        p.add_argument("--lower", help="model giving the probabilities of orders below --order")
+        p.add_argument("--prune-to", type=int, metavar="NGRAMS",
+                       help="relative-entropy pruning to at most this many n-grams of orders >= 2")
+        p.add_argument("--threads", type=int, default=1,
+                       help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+    @staticmethod
+    def run(args):
+        from .distil import distil_to_file
+        if args.text is None and args.ngrams is None:
+            return _error("give --text and/or --ngrams: the n-grams to list")
+        tables = distil_to_file(args.model, args.arpa, args.order, args.text, ngrams=args.ngrams,
+                                min_count=args.min_count, top_k=args.top_k,
+                                top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
+                                prune_to=args.prune_to, threads=args.threads, progress=not args.quiet)
+        print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)
+        return 0
+
+
+@command("convert", "Convert between ARPA, nplm back-off/neural binaries, float16/int8 neural and ISI NPLM")
+class Convert:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("input", help="model file (format detected from its content)")
+        p.add_argument("output", help="output file (written atomically; never the input)")
+        p.add_argument("--to", choices=["arpa", "binary", "neural", "float16", "int8", "isi"],
+                       help="output format (default: from the output name, .arpa[.gz] or .isi, "
+                            "else the input's counterpart)")
+        p.add_argument("--text", help="with a quantisation: report the perplexity change on this text")
+
+    @staticmethod
+    def run(args):
+        from .convert import convert
+        sf, tf, report = convert(args.input, args.output, to=args.to, text=args.text)
+        msg = f"{sf} -> {tf}"
+        if "bytes_after" in report:
+            msg += f", {report['bytes_before']} -> {report['bytes_after']} bytes"
+        if "perplexity_after" in report:
+            msg += (f", perplexity {report['perplexity_before']:.3f} -> {report['perplexity_after']:.3f} "
+                    f"({100 * report['perplexity_change']:+.3f}%)")
+        print(msg, file=sys.stderr)
+        return 0
