@@ -276,3 +276,17 @@ def test_refuses_to_overwrite_input_and_mismatched_kinds(tmp_path):
     with pytest.raises(FormatError, match="junk.txt"):
         convert.convert(bad, tmp_path / "y.nplm")
     assert not (tmp_path / "y.nplm").exists()
+
+
+def test_cli_convert(tmp_path, capsys):
+    from nplm.cli import main
+    net = _random_net()
+    src = tmp_path / "n.nplm"
+    net.save(src)
+    text = tmp_path / "t.txt"
+    text.write_text("w1 w2 w3 w4\nw5 w6\n")
+    assert main(["convert", str(src), str(tmp_path / "q.nplm"), "--to", "int8", "--text", str(text)]) == 0
+    err = capsys.readouterr().err
+    assert "neural -> int8" in err and "perplexity" in err
+    assert main(["convert", str(src), str(src), "--to", "float16"]) == 1
+    assert "refusing to overwrite" in capsys.readouterr().err

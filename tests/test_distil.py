@@ -296,3 +296,18 @@ def test_bad_input(tiny, tmp_path):
     with pytest.raises(ValueError, match="refusing to overwrite"):
         distil.distil_to_file(str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"), text, 3, text=str(text))
     assert text.read_bytes() == before
+
+
+def test_cli_distil(tiny, tmp_path, capsys):
+    from nplm.cli import main
+    teacher, text, held, d = tiny
+    out = tmp_path / "cli.arpa.gz"
+    rc = main(["distil", str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"), "--text", str(text),
+               "--order", "3", "--arpa", str(out), "--min-count", "1", "2", "-q"])
+    assert rc == 0
+    expect = distil.distil(teacher, 3, text=str(text), min_count=[1, 2])
+    got = arpa.read_arpa(out)
+    assert got.counts == expect.counts
+    assert "n-grams: 1=" in capsys.readouterr().err
+    k = kenlm.Model(str(out))
+    assert k.order == 3
