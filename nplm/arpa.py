@@ -9,9 +9,19 @@ sections holding exactly ``count`` lines ``prob<TAB>w1 w2 ...[<TAB>backoff]``;
 ``\\end\\`` followed by nothing but blank lines.  Words are separated by tabs or
 spaces, a missing back-off is 0, CRLF line ends are fine.  Words are UTF-8.
 
-The Python layer here handles headers and words every error message (file:line);
-the n-gram lines themselves are parsed by ``nplm._arpa`` without the GIL while a
-second thread reads and decompresses the next chunk.
+The Python layer here handles the header and section lines and words every error
+message (file:line); the n-gram lines themselves are parsed by ``nplm._arpa``
+without the GIL (in two threads for big buffers when a core is idle) while
+another thread reads and decompresses the next chunk.  Memory grows with the
+data, never with what a header claims: counts are checked against a plain
+file's size before anything is allocated, and compressed input grows its arrays
+as entries arrive.
+
+Floats are read correctly rounded to float32 (an exact double fast path with a
+check for the one case where rounding through double could differ, glibc's
+``strtof_l`` otherwise), and written as the shortest decimal that reads back
+as the same float32, laid out as lmplz (double-conversion) does: ``-0`` for
+negative zero, exponent notation such as ``1e-7`` outside [1e-6, 1e21).
 """
 import io
 import os
@@ -433,7 +443,7 @@ def read_arpa(path, progress=False):
                 end = data.rfind(b"\n") + 1
                 if end == 0:
                     if len(data) > MAX_LINE:
-                        raise FormatError(f"a line longer than {MAX_LINE >> 20} MiB: this is not "
+                        raise FormatError(f"a line longer than {MAX_LINE} bytes: this is not "
                                           "an ARPA file", source, reader.parser.line + 1)
                     carry = data
                     continue

@@ -518,3 +518,13 @@ def test_read_from_stdin_compressed(tmp_path):
         out = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parents[1], check=True)
     assert out.stdout.strip() == "[4, 2] -"
+
+
+def test_endless_line_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(arpa, "CHUNK", 100)
+    monkeypatch.setattr(arpa, "MAX_LINE", 1000)
+    path = tmp_path / "bad.arpa"
+    path.write_bytes(GOOD.replace(b"\\end\\\n", b"\\end\\\n" + b"x" * 5000))
+    with pytest.raises(FormatError, match="a line longer than") as info:
+        read_arpa(path)
+    assert info.value.line == 16
