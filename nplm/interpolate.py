@@ -80,7 +80,7 @@ def _component(obj, config):
     if _is_kenlm(obj):
         return _Component(obj, None, None, os.fsdecode(obj.path), True, obj)
     if isinstance(obj, _kernels.ModelBase):
-        path = getattr(obj, "path", None)
+        path = None if isinstance(obj, InterpolatedModel) else getattr(obj, "path", None)
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         return _Component(None, None, None, path, False, obj)
@@ -362,7 +362,8 @@ class InterpolatedModel(_kernels.ModelBase):
         paths = []
         for c in self._comps:
             if not c.path:
-                raise ValueError("a component without a file cannot be saved in a spec")
+                raise ValueError("a component without a file (e.g. a mixture built in Python: "
+                                 "save it first and pass its spec path) cannot be saved in a spec")
             p = c.path
             if base_dir is not None and not os.path.relpath(p, base_dir).startswith(".."):
                 p = os.path.relpath(p, base_dir)      # a spec beside its models can move with them

@@ -266,6 +266,20 @@ def test_kenlm_api_consistency(models):
         assert probs[off[i]:off[i + 1]].tolist() == pytest.approx([p for p, _, _ in mix.full_scores(s)])
 
 
+def test_nested_linear_mixture_equals_the_flat_one(models, tmp_path):
+    a, b, c = models["wiki3k.o5"], models["ptb5k.o3"], models["ptb5k.o5"]
+    inner = nplm.interpolate([b, c], [0.6, 0.4])
+    with pytest.raises(ValueError, match="not normalised"):    # different vocabularies, "unk" rule
+        nplm.interpolate([nplm.interpolate([a, b], [0.5, 0.5]), c], [0.5, 0.5])
+    nested = nplm.interpolate([a, inner], [0.3, 0.7])
+    flat = nplm.interpolate([a, b, c], [0.3, 0.7 * 0.6, 0.7 * 0.4])
+    for s in SENTENCES:
+        np.testing.assert_allclose([p for p, _, _ in nested.full_scores(s)],
+                                   [p for p, _, _ in flat.full_scores(s)], atol=2e-6)
+    with pytest.raises(ValueError, match="without a file"):
+        nested.save(str(tmp_path / "n.json"))
+
+
 def test_threads_and_a_tiny_cache_give_the_same_normalised_scores(models):
     comps = [models["ptb5k.o3"], models["ptb5k.o5"]]
     lines = read_lines(DATA / "ptb" / "ptb.valid.txt", limit=12)
