@@ -20,7 +20,7 @@ Kernels return status codes; the Python layer turns them into exceptions.
 """
 from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy, memcmp, memset, memmove
+from libc.string cimport memcpy, memcmp, memset, memmove, memchr
 from libc.math cimport log10, INFINITY
 
 import numpy as np
@@ -39,6 +39,34 @@ cdef enum:
     KN_INTERNAL = -4     # a context that should exist was not found (a bug)
 
 cdef uint64_t MAX_ENTRIES = 0xFFFFFFF0u
+
+cdef enum:
+    PREFETCH = 16          # n-gram windows hashed ahead of the one being counted
+    PIECE = 1 << 20        # bytes of text tokenised at a time
+
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) nogil
+
+cdef extern from *:
+    """
+    #if defined(__GLIBC__)
+    #include <malloc.h>
+    static int nplm_trim(void) { return malloc_trim(0); }
+    #else
+    static int nplm_trim(void) { return 0; }
+    #endif
+    """
+    int nplm_trim() nogil
+
+
+def release_free_memory():
+    """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere).
+
+    glibc raises its mmap threshold after a large block is freed, so the next
+    arrays of a few MB come from the heap, and between stages the heap holds
+    freed pages that count towards the peak of the next stage."""
+    with nogil:
+        nplm_trim()
 
 
 cdef inline uint64_t _mix64(uint64_t h) noexcept nogil:
@@ -92,13 +120,12 @@ cdef class Counter:
     cdef size_t vsize, vcap
     cdef uint32_t *vslots
     cdef size_t vmask
-    # n-gram table: keys (order words per entry, insertion order) and counts
-    cdef uint32_t *keys
-    cdef uint64_t *counts
+    # n-gram table: entries (order words, then the count as two uint32) in
+    # insertion order, and open-addressing slots pointing at them
+    cdef uint32_t *ent
     cdef size_t nsize, ncap
     cdef uint64_t *nslots           # (hash high 32 bits << 32) | (entry + 1); 0 = empty
     cdef size_t nmask
-    cdef uint32_t *gram             # the n-gram being built: context then word
 
     def __cinit__(self, int order, bint skip_symbols=False):
         if order < 1:
@@ -113,13 +140,11 @@ cdef class Counter:
         self.vmask = (1 << 13) - 1
         self.vslots = <uint32_t *> calloc(self.vmask + 1, sizeof(uint32_t))
         self.ncap = 1 << 16
-        self.keys = <uint32_t *> malloc(self.ncap * order * sizeof(uint32_t))
-        self.counts = <uint64_t *> malloc(self.ncap * sizeof(uint64_t))
+        self.ent = <uint32_t *> malloc(self.ncap * (order + 2) * sizeof(uint32_t))
         self.nmask = (1 << 17) - 1
         self.nslots = <uint64_t *> calloc(self.nmask + 1, sizeof(uint64_t))
-        self.gram = <uint32_t *> malloc(order * sizeof(uint32_t))
         if (self.arena == NULL or self.voffsets == NULL or self.vhashes == NULL or self.vslots == NULL
-                or self.keys == NULL or self.counts == NULL or self.nslots == NULL or self.gram == NULL):
+                or self.ent == NULL or self.nslots == NULL):
             raise MemoryError("cannot allocate the n-gram counter")
         self.voffsets[0] = 0
         cdef const char *specials[3]
@@ -133,11 +158,10 @@ cdef class Counter:
     def __dealloc__(self):
         free(self.arena); free(self.voffsets); free(self.vhashes); free(self.vslots)
         self._free_table()
-        free(self.gram)
 
     cdef void _free_table(self) noexcept nogil:
-        free(self.keys); free(self.counts); free(self.nslots)
-        self.keys = NULL; self.counts = NULL; self.nslots = NULL
+        free(self.ent); free(self.nslots)
+        self.ent = NULL; self.nslots = NULL
 
     # ---------------------------------------------------------------- vocabulary
     cdef int64_t _word_id(self, const uint8_t *p, size_t n) noexcept nogil:
@@ -235,60 +259,70 @@ cdef class Counter:
         return 0
 
     # ---------------------------------------------------------------- n-grams
-    cdef int _count_gram(self) noexcept nogil:
-        """Add one occurrence of self.gram; 0, or -1 when out of memory/indices."""
+    # Entries live in insertion order, each ``order`` words then the count (two
+    # uint32), so that the key check and the increment touch one cache line.
+
+    cdef inline uint32_t *_entry(self, size_t e) noexcept nogil:
+        return self.ent + e * (self.order + 2)
+
+    cdef int _insert(self, const uint32_t *gram, uint64_t h) noexcept nogil:
+        """Add one occurrence of gram (hash h); 0, or -1 when out of memory/indices."""
         cdef int n = self.order
-        cdef uint64_t h = _hash_words(self.gram, n)
         cdef uint64_t tag = h & 0xFFFFFFFF00000000ULL
         cdef size_t i = h & self.nmask
-        cdef uint64_t s
-        cdef size_t e
+        cdef uint64_t s, c
+        cdef uint32_t *e
+        cdef size_t idx
         while True:
             s = self.nslots[i]
             if s == 0:
                 break
             if (s & 0xFFFFFFFF00000000ULL) == tag:
-                e = <size_t> (s & 0xFFFFFFFFULL) - 1
-                if memcmp(self.keys + e * n, self.gram, n * sizeof(uint32_t)) == 0:
-                    self.counts[e] += 1
+                e = self._entry(<size_t> (s & 0xFFFFFFFFULL) - 1)
+                if memcmp(e, gram, n * sizeof(uint32_t)) == 0:
+                    memcpy(&c, e + n, sizeof(uint64_t))
+                    c += 1
+                    memcpy(e + n, &c, sizeof(uint64_t))
                     return 0
             i = (i + 1) & self.nmask
         if self.nsize >= MAX_ENTRIES:
             return -1
         if self.nsize == self.ncap:
-            if self._grow_table_arrays() < 0:
+            if self._grow_entries() < 0:
                 return -1
-        e = self.nsize
-        memcpy(self.keys + e * n, self.gram, n * sizeof(uint32_t))
-        self.counts[e] = 1
+        idx = self.nsize
+        e = self._entry(idx)
+        memcpy(e, gram, n * sizeof(uint32_t))
+        c = 1
+        memcpy(e + n, &c, sizeof(uint64_t))
         self.nsize += 1
-        self.nslots[i] = tag | <uint64_t> (e + 1)
+        self.nslots[i] = tag | <uint64_t> (idx + 1)
         if 2 * self.nsize > self.nmask + 1:
-            return self._rehash_table()
+            return self._rehash_table(self.nmask + 1)
         return 0
 
-    cdef int _grow_table_arrays(self) noexcept nogil:
+    cdef int _grow_entries(self) noexcept nogil:
         cdef size_t cap = self.ncap * 2
-        cdef uint32_t *k = <uint32_t *> realloc(self.keys, cap * self.order * sizeof(uint32_t))
+        cdef uint32_t *k = <uint32_t *> realloc(self.ent, cap * (self.order + 2) * sizeof(uint32_t))
         if k == NULL:
             return -1
-        self.keys = k
-        cdef uint64_t *c = <uint64_t *> realloc(self.counts, cap * sizeof(uint64_t))
-        if c == NULL:
-            return -1
-        self.counts = c
+        self.ent = k
         self.ncap = cap
         return 0
 
-    cdef int _rehash_table(self) noexcept nogil:
-        cdef size_t mask = (self.nmask + 1) * 2 - 1
-        cdef uint64_t *slots = <uint64_t *> calloc(mask + 1, sizeof(uint64_t))
+    cdef int _rehash_table(self, size_t grow_to) noexcept nogil:
+        """Rebuild the slots at twice ``grow_to`` slots (or more)."""
+        cdef size_t size = self.nmask + 1
+        while size < 2 * grow_to:
+            size *= 2
+        cdef size_t mask = size - 1
+        cdef uint64_t *slots = <uint64_t *> calloc(size, sizeof(uint64_t))
         if slots == NULL:
             return -1
         cdef size_t e, i
         cdef uint64_t h
         for e in range(self.nsize):
-            h = _hash_words(self.keys + e * self.order, self.order)
+            h = _hash_words(self._entry(e), self.order)
             i = h & mask
             while slots[i] != 0:
                 i = (i + 1) & mask
@@ -298,25 +332,21 @@ cdef class Counter:
         self.nmask = mask
         return 0
 
-    cdef int _append(self, uint32_t word) noexcept nogil:
-        cdef int n = self.order
-        self.gram[n - 1] = word
-        if self._count_gram() < 0:
-            return -1
-        if n > 1:
-            memmove(self.gram, self.gram + 1, (n - 1) * sizeof(uint32_t))
-        return 0
-
-    cdef int _feed(self, const uint8_t *data, size_t n) noexcept nogil:
+    cdef int64_t _tokenize(self, const uint8_t *data, size_t n, uint32_t *out) noexcept nogil:
+        """Write the sentences of data[:n] to ``out`` as ids, each preceded by
+        order-1 <s> and followed by </s>: every n-gram is then a contiguous window
+        ending at a non-<s> id.  Returns the length, or a negative status."""
         cdef size_t i = 0, start
+        cdef int64_t m = 0
+        cdef int64_t sentence_start
         cdef int j
         cdef int64_t w
         cdef bint words_on_line
-        if self.keys == NULL:
-            return KN_INTERNAL
         while i < n:
+            sentence_start = m
             for j in range(self.order - 1):
-                self.gram[j] = BOS
+                out[m] = BOS
+                m += 1
             words_on_line = False
             while True:
                 while i < n and data[i] != 10 and _is_delim(data[i]):
@@ -338,29 +368,96 @@ cdef class Counter:
                         return KN_SPECIAL
                     self.unk_tokens += 1
                 words_on_line = True
-                if self._append(<uint32_t> w) < 0:
-                    return KN_NOMEM
+                out[m] = <uint32_t> w
+                m += 1
                 self.tokens += 1
             # A line ends at '\n'; a last line without one is a sentence only if it
             # holds words (lmplz drops that sentence's </s>; we keep it).
             if i < n:
                 i += 1
             elif not words_on_line:
+                m = sentence_start
                 break
-            if self._append(EOS) < 0:
-                return KN_NOMEM
+            out[m] = EOS
+            m += 1
             self.sentences += 1
+        return m
+
+    cdef int _count_stream(self, const uint32_t *ids, int64_t m) noexcept nogil:
+        """Count every n-gram window of the padded id stream.  The slot of the
+        window PREFETCH positions ahead is fetched early: the table is far larger
+        than the caches, and waiting for each slot in turn dominated counting."""
+        cdef int n = self.order
+        cdef int64_t j, ahead
+        cdef uint64_t ring[PREFETCH]
+        cdef uint64_t h
+        for j in range(n - 1, min(m, n - 1 + PREFETCH)):
+            ring[j % PREFETCH] = _hash_words(ids + j - n + 1, n)
+        for j in range(n - 1, m):
+            ahead = j + PREFETCH
+            h = ring[j % PREFETCH]
+            if ahead < m:
+                ring[ahead % PREFETCH] = _hash_words(ids + ahead - n + 1, n)
+                __builtin_prefetch(&self.nslots[ring[ahead % PREFETCH] & self.nmask])
+            if ids[j] == BOS:
+                continue
+            if self._insert(ids + j - n + 1, h) < 0:
+                return KN_NOMEM
         return KN_OK
 
     def feed(self, const uint8_t[::1] data):  # IN: whole lines of UTF-8 text
         """Count the sentences in ``data`` (lines; a final line may lack its newline).
-        Returns a status code: 0, or KN_NOMEM/KN_SPECIAL (see ``err_offset``)."""
-        cdef int rc
-        cdef size_t n = data.shape[0]
+        Returns a status code: 0, or KN_NOMEM/KN_SPECIAL (see ``err_offset``, an
+        offset into ``data``)."""
+        cdef size_t n = data.shape[0], pos = 0, end, lines, cap = 0, need
+        cdef const uint8_t *base
+        cdef const uint8_t *q
+        cdef int64_t m
+        cdef int rc = KN_OK
+        cdef uint32_t *ids = NULL
+        cdef uint32_t *grown
         if n == 0:
             return KN_OK
+        if self.ent == NULL:
+            return KN_INTERNAL
+        base = &data[0]
         with nogil:
-            rc = self._feed(&data[0], n)
+            # Pieces of about PIECE bytes, cut after a newline, keep the id
+            # buffer small whatever the chunk size.
+            while pos < n and rc == KN_OK:
+                end = pos + PIECE
+                if end >= n:
+                    end = n
+                else:
+                    q = <const uint8_t *> memchr(base + end - 1, 10, n - end + 1)
+                    end = n if q == NULL else <size_t> (q - base) + 1
+                lines = 1
+                q = base + pos
+                while True:
+                    q = <const uint8_t *> memchr(q, 10, <size_t> (base + end - q))
+                    if q == NULL:
+                        break
+                    lines += 1
+                    q += 1
+                # ids: order-1 <s> and one </s> per line, at most one word per 2 bytes
+                need = lines * <size_t> self.order + (end - pos + 1) // 2 + 1
+                if need > cap:
+                    grown = <uint32_t *> realloc(ids, need * sizeof(uint32_t))
+                    if grown == NULL:
+                        rc = KN_NOMEM
+                        break
+                    ids = grown
+                    cap = need
+                self.err_offset = -1
+                m = self._tokenize(base + pos, end - pos, ids)
+                if m < 0:
+                    rc = <int> m
+                    if self.err_offset >= 0:
+                        self.err_offset += <int64_t> pos
+                    break
+                rc = self._count_stream(ids, m)
+                pos = end
+        free(ids)
         return rc
 
     @property
@@ -385,71 +482,84 @@ cdef class Counter:
 
     def suffix_sorted(self):
         """Hand over the counted n-grams, sorted in suffix order, as numpy arrays
-        ``(keys (D, order) uint32, counts (D,) uint64)``; frees the table."""
-        cdef size_t d = self.nsize, n = self.order
+        ``(keys (D, order) uint32, counts (D,) uint64)``; frees the table.
+
+        LSD radix sort: word 0 first, the last word last (most significant), each
+        word in digits of at most 11 bits so the bucket heads stay in cache."""
+        cdef size_t d = self.nsize, n = self.order, stride = n + 2
         keys_a = np.empty((d, n), dtype=np.uint32)
         counts_a = np.empty(d, dtype=np.uint64)
-        keys_b = np.empty((d, n), dtype=np.uint32)
-        counts_b = np.empty(d, dtype=np.uint64)
-        cdef uint32_t[:, ::1] ka = keys_a
-        cdef uint64_t[::1] ca = counts_a
-        cdef uint32_t[:, ::1] kb = keys_b
-        cdef uint64_t[::1] cb = counts_b
         free(self.nslots)
         self.nslots = NULL
         if d == 0:
             self._free_table()
             return keys_a, counts_a
-        cdef int wide = self.vsize > 65536
-        cdef int passes = <int> n * (2 if wide else 1)
-        cdef int p, col, shift
-        cdef uint32_t *src_k = self.keys
-        cdef uint64_t *src_c = self.counts
-        cdef uint32_t *dst_k
-        cdef uint64_t *dst_c
-        cdef size_t *hist = <size_t *> malloc(65537 * sizeof(size_t))
-        if hist == NULL:
-            raise MemoryError("radix sort histogram")
+        cdef uint32_t[:, ::1] kout = keys_a
+        cdef uint64_t[::1] cout = counts_a
+        cdef int bits_total = 1, per, bits, p, passes, col, shift
+        while (<size_t> 1 << bits_total) < self.vsize:
+            bits_total += 1
+        per = (bits_total + 10) // 11
+        bits = (bits_total + per - 1) // per
+        passes = <int> n * per
+        cdef size_t *hist = <size_t *> malloc(((<size_t> 1 << bits) + 1) * sizeof(size_t))
+        cdef uint32_t *tmp = <uint32_t *> malloc(d * stride * sizeof(uint32_t))
+        cdef uint32_t *src = self.ent
+        cdef uint32_t *dst
+        cdef bint moved
+        if hist == NULL or tmp == NULL:
+            free(hist); free(tmp)
+            raise MemoryError(f"radix sort: {d * stride * 4} bytes")
         with nogil:
+            dst = tmp
             for p in range(passes):
-                col = p // 2 if wide else p
-                shift = 16 * (p % 2) if wide else 0
-                if p % 2 == 0:
-                    dst_k = &ka[0, 0]
-                    dst_c = &ca[0]
-                else:
-                    dst_k = &kb[0, 0]
-                    dst_c = &cb[0]
-                _radix_pass(src_k, src_c, dst_k, dst_c, d, n, col, shift, hist)
-                if p == 0:
-                    self._free_table()
-                src_k = dst_k
-                src_c = dst_c
+                col = p // per
+                shift = (p % per) * bits
+                if p == passes - 1:
+                    _radix_pass(src, stride, NULL, &kout[0, 0], &cout[0], d, n, col, shift, bits, hist)
+                    break
+                moved = _radix_pass(src, stride, dst, NULL, NULL, d, n, col, shift, bits, hist)
+                if not moved:
+                    continue      # every row has the same digit: already in order
+                # ping-pong; the table's own entries become the second buffer
+                src, dst = dst, src
+            self._free_table()
+            free(tmp)
         free(hist)
-        if passes % 2 == 1:
-            return keys_a, counts_a
-        return keys_b, counts_b
+        return keys_a, counts_a
 
 
-cdef void _radix_pass(const uint32_t *src_k, const uint64_t *src_c, uint32_t *dst_k, uint64_t *dst_c,
-                      size_t d, size_t n, int col, int shift, size_t *hist) noexcept nogil:
-    """Stable counting sort of rows by the 16-bit digit (key[col] >> shift) & 0xFFFF."""
-    cdef size_t i, pos, total = 0, c
-    cdef uint32_t digit
-    memset(hist, 0, 65537 * sizeof(size_t))
+cdef bint _radix_pass(const uint32_t *src, size_t stride, uint32_t *dst, uint32_t *kout, uint64_t *cout,
+                      size_t d, size_t n, int col, int shift, int bits, size_t *hist) noexcept nogil:
+    """Stable counting sort of rows (n words + count as 2 uint32) by the digit
+    (word[col] >> shift) & (2^bits - 1), into dst rows, or into split key/count
+    outputs when dst is NULL.  Returns False (and moves nothing, unless splitting)
+    when every row has the same digit."""
+    cdef size_t i, pos, total = 0, c, buckets = <size_t> 1 << bits
+    cdef uint32_t digit, mask = <uint32_t> (buckets - 1)
+    cdef const uint32_t *row
+    memset(hist, 0, (buckets + 1) * sizeof(size_t))
     for i in range(d):
-        hist[(src_k[i * n + col] >> shift) & 0xFFFF] += 1
-    for i in range(65536):
+        hist[(src[i * stride + col] >> shift) & mask] += 1
+    if dst != NULL:
+        for i in range(buckets):
+            if hist[i] == d:
+                return False
+    for i in range(buckets):
         c = hist[i]
         hist[i] = total
         total += c
     for i in range(d):
-        digit = (src_k[i * n + col] >> shift) & 0xFFFF
+        row = src + i * stride
+        digit = (row[col] >> shift) & mask
         pos = hist[digit]
         hist[digit] = pos + 1
-        memcpy(dst_k + pos * n, src_k + i * n, n * sizeof(uint32_t))
-        dst_c[pos] = src_c[i]
-
+        if dst != NULL:
+            memcpy(dst + pos * stride, row, stride * sizeof(uint32_t))
+        else:
+            memcpy(kout + pos * n, row, n * sizeof(uint32_t))
+            memcpy(cout + pos, row + n, sizeof(uint64_t))
+    return True
 
 
 cdef inline uint32_t _common_suffix(const uint32_t *a, const uint32_t *b, int n) noexcept nogil:
@@ -485,35 +595,60 @@ def adjust_sizes(const uint32_t[:, ::1] keys):  # IN: suffix-sorted highest-orde
 cdef struct OrderArrays:
     int32_t *words     # (size, k) the n-grams, oldest word first
     uint64_t *adj      # adjusted counts
-    uint64_t *raw      # raw counts (for pruning)
     int32_t *parent    # index of the (k-1)-word suffix in order k-1
-    uint8_t *mark      # 1 = pruned
+    uint8_t *mark      # 1 = pruned (zeroed by the caller; only set here)
     int64_t size
 
 
-cdef void _adjust_pass(const uint32_t[:, ::1] keys, const uint64_t[::1] counts,
-                       OrderArrays *o, int64_t *cur, uint8_t *valid) noexcept nogil:
+cdef struct Pruning:
+    const uint64_t *thresholds   # order k prunes raw count <= thresholds[k-1]
+    const uint8_t *word          # 1 = word outside --limit_vocab_file
+    bint limit_vocab
+
+
+cdef inline void _close(OrderArrays *o, int k, int64_t g, uint64_t raw, Pruning *pr) noexcept nogil:
+    """An n-gram of order k is complete: mark it if pruned (raw count at most the
+    threshold, or holding a word outside the allowed vocabulary)."""
+    cdef int j
+    if raw <= pr.thresholds[k - 1]:
+        o[k].mark[g] = 1
+    elif pr.limit_vocab:
+        for j in range(k):
+            if pr.word[o[k].words[g * k + j]]:
+                o[k].mark[g] = 1
+                return
+
+
+cdef void _adjust_pass(uint32_t[:, ::1] keys, uint64_t[::1] counts, OrderArrays *o,
+                       int64_t *cur, uint8_t *valid, uint64_t *last_raw, Pruning *pr) noexcept nogil:
     cdef Py_ssize_t d = keys.shape[0], i
     cdef int n = keys.shape[1], k, j
     cdef uint32_t lcs, w
     cdef uint64_t c
     cdef int64_t g
-    cdef const uint32_t *row
+    cdef uint32_t *row
+    cdef uint64_t run[64]       # raw count of the open n-gram of each order
     for k in range(n + 1):
         cur[k] = -1
         valid[k] = 0
+        run[k] = 0
     for i in range(d):
         row = &keys[i, 0]
         c = counts[i]
         lcs = _common_suffix(row, &keys[i - 1, 0], n) if i > 0 else 0
         w = row[n - 1]
-        o[1].raw[w] += c
+        if lcs < 1:
+            run[1] = 0
+        run[1] += c
         if n == 1:
             o[1].adj[w] += c
         elif lcs < 2:
             o[1].adj[w] += 1
         for k in range(2, n):
             if lcs < <uint32_t> k:
+                if valid[k]:
+                    _close(o, k, cur[k], run[k], pr)
+                run[k] = 0
                 valid[k] = row[n - k + 1] != BOS
                 if valid[k]:
                     cur[k] += 1
@@ -523,7 +658,7 @@ cdef void _adjust_pass(const uint32_t[:, ::1] keys, const uint64_t[::1] counts,
                     o[k].parent[g] = <int32_t> (row[n - 1] if k == 2 else cur[k - 1])
             if valid[k]:
                 g = cur[k]
-                o[k].raw[g] += c
+                run[k] += c
                 if row[n - k] == BOS:
                     # n-grams starting with <s> have no left context: raw count
                     o[k].adj[g] += c
@@ -531,16 +666,22 @@ cdef void _adjust_pass(const uint32_t[:, ::1] keys, const uint64_t[::1] counts,
                     # a new (k+1)-word suffix: one more distinct left extension
                     o[k].adj[g] += 1
         if n >= 2 and row[1] != BOS:
+            # The highest order is compacted in place: row g <= i was read already.
             cur[n] += 1
             g = cur[n]
-            for j in range(n):
-                o[n].words[g * n + j] = <int32_t> row[j]
-            o[n].adj[g] = c
-            o[n].raw[g] = c
             o[n].parent[g] = <int32_t> (row[n - 1] if n == 2 else cur[n - 1])
+            if g != i:
+                memcpy(&keys[g, 0], row, n * sizeof(uint32_t))
+                counts[g] = c
+            _close(o, n, g, c, pr)
+    for k in range(2, n):
+        if valid[k]:
+            _close(o, k, cur[k], run[k], pr)
+    for k in range(1, n):
+        last_raw[k] = run[k]
 
 
-cdef void _add_stat(uint64_t *st, uint64_t count, bint pruned) noexcept nogil:
+cdef inline void _add_stat(uint64_t *st, uint64_t count, bint pruned) noexcept nogil:
     if count < 5:
         st[count] += 1
     st[5] += 1
@@ -548,45 +689,35 @@ cdef void _add_stat(uint64_t *st, uint64_t count, bint pruned) noexcept nogil:
         st[6] += 1
 
 
-cdef void _marks_and_stats(const uint32_t[:, ::1] keys, OrderArrays *o, int64_t *cur, uint8_t *valid,
-                           const uint64_t[::1] thresholds, const uint8_t[::1] prune_word,
-                           bint limit_vocab, uint64_t[:, ::1] stats) noexcept nogil:
-    cdef Py_ssize_t d = keys.shape[0]
-    cdef int n = keys.shape[1], k, j
-    cdef int64_t g, v = o[1].size
-    cdef uint32_t last_word = keys[d - 1, n - 1]
+cdef void _stats(int n, uint32_t last_word, OrderArrays *o, int64_t *cur, uint8_t *valid,
+                 uint64_t *last_raw, Pruning *pr, uint64_t[:, ::1] stats) noexcept nogil:
+    cdef int k
+    cdef int64_t g
     cdef uint64_t a
-    cdef bint m
     # Unigrams: never pruned by count (lmplz keeps <unk>, <s>, </s>; unigram
     # thresholds are refused in Python), only by --limit_vocab_file.
-    for g in range(v):
-        m = limit_vocab and prune_word[g]
-        o[1].mark[g] = m
+    for g in range(o[1].size):
+        if pr.limit_vocab and pr.word[g]:
+            o[1].mark[g] = 1
         a = o[1].adj[g]
         if n > 1 and <uint32_t> g == last_word:
-            a = o[1].raw[g]       # lmplz's flush of the last unigram uses its raw count
-        _add_stat(&stats[0, 0], a, m)
+            a = last_raw[1]       # lmplz's flush of the last unigram uses its raw count
+        _add_stat(&stats[0, 0], a, o[1].mark[g])
     for k in range(2, n + 1):
         for g in range(cur[k] + 1):
-            m = o[k].raw[g] <= thresholds[k - 1]
-            if limit_vocab and not m:
-                for j in range(k):
-                    if prune_word[o[k].words[g * k + j]]:
-                        m = True
-                        break
-            o[k].mark[g] = m
             a = o[k].adj[g]
             if k < n and g == cur[k] and valid[k]:
-                a = o[k].raw[g]   # same lmplz quirk for the last n-gram of each order
-            _add_stat(&stats[k - 1, 0], a, m)
+                a = last_raw[k]   # same lmplz quirk for the last n-gram of each order
+            _add_stat(&stats[k - 1, 0], a, o[k].mark[g])
 
 
-def adjust(const uint32_t[:, ::1] keys,       # IN (D, N) suffix-sorted n-grams
-           const uint64_t[::1] counts,        # IN (D,) their counts
-           list words_out,                    # OUT per order k>=2: (n_k, k) int32
-           list adj_out,                      # OUT per order: (n_k,) uint64 adjusted counts
-           list parent_out,                   # OUT per order k>=2: (n_k,) int32 suffix link
-           list mark_out,                     # OUT per order: (n_k,) uint8, 1 = pruned
+def adjust(uint32_t[:, ::1] keys,             # IN/OUT (D, N) suffix-sorted n-grams; on
+                                              #   return rows [:n_N] are order N's n-grams
+           uint64_t[::1] counts,              # IN/OUT (D,) counts; [:n_N] order N's counts
+           list words_out,                    # OUT per order 2..N-1: (n_k, k) int32
+           list adj_out,                      # OUT per order 1..N-1: (n_k,) uint64, zeroed
+           list parent_out,                   # OUT per order 2..N: (n_k,) int32 suffix link
+           list mark_out,                     # OUT per order: (n_k,) uint8, zeroed; 1 = pruned
            const uint64_t[::1] thresholds,    # IN (N,) order k prunes raw count <= t[k-1]
            const uint8_t[::1] prune_word,     # IN (V,) 1 = word outside --limit_vocab_file
            bint limit_vocab,
@@ -597,45 +728,54 @@ def adjust(const uint32_t[:, ::1] keys,       # IN (D, N) suffix-sorted n-grams
     Order N keeps raw counts.  A lower-order n-gram's adjusted count is the number
     of distinct words (``<s>`` included) seen before it, except that n-grams starting
     with ``<s>`` keep their raw count.  Unigrams are indexed by word id; ``<unk>``
-    and ``<s>`` have count 0 unless seen.  Output arrays must be zeroed and sized by
-    ``adjust_sizes``.  Counts-of-counts include pruned n-grams and, like lmplz, take
-    the last n-gram of each lower order (in suffix order) with its raw count."""
+    and ``<s>`` have count 0 unless seen.  Arrays are sized by ``adjust_sizes``.
+    Counts-of-counts include pruned n-grams and, like lmplz, take the last n-gram
+    of each lower order (in suffix order) with its raw count.  Order N's words and
+    counts are written over the first rows of ``keys``/``counts``, which saves a
+    copy of the largest order."""
     cdef int n = keys.shape[1], k
     if keys.shape[0] == 0 or keys.shape[0] != counts.shape[0]:
         raise ValueError("adjust: no n-grams, or keys and counts differ in length")
+    if n >= 63:
+        raise ValueError("adjust: order too large")
     cdef OrderArrays o[64]
     cdef int64_t cur[64]
     cdef uint8_t valid[64]
-    if n >= 63:
-        raise ValueError("adjust: order too large")
+    cdef uint64_t last_raw[64]
+    cdef Pruning pr
     memset(o, 0, sizeof(o))
-    raw1 = np.zeros(prune_word.shape[0], dtype=np.uint64)
-    keep = [raw1]
     cdef int32_t[:, ::1] wv
-    cdef uint64_t[::1] av, rv
+    cdef uint64_t[::1] av
     cdef int32_t[::1] pv
     cdef uint8_t[::1] mv
     for k in range(1, n + 1):
-        av = adj_out[k - 1]
         mv = mark_out[k - 1]
-        rv = raw1 if k == 1 else np.zeros(av.shape[0], dtype=np.uint64)
-        keep.append(rv)
-        o[k].size = av.shape[0]
-        if av.shape[0] == 0:
+        o[k].size = mv.shape[0]
+        if mv.shape[0] == 0:
             continue
-        o[k].adj = &av[0]
         o[k].mark = &mv[0]
-        o[k].raw = &rv[0]
-        if k >= 2:
+        if k < n or k == 1:
+            av = adj_out[k - 1]
+            o[k].adj = &av[0]
+        if 2 <= k < n:
             wv = words_out[k - 1]
-            pv = parent_out[k - 1]
             o[k].words = &wv[0, 0]
+        if k >= 2:
+            pv = parent_out[k - 1]
             o[k].parent = &pv[0]
+    if n >= 2:
+        o[n].words = <int32_t *> &keys[0, 0]   # rows [:n_N], as they are compacted
     if o[1].size != prune_word.shape[0]:
         raise ValueError("adjust: unigram arrays must have one entry per word")
+    pr.thresholds = &thresholds[0]
+    pr.word = &prune_word[0]
+    pr.limit_vocab = limit_vocab
+    cdef uint32_t last_word = keys[keys.shape[0] - 1, n - 1]
     with nogil:
-        _adjust_pass(keys, counts, o, cur, valid)
-        _marks_and_stats(keys, o, cur, valid, thresholds, prune_word, limit_vocab, stats)
+        _adjust_pass(keys, counts, o, cur, valid, last_raw, &pr)
+        if n >= 2:
+            o[n].adj = &counts[0]
+        _stats(n, last_word, o, cur, valid, last_raw, &pr, stats)
     for k in range(2, n + 1):
         if cur[k] + 1 != o[k].size:
             raise RuntimeError(f"adjust: order {k} has {cur[k] + 1} n-grams, sized for {o[k].size}")
@@ -733,7 +873,8 @@ def unigram_probs(const uint64_t[::1] adj,      # IN (V,) adjusted counts by wor
     pruned mass; without interpolation gamma goes to ``<unk>`` alone.  ``<s>`` gets
     probability 1 so scoring it costs nothing.  Returns gamma."""
     cdef Py_ssize_t v = adj.shape[0], w
-    cdef uint64_t denom = 0, pruned = 0, n[4]
+    cdef uint64_t denom = 0, pruned = 0
+    cdef uint64_t n[4]
     cdef float fdenom, gamma, assign, p
     n[0] = n[1] = n[2] = n[3] = 0
     with nogil:
@@ -764,12 +905,23 @@ def unigram_probs(const uint64_t[::1] adj,      # IN (V,) adjusted counts by wor
     return gamma
 
 
+cdef struct ContextSums:
+    uint64_t denom          # sum of the adjusted counts of the context's extensions
+    uint32_t n[3]           # kept extensions with adjusted count 1, 2, 3+
+
+
+cdef struct ContextWeights:
+    float denom
+    float gamma
+
+
 def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
                 const uint8_t[::1] mark,        # IN (n_k,) 1 = pruned
                 const int32_t[::1] ctx,         # IN (n_k,) context index in order k-1
                 const int32_t[::1] parent,      # IN (n_k,) suffix index in order k-1
                 const float[::1] disc,          # IN (4,) this order's discounts
                 const float[::1] prob_prev,     # IN (n_{k-1},) order k-1 probabilities
+                bint pruning,                   # IN whether any n-gram may be marked
                 float[::1] prob,                # OUT (n_k,) probabilities (NaN if pruned)
                 float[::1] logprob,             # OUT (n_k,) min(0, log10 prob)
                 float[::1] backoff_prev):       # OUT (n_{k-1},) log10 back-off of order k-1
@@ -780,39 +932,46 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
     cdef Py_ssize_t m = adj.shape[0], np_ = prob_prev.shape[0], i
     cdef int32_t c
     cdef uint64_t a
-    cdef float p
-    # per context: sum of adjusted counts, pruned mass, n1, n2, n3+
-    cdef uint64_t *acc = <uint64_t *> calloc(np_ * 5 + 1, sizeof(uint64_t))
-    cdef float *gamma = <float *> malloc((np_ + 1) * sizeof(float))
-    cdef float *fdenom = <float *> malloc((np_ + 1) * sizeof(float))
-    if acc == NULL or gamma == NULL or fdenom == NULL:
-        free(acc); free(gamma); free(fdenom)
-        raise MemoryError(f"order_probs: {np_ * 48} bytes")
+    cdef float p, g
+    cdef ContextSums *sums = <ContextSums *> calloc(np_ + 1, sizeof(ContextSums))
+    cdef uint64_t *pruned = <uint64_t *> calloc(np_ + 1, sizeof(uint64_t)) if pruning else NULL
+    cdef ContextWeights *cw = NULL
+    if sums == NULL or (pruning and pruned == NULL):
+        free(sums); free(pruned)
+        raise MemoryError(f"order_probs: {np_ * 24} bytes")
     with nogil:
         for i in range(m):
             c = ctx[i]
             a = adj[i]
-            acc[5 * c] += a
-            if mark[i]:
-                acc[5 * c + 1] += a
+            sums[c].denom += a
+            if pruning and mark[i]:
+                pruned[c] += a
             elif a > 0:
-                acc[5 * c + 1 + (a if a < 3 else 3)] += 1
+                sums[c].n[(a if a < 3 else 3) - 1] += 1
+        # The 8-byte weights overwrite the 24-byte sums in place: weight i lands on
+        # bytes [8i, 8i+8), which only hold sums already converted.
+        cw = <ContextWeights *> sums
         for i in range(np_):
-            fdenom[i] = <float> acc[5 * i]
-            if acc[5 * i]:
-                gamma[i] = _gamma(acc[5 * i + 2], acc[5 * i + 3], acc[5 * i + 4], acc[5 * i + 1],
-                                  fdenom[i], &disc[0])
-                backoff_prev[i] = log10f(gamma[i]) if gamma[i] > 0 else -99.0
+            a = sums[i].denom
+            if a:
+                g = _gamma(sums[i].n[0], sums[i].n[1], sums[i].n[2],
+                           pruned[i] if pruning else 0, <float> a, &disc[0])
+                cw[i].denom = <float> a
+                cw[i].gamma = g
+                backoff_prev[i] = log10f(g) if g > 0 else -99.0
             else:
+                cw[i].denom = 0.0
+                cw[i].gamma = 0.0
                 backoff_prev[i] = 0.0   # not a context
+        free(pruned)
         for i in range(m):
-            if mark[i]:
+            if pruning and mark[i]:
                 prob[i] = 0.0 / 0.0
                 logprob[i] = 0.0
                 continue
             c = ctx[i]
-            p = _uninterp(adj[i], fdenom[c], &disc[0])
-            p = p + gamma[c] * prob_prev[parent[i]]
+            p = _uninterp(adj[i], cw[c].denom, &disc[0])
+            p = p + cw[c].gamma * prob_prev[parent[i]]
             prob[i] = p
             logprob[i] = _log10_clamped(p)
-    free(acc); free(gamma); free(fdenom)
+    free(sums)

@@ -373,21 +373,30 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
                   else np.zeros(vocab_size, dtype=np.uint8))
     vocab = counter.words()
     tokens = counter.tokens
+    _kn.release_free_memory()
     keys, counts = counter.suffix_sorted()
     del counter
+    _kn.release_free_memory()
 
     # 2. Adjusted counts and discounts.
     report.stage(2, "Calculating and sorting adjusted counts")
     sizes = _kn.adjust_sizes(keys)
     sizes[0] = vocab_size
-    words = [None] + [np.empty((sizes[k - 1], k), dtype=np.int32) for k in range(2, order + 1)]
-    adj = [np.zeros(s, dtype=np.uint64) for s in sizes]
+    # Orders 2..N-1 get fresh arrays; order N is compacted into keys/counts.
+    words = [None] + [np.empty((sizes[k - 1], k), dtype=np.int32) for k in range(2, order)] + [None]
+    adj = [np.zeros(s, dtype=np.uint64) for s in sizes[:-1]] + [None]
     parent = [None] + [np.empty(sizes[k - 1], dtype=np.int32) for k in range(2, order + 1)]
     mark = [np.zeros(s, dtype=np.uint8) for s in sizes]
     stats = np.zeros((order, 7), dtype=np.uint64)
+    if order == 1:
+        words, adj = [None], [np.zeros(vocab_size, dtype=np.uint64)]
     _kn.adjust(keys, counts, words, adj, parent, mark, thresholds, prune_word,
                limit_vocab_file is not None, stats)
+    if order > 1:
+        words[-1] = keys.view(np.int32)[:sizes[-1]]
+        adj[-1] = counts[:sizes[-1]]
     del keys, counts
+    _kn.release_free_memory()
     discounts = [_discounts(stats[k - 1, :5], k, fallback, report) for k in range(1, order + 1)]
     kept = [int(stats[k, 6]) for k in range(order)]
     report.say("Statistics:")
@@ -400,6 +409,7 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     report.stage(3, "Calculating and sorting initial probabilities")
     report.stage(4, "Calculating and writing order-interpolated probabilities")
     report.start(sum(sizes))
+    pruning = bool(thresholds.any()) or limit_vocab_file is not None
     uniform = _kn.uniform_probability(max(vocab_pad, kept[0] - 1))
     prob = np.empty(vocab_size, dtype=np.float32)
     logprob = [np.empty(s, dtype=np.float32) for s in sizes]
@@ -411,6 +421,7 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     ctx_prev = None
     for k in range(2, order + 1):
         i = k - 1
+        adj[i - 1] = None          # each array is dropped as soon as it was last used
         if k == 2:
             ctx = np.ascontiguousarray(words[1][:, 0])
         else:
@@ -419,14 +430,17 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
             if _kn.link_contexts(words[i], parent[i], ctx_prev, words[i - 1], cb, ctx) != 0:
                 raise RuntimeError(f"internal error: a context of order {k} is missing")
             del cb
+        parent[i - 1] = ctx_prev = None
+        _kn.release_free_memory()
         prob_k = np.empty(sizes[i], dtype=np.float32)
-        _kn.order_probs(adj[i], mark[i], ctx, parent[i], discounts[i],
-                        prob, prob_k, logprob[i], backoff[i - 1])
+        _kn.order_probs(adj[i], mark[i], ctx, parent[i], discounts[i], prob, pruning,
+                        prob_k, logprob[i], backoff[i - 1])
         prob, ctx_prev = prob_k, ctx
-        adj[i - 1] = parent[i - 1] = None
+        del prob_k, ctx
         done += sizes[i]
         report.update(done)
     del prob, ctx_prev, adj, parent
+    _kn.release_free_memory()
     report.finish()
 
     # Keep what survived pruning; renumber words if unigrams were pruned.
