@@ -13,8 +13,8 @@ shortest decimal that reads back as the same float32 (like double-conversion's
 """
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy, memcmp, memset, memmove
-from libc.math cimport floor, log10, fabs, isfinite
+from libc.string cimport memcpy, memcmp, memset
+from libc.math cimport floor, fabs, isfinite
 
 import numpy as np
 
