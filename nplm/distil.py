@@ -244,11 +244,26 @@ def _load(model):
     return model
 
 
-def _score(model, rows, threads):
+def _score(model, rows, threads, id_map=None):
+    """Teacher log10 probabilities of rows of teacher ids (``id_map``: teacher id ->
+    this model's id, for a lower-order teacher with its own vocabulary order)."""
     out = np.empty(len(rows), np.float32)
+    if id_map is not None:
+        rows = id_map[rows]
     if len(rows):
         _distil.score_rows(model.core, np.ascontiguousarray(rows, dtype=np.int32), out, threads)
     return out
+
+
+def _vocab_map(words, model):
+    """Ids in ``model`` of ``words``; raises when a word other than <null> is unknown
+    to it (the two models would disagree about what <unk> covers)."""
+    ids = model.vocab.ids(words).astype(np.int32)
+    missing = [w for w, i in zip(words, ids) if i == 0 and w not in ("<unk>", "<null>")]
+    if missing:
+        raise ValueError(f"the lower-order teacher lacks {len(missing)} words of the teacher's vocabulary "
+                         f"(first: {missing[0]!r}); both must share one vocabulary")
+    return ids
 
 
 def compute_backoffs(s, logprob, predictable):
@@ -420,8 +435,7 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
             raise ValueError(f"the teacher's vocabulary has no {sp}")
     bos, eos = wid["<s>"], wid["</s>"]
     null = wid.get("<null>")
-    if lower is not teacher and lower.vocab.words() != words:
-        raise ValueError("the lower-order teacher's vocabulary differs from the teacher's")
+    lower_map = _vocab_map(words, lower) if lower is not teacher else None
     thresholds = _per_order(min_count, order, "min_count")
     rows = {n: [] for n in range(2, order + 1)}
     counted = None
@@ -452,7 +466,7 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
             else:
                 r, c = counted[n - 1]
                 ctx = r[(c >= top_k_min_count) & (r[:, -1] != eos)]
-            rows[n].append(_top_continuations(lower if n < order else teacher, ctx, top_k, exclude, progress))
+            rows[n].append(_top_continuations(teacher, ctx, top_k, exclude, progress))
     s = build_structure(V, {n: np.concatenate(rows[n]) if rows[n] else np.zeros((0, n), np.int32)
                             for n in range(2, order + 1)})
     logprob = {}
@@ -461,8 +475,10 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
         from tqdm import tqdm
         it = tqdm(it, desc="teacher scores", unit="order")
     for n in it:
-        model = teacher if n == order else lower
-        logprob[n] = _score(model, s.rows(n), threads).astype(np.float64)
+        if n == order:
+            logprob[n] = _score(teacher, s.rows(n), threads).astype(np.float64)
+        else:
+            logprob[n] = _score(lower, s.rows(n), threads, lower_map).astype(np.float64)
     predictable = np.ones(V, dtype=bool)
     predictable[bos] = False
     if null is not None:

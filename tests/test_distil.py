@@ -273,13 +273,72 @@ def test_relative_entropy_pruning(tiny, tmp_path):
 
 def test_lower_teacher_supplies_lower_orders(tiny):
     teacher, text, held, d = tiny
-    other = _model(REFERENCE / "ptb5k.o2.arpa.xz")
-    with pytest.raises(ValueError, match="vocabulary differs"):
-        distil.distil(teacher, 3, text=str(text), lower_teacher=other)
-    same = distil.distil(teacher, 3, text=str(text), lower_teacher=teacher)
-    base = distil.distil(teacher, 3, text=str(text))
-    for k in range(3):
-        assert np.array_equal(same.logprob[k], base.logprob[k])
+    lower_path = REFERENCE / "ptb5k.o2.arpa.xz"       # trained on a superset of tiny200's text
+    got = distil.distil(teacher, 3, text=str(text), lower_teacher=str(lower_path))
+    km = kenlm.Model(str(lower_path))
+    for row, lp in list(zip(got.ids[1].tolist(), got.logprob[1].tolist()))[:300]:
+        w = [got.vocab[i] for i in row]
+        s, t = kenlm.State(), kenlm.State()
+        if w[0] == "<s>":
+            km.BeginSentenceWrite(s)
+        else:
+            km.NullContextWrite(s)
+            km.BaseScore(s, w[0], t)
+            s = t
+        assert abs(km.BaseScore(s, w[1], kenlm.State()) - lp) < 1e-6, w
+    tk = kenlm.Model(str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"))
+    for row, lp in list(zip(got.ids[2].tolist(), got.logprob[2].tolist()))[:100]:
+        w = [got.vocab[i] for i in row]
+        s, t = kenlm.State(), kenlm.State()
+        (tk.BeginSentenceWrite if w[0] == "<s>" else tk.NullContextWrite)(s)
+        for x in (w[1:2] if w[0] == "<s>" else w[:2]):
+            tk.BaseScore(s, x, t)
+            s, t = t, s
+        assert abs(tk.BaseScore(s, w[2], t) - lp) < 1e-6
+    # a lower teacher that lacks some of the teacher's words is refused
+    with pytest.raises(ValueError, match="lacks"):
+        distil.distil(str(lower_path), 3, text=str(text), lower_teacher=teacher)
+
+
+def test_neural_teacher(tmp_path, tiny):
+    """A (random) neural network as the teacher: its probabilities land in the
+    table, <null> is not a word of it, and every context sums to one."""
+    from nplm.neural import NeuralConfig, NeuralNet
+    from nplm.vocab import SPECIALS, Vocabulary
+    teacher_bo, text, held, d = tiny
+    words = sorted({w for line in text.read_text().splitlines() for w in line.split()})
+    vocab = Vocabulary(list(SPECIALS) + words, np.arange(len(words) + 4) + 1)
+    cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(16, 8), context="full", output="softmax")
+    net = NeuralNet.create(cfg, vocab, seed=3)
+    rng = np.random.default_rng(3)
+    for k, v in net.params.items():
+        if v.size:
+            net.params[k] = (v + rng.normal(0, 0.5, v.shape)).astype(np.float32)
+    path = tmp_path / "net.nplm"
+    net.save(path)
+    out = tmp_path / "n.arpa"
+    tables = distil.distil_to_file(str(path), out, 3, text=str(text), min_count=[1, 2])
+    assert "<null>" not in tables.vocab and len(tables.vocab) == len(vocab) - 1
+    # listed trigrams carry the network's probability with nplm's <null> ... <s> padding
+    null, bos = vocab.id("<null>"), vocab.id("<s>")
+    rows = tables.ids[2][:300]
+    ctx = np.array([[vocab.id(tables.vocab[i]) for i in r[:2]] for r in rows], np.int32)
+    tgt = np.array([vocab.id(tables.vocab[r[2]]) for r in rows], np.int32)
+    expect = net.log10_prob(ctx, tgt)
+    assert np.max(np.abs(expect - tables.logprob[2][:300])) < 1e-4
+    rows2 = tables.ids[1][:300]
+    ctx2 = np.array([[bos if tables.vocab[r[0]] == "<s>" else null, vocab.id(tables.vocab[r[0]])]
+                     if tables.vocab[r[0]] != "<s>" else [null, bos] for r in rows2], np.int32)
+    tgt2 = np.array([vocab.id(tables.vocab[r[1]]) for r in rows2], np.int32)
+    assert np.max(np.abs(net.log10_prob(ctx2, tgt2) - tables.logprob[1][:300])) < 1e-4
+    km = kenlm.Model(str(out))
+    nm = _model(out)
+    ids = np.array([nm.vocab.id(w) for w in tables.vocab if w != "<s>"])
+    for row in tables.ids[1][:100].tolist():
+        st = nm.core.state_for([nm.vocab.id(tables.vocab[i]) for i in row])
+        assert abs(np.sum(10.0 ** nm.log10_distribution(st)[ids].astype(np.float64)) - 1) < 1e-5
+    for line in held.read_text().splitlines()[:20]:
+        assert abs(km.score(line) - nm.score(line)) < 1e-4
 
 
 def test_bad_input(tiny, tmp_path):
