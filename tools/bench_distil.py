@@ -1,0 +1,140 @@
+"""Distillation benchmark on PTB: size and test perplexity (by the real kenlm module)
+of back-off tables distilled from one or more teachers, next to KN5 itself, at KN5's
+size and at half of it (relative-entropy pruning); optionally neural models at
+float32/float16/int8; and a plot of perplexity against size (matplotlib, optional).
+
+    python tools/bench_distil.py                                   # teacher: KN5 itself
+    python tools/bench_distil.py --teacher neural.nplm --teacher interp.json \\
+        --neural neural.nplm --top-k 5 --plot distil.png
+
+Every teacher is anything ``nplm.Model`` loads.  Sizes: n-grams (orders >= 2), the
+ARPA file and the nplm binary in MB (1e6 bytes); the plot uses the binary's size.
+The reference row (KN5, nplm.estimate = lmplz) is computed in the same run.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench_common import kn_arpa, ptb_lines, ptb_train_unk  # noqa: E402
+
+
+def kenlm_ppl(arpa_path, lines):
+    import kenlm
+    m = kenlm.Model(str(arpa_path))
+    total = sum(m.score(line) for line in lines)
+    n = sum(len(line.split()) + 1 for line in lines)
+    return 10.0 ** (-total / n), n
+
+
+def sizes(arpa_path, workdir):
+    from nplm import arpa, backoff
+    t = arpa.read_arpa(arpa_path)
+    binf = Path(workdir) / (Path(arpa_path).name + ".nplm")
+    backoff.build_binary(t, binf)
+    return sum(t.counts[1:]), os.path.getsize(arpa_path) / 1e6, os.path.getsize(binf) / 1e6
+
+
+def neural_rows(path, test_lines, workdir):
+    from nplm import convert
+    from nplm.formats import quantize
+    from nplm.vocab import examples
+    rows = []
+    ref = quantize.load_neural(path)
+    ctx, tgt = examples([l.split() for l in test_lines], ref.vocab, ref.order)
+    for dtype in ("neural", "float16", "int8"):
+        out = Path(workdir) / f"neural.{dtype}.nplm"
+        convert.convert(path, out, to=dtype)
+        net = quantize.load_neural(out)
+        rows.append((f"neural {dtype if dtype != 'neural' else 'float32'}", None, None,
+                     os.path.getsize(out) / 1e6, net.perplexity(ctx, tgt)))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--teacher", action="append", help="teacher model (repeatable); default KN5")
+    ap.add_argument("--order", type=int, default=5, help="order of the distilled tables (default 5)")
+    ap.add_argument("--top-k", type=int, default=0, help="top-k continuations per context (default 0)")
+    ap.add_argument("--top-k-min-count", type=int, default=5)
+    ap.add_argument("--lower", help="model for the orders below --order (default: the teacher)")
+    ap.add_argument("--neural", help="a neural model: also report float32/float16/int8 sizes and perplexity")
+    ap.add_argument("--plot", help="write a PNG plot of perplexity against size here (needs matplotlib)")
+    ap.add_argument("--keep", help="directory to keep the distilled ARPA files in")
+    args = ap.parse_args()
+
+    from nplm import distil
+    test = ptb_lines("test")
+    train = ptb_train_unk()
+    kn5 = kn_arpa(5)
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-distil-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print("note: timings are wall-clock on a shared 2-core machine", file=sys.stderr)
+
+    rows = []
+    kn_ngrams, kn_arpa_mb, kn_bin_mb = sizes(kn5, work)
+    kn_ppl, n_tok = kenlm_ppl(kn5, test)
+    rows.append(("KN5 (nplm.estimate = lmplz)", kn_ngrams, kn_arpa_mb, kn_bin_mb, kn_ppl))
+    print(f"KN5: {kn_ngrams} n-grams, ppl {kn_ppl:.2f} over {n_tok} tokens", file=sys.stderr)
+    kn_bin = work / "kn5.nplm"
+    os.replace(work / (kn5.name + ".nplm"), kn_bin)
+
+    teachers = args.teacher or [str(kn_bin)]
+    for t in teachers:
+        name = Path(t).name if t != str(kn_bin) else "KN5"
+        for label, target in (("equal size", kn_ngrams), ("half size", kn_ngrams // 2)):
+            out = work / f"distil.{name}.{'eq' if target == kn_ngrams else 'half'}.arpa"
+            t0 = time.perf_counter()
+            tables = distil.distil_to_file(t, out, args.order, str(train), top_k=args.top_k,
+                                           top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
+                                           prune_to=target, progress=False)
+            secs = time.perf_counter() - t0
+            ng, amb, bmb = sizes(out, work)
+            ppl, _ = kenlm_ppl(out, test)
+            rows.append((f"distilled from {name}, {label}", ng, amb, bmb, ppl))
+            print(f"{rows[-1][0]}: {ng} n-grams ({tables.counts}), ppl {ppl:.2f}, {secs:.1f} s", file=sys.stderr)
+    # KN5 distilled to order 3 (the teacher's trigram level as a smaller table)
+    out3 = work / "distil.KN5.o3.arpa"
+    distil.distil_to_file(str(kn_bin), out3, 3, str(train))
+    ng, amb, bmb = sizes(out3, work)
+    rows.append(("KN5 distilled to order 3", ng, amb, bmb, kenlm_ppl(out3, test)[0]))
+    if args.neural:
+        rows += neural_rows(args.neural, test, work)
+
+    print(f"\n| model | n-grams | ARPA MB | binary MB | test ppl | vs KN5 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, ng, amb, bmb, ppl in rows:
+        ngs = f"{ng:,}" if ng is not None else "-"
+        am = f"{amb:.1f}" if amb is not None else "-"
+        print(f"| {name} | {ngs} | {am} | {bmb:.1f} | {ppl:.2f} | {ppl / kn_ppl:.3f} |")
+
+    if args.plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+            return 0
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, ng, amb, bmb, ppl in rows:
+            marker = "o" if name.startswith("KN") else "s" if name.startswith("neural") else "^"
+            ax.scatter(bmb, ppl, marker=marker)
+            ax.annotate(name, (bmb, ppl), fontsize=7, xytext=(4, 2), textcoords="offset points")
+        ax.set_xlabel("model size (MB, nplm binary)")
+        ax.set_ylabel("PTB test perplexity")
+        ax.set_xscale("log")
+        ax.set_title("Quality against memory (cf. Baltescu & Blunsom 2015, section 7)")
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
