@@ -344,3 +344,36 @@ class Convert:
                     f"({100 * report['perplexity_change']:+.3f}%)")
         print(msg, file=sys.stderr)
         return 0
+
+
+@command("reproduce", "Run the whole PTB pipeline (KN, neural, interpolation, distillation, "
+         "quantisation) and write a Markdown report with plots")
+class Reproduce:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("--data", required=True, help="directory with ptb.train.txt, ptb.valid.txt, ptb.test.txt")
+        p.add_argument("--out", required=True, help="output directory: report.md, results.json, plots, models/")
+        p.add_argument("--quick", action="store_true",
+                       help="small subset and tiny networks: checks the pipeline in a few minutes")
+        p.add_argument("--neural-minutes", type=float,
+                       help="training time per neural model (default 8; quick: 0.5)")
+        p.add_argument("--threads", type=int, default=2, help="threads for training and tuning (default 2)")
+        p.add_argument("--only", action="append", metavar="STAGE",
+                       help="run only stages whose name starts with this (repeatable; e.g. KN5, "
+                            "'Vaswani NCE', interpolate, distil, quantise)")
+
+    @staticmethod
+    def run(args):
+        from .reproduce import Settings, reproduce
+        s = Settings.quick_preset() if args.quick else Settings.full_preset()
+        if args.neural_minutes is not None:
+            if not args.neural_minutes > 0:
+                return _error(f"--neural-minutes must be positive, not {args.neural_minutes}")
+            s.neural_minutes = args.neural_minutes
+        s.threads = args.threads
+        run = reproduce(args.data, args.out, s, only=set(args.only) if args.only else None)
+        failed = [st.name for st in run.stages if st.status != "ok"]
+        if failed:
+            print(f"stages not available: {', '.join(failed)} (see {os.path.join(args.out, 'report.md')})",
+                  file=sys.stderr)
+        return 0 if run.stages and run.stages[0].status == "ok" else 1
