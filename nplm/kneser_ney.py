@@ -301,6 +301,7 @@ def _limit_vocab(path, counter, name):
     """1 for every word that is not in the --limit_vocab_file list (never specials)."""
     prune_word = np.ones(counter.vocab_size, dtype=np.uint8)
     prune_word[:3] = 0
+    lineno = 0
     try:
         with open_text(path) as f:
             for lineno, line in enumerate(f, 1):
@@ -309,7 +310,7 @@ def _limit_vocab(path, counter, name):
                     if i >= 0:
                         prune_word[i] = 0
     except UnicodeDecodeError:
-        raise FormatError("invalid UTF-8 in the vocabulary list", path, lineno) from None
+        raise FormatError("invalid UTF-8 in the vocabulary list", path, lineno + 1) from None
     return prune_word
 
 
