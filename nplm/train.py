@@ -332,8 +332,8 @@ class Trainer:
                 self.lr /= 2
                 self.halvings += 1
                 note = f" (worse: back to best, learning rate halved to {self.lr:.3g})"
-            self.history.append({"epoch": self.epoch, "loss": loss, "valid_ppl": ppl, "ex_per_s": speed,
-                                 "lr": self.lr})
+            # (speed stays out of the saved history so that equal runs give equal bytes)
+            self.history.append({"epoch": self.epoch, "loss": loss, "valid_ppl": ppl, "lr": self.lr})
             self.log(f"epoch {self.epoch}: train loss {loss:.4f}, valid ppl {ppl:.2f}, "
                      f"{speed:,.0f} examples/s{note}")
             if checkpoint:

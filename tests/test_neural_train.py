@@ -1,0 +1,161 @@
+"""Training on real text: quality against a unigram model, determinism, resume, bad input
+and the ``nplm train`` command."""
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nplm.cli import main
+from nplm.errors import FormatError
+from nplm.neural import NeuralConfig, NeuralNet
+from nplm.train import TrainConfig, train
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (PTB data) is absent")
+PTB5K = SHARED / "reference" / "ptb5k.txt"
+TINY = SHARED / "reference" / "tiny200.txt"
+
+
+def _split(tmp_path, src, n_valid):
+    lines = src.read_text().splitlines()
+    (tmp_path / "train.txt").write_text("\n".join(lines[:-n_valid]) + "\n")
+    (tmp_path / "valid.txt").write_text("\n".join(lines[-n_valid:]) + "\n")
+    return tmp_path / "train.txt", tmp_path / "valid.txt"
+
+
+def unigram_perplexity(train_path, valid_path, vocab):
+    """Add-one unigram over the model's predictable words (everything but <s>, <null>)."""
+    counts = Counter()
+    for line in open(train_path):
+        counts.update(w if w in vocab.index else "<unk>" for w in line.split())
+        counts["</s>"] += 1
+    V = len(vocab) - 2
+    total = sum(counts.values())
+    nll, n = 0.0, 0
+    for line in open(valid_path):
+        for w in line.split() + ["</s>"]:
+            w = w if w in vocab.index else "<unk>"
+            nll -= math.log((counts[w] + 1) / (total + V))
+            n += 1
+    return math.exp(nll / n)
+
+
+@needs_shared
+@pytest.mark.parametrize("output,objective", [("class", "mle"), ("softmax", "nce")])
+def test_small_model_beats_unigram(tmp_path, output, objective):
+    tr, va = _split(tmp_path, PTB5K, 500)
+    cfg = NeuralConfig(order=4, embedding_dim=32, hidden=(64,), output=output, objective=objective,
+                       noise_samples=20, clustering="frequency")
+    tc = TrainConfig(epochs=2, minibatch=128, learning_rate=0.1, dropout=0.0, threads=2)
+    net = train(tr, va, tmp_path / "m.nplm", cfg, tc, log=lambda s: None, progress=False)
+    from nplm.train import Corpus
+    corpus = Corpus(tr, va, 4, vocab=net.vocab)
+    ppl = net.perplexity(*corpus.valid)
+    uni = unigram_perplexity(tr, va, net.vocab)
+    assert ppl < 0.75 * uni, (ppl, uni)
+    # the saved model scores the same
+    back = NeuralNet.load(tmp_path / "m.nplm")
+    assert back.perplexity(*corpus.valid) == pytest.approx(ppl, rel=1e-6)
+
+
+@needs_shared
+def test_same_seed_one_thread_same_bytes(tmp_path):
+    tr, va = _split(tmp_path, TINY, 20)
+    cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(12, 6), output="softmax", objective="nce",
+                       noise_samples=5, variable_history=True)
+    tc = TrainConfig(epochs=2, minibatch=16, threads=1, seed=5, dropout=0.2)
+    quiet = dict(log=lambda s: None, progress=False)
+    train(tr, va, tmp_path / "a.nplm", cfg, tc, **quiet)
+    train(tr, va, tmp_path / "b.nplm", cfg, tc, **quiet)
+    a, b = (tmp_path / "a.nplm").read_bytes(), (tmp_path / "b.nplm").read_bytes()
+    assert a == b
+    tc.seed = 6
+    train(tr, va, tmp_path / "c.nplm", cfg, tc, **quiet)
+    assert (tmp_path / "c.nplm").read_bytes() != a
+
+
+@needs_shared
+@pytest.mark.parametrize("output", ["class", "tree"])
+def test_resume_continues_exactly(tmp_path, output):
+    tr, va = _split(tmp_path, TINY, 20)
+    cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(10,), output=output, objective="mle",
+                       clustering="frequency", classes=5)
+    quiet = dict(log=lambda s: None, progress=False)
+    tc = TrainConfig(epochs=3, minibatch=16, threads=1, max_halvings=10)
+    train(tr, va, tmp_path / "full.nplm", cfg, tc, **quiet)
+    tc1 = TrainConfig(epochs=1, minibatch=16, threads=1, max_halvings=10)
+    train(tr, va, tmp_path / "part.nplm", cfg, tc1, **quiet)
+    assert (tmp_path / "part.nplm.ckpt").exists()
+    train(tr, va, tmp_path / "part.nplm", cfg, tc, resume=True, **quiet)
+    full = NeuralNet.load(tmp_path / "full.nplm")
+    part = NeuralNet.load(tmp_path / "part.nplm")
+    for n in full.params:
+        np.testing.assert_array_equal(full.params[n], part.params[n])
+
+
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_bad_corpora(tmp_path):
+    good = _write(tmp_path, "good.txt", "the cat sat\nthe dog sat\n" * 5)
+    cfg = NeuralConfig(order=3, embedding_dim=4, hidden=(4,), output="softmax", objective="mle")
+    tc = TrainConfig(epochs=1, threads=1)
+    quiet = dict(log=lambda s: None, progress=False)
+    with pytest.raises(FormatError, match="empty.txt.*no words"):
+        train(_write(tmp_path, "empty.txt", "\n\n"), None, tmp_path / "m", cfg, tc, **quiet)
+    with pytest.raises(FormatError, match="one.txt.*at least two"):
+        train(_write(tmp_path, "one.txt", "hello\n"), None, tmp_path / "m", cfg, tc, **quiet)
+    with pytest.raises(FormatError, match="oov.txt.*out of the training vocabulary"):
+        train(good, _write(tmp_path, "oov.txt", "zebra quagga\nokapi\n"), tmp_path / "m", cfg, tc, **quiet)
+    with pytest.raises(FormatError, match="reserved.txt:2.*<s>"):
+        train(_write(tmp_path, "reserved.txt", "a b\n<s> a\n"), None, tmp_path / "m", cfg, tc, **quiet)
+    with pytest.raises(OSError, match="missing.txt"):
+        train(tmp_path / "missing.txt", None, tmp_path / "m", cfg, tc, **quiet)
+    with pytest.raises(FileNotFoundError, match="ckpt"):
+        train(good, None, tmp_path / "nothing", cfg, tc, resume=True, **quiet)
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("bad,msg", [
+    (dict(epochs=0), "epochs"), (dict(minibatch=-5), "minibatch"), (dict(learning_rate=-1.0), "learning rate"),
+    (dict(optimizer="adam"), "optimizer"), (dict(dropout=1.0), "dropout"), (dict(threads=0), "threads"),
+    (dict(l2=-0.1), "L2")])
+def test_bad_training_settings(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        TrainConfig(**bad).validate()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--order", "1"], "order must be at least 2"),
+    (["--embedding-dim", "-4"], "embedding dimension must be positive"),
+    (["--hidden", "10,-3"], "hidden layer sizes must be positive"),
+    (["--hidden", "ten"], "--hidden takes"),
+    (["--objective", "nce", "--noise-samples", "0"], "at least one noise sample"),
+    (["--minibatch", "0"], "minibatch"),
+])
+def test_cli_rejects_nonsense(tmp_path, capsys, args, msg):
+    good = _write(tmp_path, "good.txt", "the cat sat\nthe dog sat\n" * 5)
+    code = main(["train", "--train", str(good), "--out", str(tmp_path / "m.nplm"), "--quiet"] + args)
+    assert code == 1
+    assert msg in capsys.readouterr().err
+    assert not (tmp_path / "m.nplm").exists()
+
+
+def test_cli_trains_and_refuses_to_overwrite_input(tmp_path, capsys):
+    good = _write(tmp_path, "good.txt", "the cat sat on the mat\nthe dog sat on the log\n" * 20)
+    out = tmp_path / "m.nplm"
+    code = main(["train", "--train", str(good), "--valid", str(good), "--out", str(out), "--order", "3",
+                 "--embedding-dim", "8", "--hidden", "8", "--output", "tree", "--objective", "mle",
+                 "--epochs", "2", "--threads", "1", "--quiet"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "epoch 2" in err and "valid ppl" in err
+    net = NeuralNet.load(out)
+    assert net.config.output == "tree" and net.order == 3
+    code = main(["train", "--train", str(good), "--out", str(good), "--quiet"])
+    assert code == 1 and "overwrite" in capsys.readouterr().err

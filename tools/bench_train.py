@@ -1,0 +1,153 @@
+"""Training speed and test perplexity of the neural n-gram models on PTB.
+
+    python tools/bench_train.py                      # throughput of (a), (b), (c) + threading modes
+    python tools/bench_train.py --epochs 10          # also train each and report exact test perplexity
+    python tools/bench_train.py --nets a --epochs 10
+
+Networks (all 5-gram, PTB vocabulary of 10k words):
+  (a) Vaswani et al. 2013: 150-d embeddings, full contexts, hidden 750 and 150 (ReLU),
+      softmax output trained by NCE with k=100.
+  (b) Baltescu & Blunsom 2015: diagonal contexts, no hidden layer, class-factored output
+      (frequency-binned classes, so the figure does not depend on clustering time),
+      class NCE with k=10.
+  (c) as (b) but full-softmax maximum likelihood.
+
+References printed as ratios: ISI NPLM (Eigen, 2 threads) trains (a) at 20,000 ex/s as
+shipped and 42,700 ex/s with -march=native, test perplexity 193.4 after 10 epochs; the
+physical limit of (a) is measured here as this machine's numpy sgemm rate divided by the
+FLOPs per example (forward + backward).
+"""
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nplm.neural import NeuralConfig, NeuralNet  # noqa: E402
+from nplm.train import Corpus, TrainConfig, Trainer, output_structures, set_blas_threads  # noqa: E402
+
+PTB = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb"
+ISI_SHIPPED, ISI_NATIVE, ISI_PPL = 20000.0, 42700.0, 193.4
+
+NETS = {
+    "a": ("Vaswani (a): full ctx, 150-750-150, softmax NCE k=100",
+          NeuralConfig(order=5, embedding_dim=150, hidden=(750, 150), context="full", output="softmax",
+                       objective="nce", noise_samples=100),
+          TrainConfig(minibatch=1000, learning_rate=1.0, optimizer="sgd", dropout=0.0)),
+    "b": ("B&B (b): diagonal, 150-d, class NCE k=10",
+          NeuralConfig(order=5, embedding_dim=150, hidden=(), context="diagonal", output="class",
+                       objective="nce", noise_samples=10, clustering="frequency"),
+          TrainConfig(minibatch=128, learning_rate=0.05, optimizer="adagrad", dropout=0.0)),
+    "c": ("B&B (c): diagonal, 150-d, full softmax MLE",
+          NeuralConfig(order=5, embedding_dim=150, hidden=(), context="diagonal", output="softmax",
+                       objective="mle"),
+          TrainConfig(minibatch=128, learning_rate=0.05, optimizer="adagrad", dropout=0.0)),
+}
+
+
+def flops_per_example(cfg, V):
+    """Multiply-adds x 2, forward + backward (backward = 2x forward) for the dense parts."""
+    m, d = cfg.order - 1, cfg.embedding_dim
+    r0, dense = cfg.layer_sizes
+    sizes = [r0] + list(dense)
+    macs = (m * d * r0) if cfg.context == "full" else m * d
+    macs += sum(a * b for a, b in zip(sizes, sizes[1:]))
+    r = sizes[-1]
+    if cfg.output == "softmax":
+        macs += r * ((cfg.noise_samples + 1) if cfg.objective == "nce" else V)
+    elif cfg.output == "class":
+        C = cfg.classes or round(math.sqrt(V))
+        macs += r * ((2 * cfg.noise_samples + 2) if cfg.objective == "nce" else C + V / C)
+    else:
+        macs += r * math.log2(V)
+    return 6.0 * macs
+
+
+def sgemm_gflops(seconds=2.0):
+    """numpy float32 matrix product rate on shapes like network (a)'s first layer."""
+    a = np.random.rand(1000, 600).astype(np.float32)
+    b = np.random.rand(600, 750).astype(np.float32)
+    a @ b
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        n += 1
+    return 2.0 * 1000 * 600 * 750 * n / (time.perf_counter() - t0) / 1e9
+
+
+def throughput(net, corpus, tc, batches):
+    """Examples/s over ``batches`` minibatches of real PTB data (after a warm-up)."""
+    tr = Trainer(net, corpus, tc, log=lambda s: None, progress=False)
+    ctx, tgt = corpus.train
+    B = tc.minibatch
+    n = min(batches * B, tgt.size)
+    sub = Corpus.__new__(Corpus)
+    sub.vocab, sub.valid = corpus.vocab, None
+    sub.train = (ctx[:B * 5], tgt[:B * 5])
+    tr.corpus = sub
+    tr.run_epoch()                       # warm-up
+    sub.train = (ctx[:n], tgt[:n])
+    t0 = time.perf_counter()
+    tr.run_epoch()
+    return n / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nets", default="abc")
+    ap.add_argument("--batches", type=int, default=200, help="minibatches per throughput measurement")
+    ap.add_argument("--epochs", type=int, default=0, help="train this many epochs and report test perplexity")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    if not PTB.is_dir():
+        sys.exit(f"PTB not found at {PTB}")
+    print(f"load average before start: {os.getloadavg()[0]:.2f} (2-core machine shared with others)")
+    set_blas_threads(args.threads)
+    gf = sgemm_gflops()
+    print(f"numpy sgemm: {gf:.0f} GFLOP/s")
+    corpus = None
+    for key in args.nets:
+        name, cfg, tc = NETS[key]
+        if corpus is None:
+            corpus = Corpus(PTB / "ptb.train.txt", PTB / "ptb.valid.txt", 5)
+            test = Corpus(PTB / "ptb.train.txt", PTB / "ptb.test.txt", 5, vocab=corpus.vocab).valid
+            V = len(corpus.vocab)
+        wc, tree = output_structures(cfg, corpus.vocab, corpus.train[1], 1, lambda s: None)
+        fl = flops_per_example(cfg, V)
+        limit = gf * 1e9 / fl
+        print(f"\n{name}: {fl / 1e6:.2f} MFLOP/example, sgemm-bound limit {limit:,.0f} ex/s")
+        modes = [("1 thread", 1, "hogwild")]
+        if args.threads > 1:
+            modes += [(f"{args.threads} threads Hogwild", args.threads, "hogwild"),
+                      (f"{args.threads} threads BLAS/OpenMP", args.threads, "blas")]
+        best = 0
+        for label, th, par in modes:
+            tcx = TrainConfig(**{**tc.__dict__, "threads": th, "parallel": par})
+            net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
+            eps = throughput(net, corpus, tcx, args.batches)
+            best = max(best, eps)
+            line = f"  {label:28s} {eps:9,.0f} ex/s  ({eps / limit:.0%} of limit"
+            if key == "a":
+                line += f"; x{eps / ISI_SHIPPED:.2f} ISI -O3, x{eps / ISI_NATIVE:.2f} ISI -march=native"
+            print(line + ")")
+        if args.epochs:
+            tcx = TrainConfig(**{**tc.__dict__, "threads": args.threads, "epochs": args.epochs})
+            net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
+            t0 = time.perf_counter()
+            tr = Trainer(net, corpus, tcx, log=lambda s: print("  " + s), progress=False)
+            final = tr.train()
+            secs = time.perf_counter() - t0
+            ppl = final.perplexity(*test)
+            line = f"  {args.epochs} epochs in {secs / 60:.1f} min: exact test perplexity {ppl:.1f}"
+            if key == "a":
+                line += f" (ISI NPLM: {ISI_PPL}, ratio {ppl / ISI_PPL:.2f})"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
