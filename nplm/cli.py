@@ -284,6 +284,120 @@ def main(argv=None):
         return _error(str(e))
 
 
+@command("train", "Train a feed-forward neural n-gram model (NCE, class/tree-factored or full softmax)")
+class Train:
+    """Options mirror nplm.neural.NeuralConfig and nplm.train.TrainConfig; their defaults
+    are the recommended PTB model."""
+
+    @staticmethod
+    def add_arguments(p):
+        from .neural import NeuralConfig
+        from .train import TrainConfig
+        n, t = NeuralConfig(), TrainConfig()
+        p.epilog = ("Example: nplm train --train ptb.train.txt --valid ptb.valid.txt --order 5 --out m.nplm\n"
+                    "Vaswani et al.: --embedding-dim 150 --hidden 750,150 --output softmax --objective nce "
+                    "--noise-samples 100\nBaltescu & Blunsom: --context diagonal --hidden '' --output class "
+                    "--objective nce --noise-samples 10")
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        g = p.add_argument_group("data")
+        g.add_argument("--train", required=True, help="training text, one sentence per line (plain/gz/bz2/xz)")
+        g.add_argument("--valid", help="validation text: perplexity per epoch, learning-rate halving, "
+                       "early stopping (recommended)")
+        g.add_argument("--out", required=True, help="output model file (a checkpoint OUT.ckpt is kept per epoch)")
+        g.add_argument("--min-count", type=int, default=t.min_count,
+                       help=f"words seen fewer times become <unk> (default {t.min_count})")
+        g.add_argument("--vocab-size", type=int, default=t.vocab_size,
+                       help="keep at most this many vocabulary entries, specials included (default: all)")
+        g = p.add_argument_group("network")
+        g.add_argument("--order", type=int, default=n.order, help=f"n-gram order, >= 2 (default {n.order})")
+        g.add_argument("--embedding-dim", type=int, default=n.embedding_dim,
+                       help=f"word embedding size (default {n.embedding_dim})")
+        g.add_argument("--hidden", default=",".join(map(str, n.hidden)),
+                       help="hidden layer sizes, comma separated, 0-2 layers ('' for none; default %(default)s)")
+        g.add_argument("--context", choices=["full", "diagonal"], default=n.context,
+                       help="per-position context transform: full matrices or diagonal (default %(default)s)")
+        g.add_argument("--activation", choices=["relu", "tanh", "identity"], default=n.activation,
+                       help="hidden activation (default %(default)s)")
+        g.add_argument("--output", choices=["softmax", "class", "tree"], default=n.output,
+                       help="output layer: full softmax, class-factored or Huffman-tree (default %(default)s)")
+        g.add_argument("--classes", type=int, default=n.classes,
+                       help="number of word classes for --output class (default: about sqrt(V))")
+        g.add_argument("--clustering", choices=["brown", "frequency"], default=n.clustering,
+                       help="how to form the classes (default %(default)s)")
+        g.add_argument("--variable-history", action="store_true",
+                       help="train on randomly truncated contexts too, so one net serves every order")
+        g = p.add_argument_group("training")
+        g.add_argument("--objective", choices=["nce", "mle"], default=n.objective,
+                       help="noise-contrastive estimation or exact maximum likelihood (default %(default)s)")
+        g.add_argument("--noise-samples", type=int, default=n.noise_samples,
+                       help=f"NCE noise samples per example, k (default {n.noise_samples})")
+        g.add_argument("--epochs", type=int, default=t.epochs, help=f"maximum epochs (default {t.epochs})")
+        g.add_argument("--minibatch", type=int, default=t.minibatch, help=f"examples per update (default {t.minibatch})")
+        g.add_argument("--learning-rate", type=float, default=t.learning_rate,
+                       help=f"initial learning rate (default {t.learning_rate})")
+        g.add_argument("--optimizer", choices=["sgd", "adagrad"], default=t.optimizer,
+                       help="update rule (default %(default)s)")
+        g.add_argument("--l2", type=float, default=t.l2, help=f"L2 weight decay (default {t.l2})")
+        g.add_argument("--dropout", type=float, default=t.dropout,
+                       help=f"dropout rate on hidden activations (default {t.dropout})")
+        g.add_argument("--max-halvings", type=int, default=t.max_halvings,
+                       help=f"stop after this many learning-rate halvings (default {t.max_halvings})")
+        g.add_argument("--time-limit", type=float, default=t.time_limit,
+                       help="stop after the epoch that passes this many minutes (default: none)")
+        g.add_argument("--threads", type=int, default=t.threads, help=f"CPU threads (default {t.threads})")
+        g.add_argument("--seed", type=int, default=t.seed,
+                       help="random seed; with --threads 1 the same seed gives the same model bytes")
+        g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt")
+        g.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    @staticmethod
+    def run(args):
+        import sys
+        from .neural import NeuralConfig
+        from .train import TrainConfig, train
+        from .textio import same_file
+        for src in (args.train, args.valid):
+            if src and same_file(src, args.out):
+                return _error(f"--out {args.out} would overwrite an input file")
+        try:
+            hidden = tuple(int(h) for h in args.hidden.replace(" ", "").split(",") if h)
+        except ValueError:
+            return _error(f"--hidden takes comma-separated sizes such as 750,150, not {args.hidden!r}")
+        config = NeuralConfig(order=args.order, embedding_dim=args.embedding_dim, hidden=hidden,
+                              context=args.context, activation=args.activation, output=args.output,
+                              objective=args.objective, noise_samples=args.noise_samples,
+                              classes=args.classes, clustering=args.clustering,
+                              variable_history=args.variable_history)
+        tc = TrainConfig(epochs=args.epochs, minibatch=args.minibatch, learning_rate=args.learning_rate,
+                         optimizer=args.optimizer, l2=args.l2, dropout=args.dropout, threads=args.threads,
+                         seed=args.seed, min_count=args.min_count, vocab_size=args.vocab_size,
+                         max_halvings=args.max_halvings, time_limit=args.time_limit * 60)
+        train(args.train, args.valid, args.out, config, tc, resume=args.resume,
+              log=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
+        return 0
+
+
+@command("precompute", "Store softmax normalisers of frequent contexts for fallback normalisation")
+class Precompute:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("model", help="neural nplm model with softmax output (rewritten in place, atomically)")
+        p.add_argument("--text", required=True, help="training text whose contexts to count")
+        p.add_argument("--min-count", type=int, default=2,
+                       help="store contexts seen at least this often, at every order (default 2); "
+                            "the one-word table always covers every word")
+        p.add_argument("--out", help="write the result here instead of rewriting MODEL")
+
+    @staticmethod
+    def run(args):
+        import sys
+        from .neural_model import precompute
+        sizes = precompute(args.model, args.text, args.min_count, out=args.out)
+        for k, n in enumerate(sizes):
+            print(f"{k + 1}-gram contexts stored: {n}", file=sys.stderr)
+        return 0
+
+
 @command("distil", "Distil a model (neural, interpolated or back-off) into a normalised back-off ARPA table")
 class Distil:
     @staticmethod
