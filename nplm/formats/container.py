@@ -156,7 +156,7 @@ def read(path, expect_kind=None, populate=False):
                 nbytes = int(spec["nbytes"])
             except (KeyError, TypeError, ValueError):
                 raise FormatError(f"array {name!r}: malformed description", path) from None
-            if dt not in _DTYPES:
+            if not isinstance(dt, str) or dt not in _DTYPES:
                 raise FormatError(f"array {name!r}: unsupported dtype {dt!r}", path)
             if any(s < 0 for s in shape):
                 raise FormatError(f"array {name!r}: negative dimension in shape {shape}", path)
