@@ -518,6 +518,12 @@ def read_spec(path):
         raise FormatError(f'"mode" must be one of {", ".join(MODES)}, got {spec.get("mode")!r}', path)
     if spec.get("unknown", "unk") not in UNKNOWN:
         raise FormatError(f'"unknown" must be one of {", ".join(UNKNOWN)}', path)
+    # (reliability fix: these two were passed on unchecked and raised TypeError)
+    vocab = spec.get("vocab")
+    if vocab is not None and not (isinstance(vocab, list) and all(isinstance(w, str) for w in vocab)):
+        raise FormatError('"vocab" must be a list of words', path)
+    if not isinstance(spec.get("normalize", True), bool):
+        raise FormatError('"normalize" must be true or false', path)
     base = os.path.dirname(os.path.abspath(path))
 
     def resolve(p):
