@@ -89,6 +89,11 @@ cdef class InterpolatedCore(LMCore):
     cdef public int mode
     cdef public Py_ssize_t size                     # union vocabulary size
     cdef public bint needs_gil                      # some component takes the GIL
+    # Optional whole-distribution functions (e.g. a neural softmax in one matrix
+    # product), used for Z(h) and tuning instead of one score_word per word.
+    cdef list _providers
+    cdef bint has_provider[MAX_COMPONENTS]
+    cdef Py_ssize_t csize[MAX_COMPONENTS]           # component vocabulary sizes
     # Z(h) cache (normalised log-linear only)
     cdef object _zbuf
     cdef ZEntry *zc
@@ -104,7 +109,11 @@ cdef class InterpolatedCore(LMCore):
         openmp.omp_destroy_lock(&self.lock)
 
     def __init__(self, list cores, maps, weights, int mode, unk_penalty, WordId bos_id,
-                 WordId eos_id, Py_ssize_t cache_entries=65536, bint needs_gil=False):
+                 WordId eos_id, Py_ssize_t cache_entries=65536, bint needs_gil=False,
+                 providers=None, sizes=None):
+        """providers[i], if not None, is f(words (N, MAX_ORDER-1) uint32 component ids
+        most recent first, lengths (N,) int32) -> (N, sizes[i]) float32 log10
+        distributions equal to component i's score_word in those contexts."""
         cdef int i
         cdef LMCore c
         self.n = len(cores)
@@ -125,6 +134,14 @@ cdef class InterpolatedCore(LMCore):
             self.order = max(self.order, c.order)
             self.map[i] = &self._maps[i, 0]
             self.unk_pen[i] = unk_penalty[i]
+        self._providers = list(providers) if providers is not None else [None] * self.n
+        if len(self._providers) != self.n:
+            raise ValueError("one provider (or None) per component")
+        for i in range(self.n):
+            self.has_provider[i] = self._providers[i] is not None
+            self.csize[i] = sizes[i] if sizes is not None else 0
+            if self.has_provider[i] and self.csize[i] <= int(np.max(maps[i])):
+                raise ValueError("a provider needs its component's vocabulary size")
         if self.order > MAX_ORDER:
             raise ValueError(f"order {self.order} above {MAX_ORDER}")
         self.bos_id = bos_id
@@ -289,14 +306,36 @@ cdef class InterpolatedCore(LMCore):
         openmp.omp_unset_lock(&self.lock)
         # Not cached: one pass over the vocabulary (outside the lock, so threads
         # working on other contexts proceed).
-        for u in range(self.size):
-            if u == self.bos_id:
-                continue
-            s = 0.0
+        cdef float *dist[MAX_COMPONENTS]
+        cdef int i
+        cdef WordId w
+        for k in range(self.n_active):
+            dist[k] = NULL
+        try:
             for k in range(self.n_active):
-                self._comp_score(self.active[k], &cs[k], <WordId>u, &tmp, &r)
-                s += self.weight[self.active[k]] * r.prob
-            z += pow(10.0, s)
+                i = self.active[k]
+                if self.has_provider[i]:
+                    dist[k] = <float *>malloc(self.csize[i] * sizeof(float))
+                    if dist[k] == NULL:
+                        with gil:
+                            raise MemoryError(f"{self.csize[i] * sizeof(float)} bytes")
+                    self._provide(i, &cs[k], dist[k])
+            for u in range(self.size):
+                if u == self.bos_id:
+                    continue
+                s = 0.0
+                for k in range(self.n_active):
+                    i = self.active[k]
+                    if dist[k] != NULL:
+                        w = <WordId>self.map[i][u]
+                        s += self.weight[i] * (dist[k][w] + (self.unk_pen[i] if w == 0 else 0.0))
+                    else:
+                        self._comp_score(i, &cs[k], <WordId>u, &tmp, &r)
+                        s += self.weight[i] * r.prob
+                z += pow(10.0, s)
+        finally:
+            for k in range(self.n_active):
+                free(dist[k])
         s = log10(z)
         openmp.omp_set_lock(&self.lock)
         victim = &row[0]
@@ -363,17 +402,69 @@ cdef class InterpolatedCore(LMCore):
                     st.length = <uint8_t>length
         return lp_a, ctx_a
 
+    cdef int _provide(self, int i, const NState *cs, float *out) except -1 with gil:
+        """Component i's distribution in its state cs, from its provider."""
+        words = np.zeros((1, MAX_ORDER - 1), dtype=np.uint32)
+        cdef int j
+        for j in range(cs.length):
+            words[0, j] = cs.words[j]
+        d = np.ascontiguousarray(self._providers[i](words, np.array([cs.length], dtype=np.int32)),
+                                 dtype=np.float32)
+        if d.shape != (1, self.csize[i]):
+            raise ValueError(f"distribution provider of component {i} returned shape {d.shape}, "
+                             f"expected (1, {self.csize[i]})")
+        cdef const float[:, ::1] dv = d
+        memcpy(out, &dv[0, 0], self.csize[i] * sizeof(float))
+        return 0
+
+    def component_contexts(self, const uint32_t[:, ::1] contexts, int i):  # IN
+        """Component i's own states for mixture contexts (as from trace()):
+        (words uint32 (N, MAX_ORDER-1) most recent first, lengths int32 (N,))."""
+        cdef Py_ssize_t C = contexts.shape[0], c
+        words_a = np.zeros((C, MAX_ORDER - 1), dtype=np.uint32)
+        len_a = np.zeros(C, dtype=np.int32)
+        cdef uint32_t[:, ::1] wv = words_a
+        cdef int32_t[::1] lv = len_a
+        cdef NState st, cs
+        cdef int j
+        if i < 0 or i >= self.n or contexts.shape[1] != MAX_ORDER:
+            raise ValueError("bad component index or contexts")
+        for c in range(C):
+            st.length = <uint8_t>contexts[c, 0]
+            for j in range(st.length):
+                st.words[j] = contexts[c, j + 1]
+            self._comp_state(i, &st, &cs)
+            lv[c] = cs.length
+            for j in range(cs.length):
+                wv[c, j] = cs.words[j]
+        return words_a, len_a
+
     def distributions(self, const uint32_t[:, ::1] contexts, float[:, :, ::1] out,  # IN, OUT
                       int threads=1):
         """out[c, i, u] = component i's log10 p(u | context c) over the union
         vocabulary (<s> included; callers skip it).  contexts as from trace()."""
         cdef Py_ssize_t C = contexts.shape[0], c
+        cdef int i
         if out.shape[0] != C or out.shape[1] != self.n or out.shape[2] != self.size:
             raise ValueError("out must have shape (contexts, components, vocabulary)")
         if contexts.shape[1] != MAX_ORDER:
             raise ValueError("malformed contexts")
         if threads < 1:
             raise ValueError("threads must be >= 1")
+        # Components with a provider: whole batches of contexts at once.
+        o = np.asarray(out)
+        for i in range(self.n):
+            if not self.has_provider[i]:
+                continue
+            words, lengths = self.component_contexts(contexts, i)
+            m = np.asarray(self._maps[i])
+            pen = np.where(m == 0, self.unk_pen[i], 0.0).astype(np.float32)
+            for lo in range(0, C, 256):
+                d = np.asarray(self._providers[i](words[lo:lo + 256], lengths[lo:lo + 256]),
+                               dtype=np.float32)
+                if d.shape != (min(256, C - lo), self.csize[i]):
+                    raise ValueError(f"distribution provider of component {i} returned shape {d.shape}")
+                o[lo:lo + 256, i, :] = d[:, m] + pen
         if self.needs_gil or threads == 1:
             with nogil:
                 for c in range(C):
@@ -392,6 +483,8 @@ cdef class InterpolatedCore(LMCore):
         for j in range(st.length):
             st.words[j] = contexts[c, j + 1]
         for i in range(self.n):
+            if self.has_provider[i]:
+                continue            # filled in batches by distributions()
             self._comp_state(i, &st, &cs)
             for u in range(self.size):
                 self._comp_score(i, &cs, <WordId>u, &tmp, &r)

@@ -152,6 +152,26 @@ def _check_normalised(c, index):
                          "interpolation needs normalised models: use mode='loglinear'")
 
 
+def _distribution_provider(model):
+    """A function computing a component's whole distribution for a batch of
+    contexts in one go, where one exists: a neural model with exact normalisation
+    (one matrix product instead of a score_word call per word).  None otherwise."""
+    net = getattr(getattr(model, "_data", None), "net", None)
+    if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
+        return None
+    from .vocab import NULL
+    m = net.order - 1
+
+    def provide(words, lengths):
+        # The net's input as NeuralCore builds it: oldest first, <null>-padded.
+        ctx = np.full((len(lengths), m), NULL, dtype=np.int32)
+        for k in range(m):
+            rows = lengths > k
+            ctx[rows, m - 1 - k] = words[rows, k]
+        return net.log10_distribution(ctx)
+    return provide
+
+
 def _mode_code(mode, normalize):
     if mode not in MODES:
         raise ValueError(f"unknown interpolation mode {mode!r} (expected one of {', '.join(MODES)})")
@@ -183,7 +203,7 @@ class InterpolatedModel(_kernels.ModelBase):
     module docstring).  All scores are log10."""
 
     def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="unk",
-                 vocab=None, config=None, cache_entries=65536):
+                 vocab=None, config=None, cache_entries=65536, fast_distributions=True):
         from .model import Config
         if config is None:
             config = Config()
@@ -229,8 +249,12 @@ class InterpolatedModel(_kernels.ModelBase):
         pen = np.zeros(len(self._comps), dtype=np.float32)
         if unknown == "split":
             pen[:] = -np.log10(self._unknown_counts)
+        providers = [None if c.is_kenlm or not fast_distributions else _distribution_provider(c.owner)
+                     for c in self._comps]
+        sizes = [len(c.owner.vocab) if p is not None else 0 for c, p in zip(self._comps, providers)]
         core = _interp.InterpolatedCore(cores, maps, self._weights, code, pen, bos, eos,
-                                        cache_entries, any(c.is_kenlm for c in self._comps))
+                                        cache_entries, any(c.is_kenlm for c in self._comps),
+                                        providers, sizes)
         self._maps = maps
         self._attach(core, union)
         self.path = b"<interpolation>"

@@ -587,6 +587,21 @@ def test_neural_component_mixtures(neural_pair):
                 assert total + 0.6 * lost == pytest.approx(1.0, abs=1e-4)
             else:
                 assert total == pytest.approx(1.0, abs=1e-5)
+    # Z(h) and tuning take the neural distribution from one matrix product: the same
+    # numbers as one score_word call per word
+    fast = nplm.interpolate([kn, nn], [0.7, 0.5], "loglinear")
+    slow = nplm.interpolate([kn, nn], [0.7, 0.5], "loglinear", fast_distributions=False)
+    for words, bos in contexts:
+        np.testing.assert_allclose(fast.log10_distribution(_after(fast, words, bos)),
+                                   slow.log10_distribution(_after(slow, words, bos)), atol=1e-5)
+    ctx = np.zeros((3, 16), dtype=np.uint32)
+    ctx[1, :3] = [2, fast.vocab.id("w4"), fast.vocab.id("w7")]
+    ctx[2, :2] = [1, fast.vocab.id("<s>")]
+    fa = np.empty((3, 2, len(fast.vocab)), np.float32)
+    sl = np.empty_like(fa)
+    fast.core.distributions(ctx, fa)
+    slow.core.distributions(ctx, sl)
+    np.testing.assert_allclose(fa, sl, atol=1e-5)
     with pytest.raises(ValueError, match="not normalised"):
         nplm.interpolate([kn, raw], [0.5, 0.5])
     mix = nplm.interpolate([kn, raw], [0.5, 0.5], "loglinear")
