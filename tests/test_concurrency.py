@@ -26,6 +26,10 @@ THREADS = 4
 def sentences():
     lines = TOY_TEXT.read_text(encoding="utf-8").splitlines()
     extra = ["", "the the the", "unknown words here", "cat " * 300, "<s> the </s>", "the\tcat  sat"]
+    # plus random word sequences over the text's words (more back-off paths, more overlap)
+    words = sorted({w for line in lines for w in line.split()}) + ["oov1", "oov2"]
+    rng = random.Random(11)
+    extra += [" ".join(rng.choice(words) for _ in range(rng.randint(1, 30))) for _ in range(200)]
     return lines + extra
 
 
