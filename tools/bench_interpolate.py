@@ -9,7 +9,8 @@ log-linear), perplexities are over ptb.test.txt (tokens + one </s> per line, OOV
 included).  tokens/s is single-threaded Model.score_sentences; the ratio column
 compares it with the real kenlm module scoring the KN5 model (score() per line)
 in the same run.  Normalised log-linear speed is with a cold Z cache (every new
-context sums over the vocabulary) and warm (the same text again).
+context sums over the vocabulary; ``--threads`` threads) and warm (the same text
+again, one thread).
 
     python tools/bench_interpolate.py [--model nn.nplm ...] [--max-contexts 3000]
 """
@@ -110,10 +111,11 @@ def main():
         res = ll.tune(dev, max_contexts=args.max_contexts, threads=args.threads)
         t_tune = time.perf_counter() - t
         t = time.perf_counter()
-        ppl, _ = perplexity(ll, test)
+        total = float(ll.score_sentences(test, threads=args.threads).sum())
         cold = tokens / (time.perf_counter() - t)
+        ppl = 10.0 ** (-total / tokens)
         warm = speed(ll, test, tokens)
-        rows.append(("log-linear normalised, tuned (Newton)", ppl, cold,
+        rows.append((f"log-linear normalised, tuned (Newton), {args.threads} thr", ppl, cold,
                      f"w={np.round(res.weights, 4).tolist()} dev(sampled) {res.perplexity:.2f} "
                      f"tune {t_tune:.1f}s; warm cache {warm:,.0f} tok/s; Z misses {ll.core.z_misses}"))
         feat = nplm.interpolate(comps, res.weights, mode="loglinear", normalize=False)
