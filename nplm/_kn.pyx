@@ -23,6 +23,8 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memcmp, memset, memmove, memchr
 from libc.math cimport log10, INFINITY
 
+from cython.parallel cimport prange
+
 import numpy as np
 
 cdef enum:
@@ -800,27 +802,32 @@ def link_contexts(const int32_t[:, ::1] words,       # IN (n_k, k) order k n-gra
                   const int32_t[::1] ctx_prev,       # IN (n_{k-1},) contexts of order k-1
                   const int32_t[:, ::1] words_prev,  # IN (n_{k-1}, k-1) order k-1 n-grams
                   const int64_t[::1] cb_prev,        # IN children of order k-2 nodes in k-1
-                  int32_t[::1] ctx):                 # OUT (n_k,) index of words[:-1] in order k-1
+                  int32_t[::1] ctx,                  # OUT (n_k,) index of words[:-1] in order k-1
+                  int threads):
     """Find each n-gram's context (all but its last word) among the n-grams one order
-    lower: the context of ``v x w`` is the child ``v`` of the context of ``x w``."""
+    lower: the context of ``v x w`` is the child ``v`` of the context of ``x w``.
+    Returns 0, or KN_INTERNAL when a context is missing (a bug)."""
     cdef Py_ssize_t m = words.shape[0], i, lo, hi, mid
-    cdef int32_t first, y, bad = 0
-    with nogil:
-        for i in range(m):
-            first = words[i, 0]
-            y = ctx_prev[parent[i]]
-            lo = cb_prev[y]
-            hi = cb_prev[y + 1]
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if words_prev[mid, 0] < first:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if lo == cb_prev[y + 1] or words_prev[lo, 0] != first:
-                bad = 1
-                break
+    cdef int32_t first, y
+    cdef Py_ssize_t bad = 0
+    if threads < 1:
+        raise ValueError("threads must be >= 1")
+    for i in prange(m, nogil=True, schedule="static", num_threads=threads):
+        first = words[i, 0]
+        y = ctx_prev[parent[i]]
+        lo = cb_prev[y]
+        hi = cb_prev[y + 1]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if words_prev[mid, 0] < first:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < cb_prev[y + 1] and words_prev[lo, 0] == first:
             ctx[i] = <int32_t> lo
+        else:
+            ctx[i] = -1
+            bad += 1
     if bad:
         return KN_INTERNAL
     return KN_OK
@@ -922,6 +929,7 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
                 const float[::1] disc,          # IN (4,) this order's discounts
                 const float[::1] prob_prev,     # IN (n_{k-1},) order k-1 probabilities
                 bint pruning,                   # IN whether any n-gram may be marked
+                int threads,                    # IN threads for the probability loop
                 float[::1] prob,                # OUT (n_k,) probabilities (NaN if pruned)
                 float[::1] logprob,             # OUT (n_k,) min(0, log10 prob)
                 float[::1] backoff_prev):       # OUT (n_{k-1},) log10 back-off of order k-1
@@ -933,6 +941,8 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
     cdef int32_t c
     cdef uint64_t a
     cdef float p, g
+    if threads < 1:
+        raise ValueError("threads must be >= 1")
     cdef ContextSums *sums = <ContextSums *> calloc(np_ + 1, sizeof(ContextSums))
     cdef uint64_t *pruned = <uint64_t *> calloc(np_ + 1, sizeof(uint64_t)) if pruning else NULL
     cdef ContextWeights *cw = NULL
@@ -964,7 +974,7 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
                 cw[i].gamma = 0.0
                 backoff_prev[i] = 0.0   # not a context
         free(pruned)
-        for i in range(m):
+        for i in prange(m, schedule="static", num_threads=threads):
             if pruning and mark[i]:
                 prob[i] = 0.0 / 0.0
                 logprob[i] = 0.0

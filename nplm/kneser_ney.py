@@ -411,6 +411,7 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     report.stage(4, "Calculating and writing order-interpolated probabilities")
     report.start(sum(sizes))
     pruning = bool(thresholds.any()) or limit_vocab_file is not None
+    threads = max(1, min(2, os.cpu_count() or 1))   # the loops are memory-bound
     uniform = _kn.uniform_probability(max(vocab_pad, kept[0] - 1))
     prob = np.empty(vocab_size, dtype=np.float32)
     logprob = [np.empty(s, dtype=np.float32) for s in sizes]
@@ -428,13 +429,13 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
         else:
             cb = _kn.child_begin(parent[i - 1], sizes[i - 2])
             ctx = np.empty(sizes[i], dtype=np.int32)
-            if _kn.link_contexts(words[i], parent[i], ctx_prev, words[i - 1], cb, ctx) != 0:
+            if _kn.link_contexts(words[i], parent[i], ctx_prev, words[i - 1], cb, ctx, threads) != 0:
                 raise RuntimeError(f"internal error: a context of order {k} is missing")
             del cb
         parent[i - 1] = ctx_prev = None
         _kn.release_free_memory()
         prob_k = np.empty(sizes[i], dtype=np.float32)
-        _kn.order_probs(adj[i], mark[i], ctx, parent[i], discounts[i], prob, pruning,
+        _kn.order_probs(adj[i], mark[i], ctx, parent[i], discounts[i], prob, pruning, threads,
                         prob_k, logprob[i], backoff[i - 1])
         prob, ctx_prev = prob_k, ctx
         del prob_k, ctx
