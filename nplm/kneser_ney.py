@@ -354,6 +354,11 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
         if out is not None and out != "-" and isinstance(text, (str, os.PathLike)) \
                 and name != "-" and same_file(out, name):
             raise ValueError(f"refusing to overwrite the input text {name!r} with the model")
+    for out in (arpa, binary):
+        if out is not None and not hasattr(out, "write") and out != "-":
+            folder = os.path.dirname(os.path.abspath(os.fspath(out)))
+            if not os.path.isdir(folder):
+                raise FileNotFoundError(2, "No such directory for the output", folder)
     if limit_vocab_file is not None and not os.path.exists(limit_vocab_file):
         raise FileNotFoundError(2, "No such file or directory", os.fspath(limit_vocab_file))
     report = _Report(progress, 5 if (arpa is not None or binary is not None) else 4)
@@ -383,6 +388,8 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     report.stage(2, "Calculating and sorting adjusted counts")
     sizes = _kn.adjust_sizes(keys)
     sizes[0] = vocab_size
+    if max(sizes) >= 2 ** 31:
+        raise MemoryError(f"{max(sizes)} n-grams of one order exceed nplm's 32-bit indices")
     # Orders 2..N-1 get fresh arrays; order N is compacted into keys/counts.
     words = [None] + [np.empty((sizes[k - 1], k), dtype=np.int32) for k in range(2, order)] + [None]
     adj = [np.zeros(s, dtype=np.uint64) for s in sizes[:-1]] + [None]

@@ -406,6 +406,8 @@ def test_unreadable_inputs(tmp_path):
             estimate(write(tmp_path, name, data), 3, progress=False)
     with pytest.raises(FileNotFoundError):
         estimate(as_text([["a"]]), 1, limit_vocab_file=tmp_path / "nope", progress=False)
+    with pytest.raises(FileNotFoundError, match="output"):
+        estimate(as_text([["a"]]), 1, arpa=tmp_path / "no" / "such" / "dir.arpa", progress=False)
 
 
 def test_non_utf8_names_line(tmp_path):
