@@ -144,7 +144,7 @@ def _live_entries(a, n, order):
     return int(((l[:, 0] != 0) | (l[:, 1] != 0)).sum())
 
 
-def tables_from_binary(path, progress=False):
+def tables_from_binary(path, threads=2):
     """NGramTables of an nplm back-off binary (see the module docstring)."""
     from . import _distil
     from .backoff import load_binary
@@ -173,14 +173,26 @@ def tables_from_binary(path, progress=False):
         ctx_off = np.searchsorted(pg, np.arange(G + 1)).astype(np.int64)
         word_off = np.searchsorted(wg, np.arange(G + 1)).astype(np.int64)
         cap = _live_entries(a, n, order)
-        out_ctx = np.empty(cap, np.int64)
-        out_word = np.empty(cap, np.int32)
-        out_prob = np.empty(cap, np.float32)
-        out_bo = np.empty(cap, np.float32)
-        found = _distil.probe_groups(data.core, P, ctx_off, cand, word_off, out_ctx, out_word, out_prob, out_bo)
+        # Two threads (the kernel runs without the GIL), splitting the contexts where
+        # half of the probes are done.
+        work = np.cumsum(np.diff(word_off)[pg])
+        cut = int(np.searchsorted(work, work[-1] / 2)) if len(work) else 0
+        spans = [(0, cut), (cut, len(P))] if threads > 1 and len(P) > 1 else [(0, len(P))]
+
+        def probe(span):
+            lo, hi = span
+            bufs = (np.empty(cap, np.int64), np.empty(cap, np.int32), np.empty(cap, np.float32),
+                    np.empty(cap, np.float32))
+            got = _distil.probe_groups(data.core, P, np.clip(ctx_off, lo, hi), cand, word_off, *bufs)
+            return got, bufs
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(len(spans)) as pool:
+            results = list(pool.map(probe, spans))
+        found = sum(g for g, _ in results) if all(g >= 0 for g, _ in results) else -1
         if found != cap:
             raise FormatError(f"recovered {found if found >= 0 else 'more than ' + str(cap)} {n}-grams, the "
                               f"table holds {cap} (inconsistent back-off flags?)", path)
+        out_ctx, out_word, out_prob, out_bo = (np.concatenate([b[i][:g] for g, b in results]) for i in range(4))
         r = np.column_stack([P[out_ctx], out_word]).astype(np.int32)
         o = np.lexsort(r.T[::-1])
         ids.append(np.ascontiguousarray(r[o]))
