@@ -370,3 +370,53 @@ def test_cli_distil(tiny, tmp_path, capsys):
     assert "n-grams: 1=" in capsys.readouterr().err
     k = kenlm.Model(str(out))
     assert k.order == 3
+
+
+def test_pruning_criterion_is_the_exact_relative_entropy(tiny, tmp_path):
+    """Stolcke's D for one n-gram equals P(h) * KL(p(.|h) || p'(.|h)), computed by brute
+    force over the whole vocabulary after removing that n-gram alone."""
+    teacher, text, held, d = tiny
+    V = len(teacher.vocab)
+    words = teacher.vocab.words()
+    counted = distil.count_text(str(text), teacher.vocab, 3, V, teacher.vocab.id("<s>"), teacher.vocab.id("</s>"))
+    s = distil.build_structure(V, {n: counted[n][0] for n in (2, 3)})
+    logprob = {n: distil._score(teacher, s.rows(n), 1).astype(np.float64) for n in (1, 2, 3)}
+    bos, eos = teacher.vocab.id("<s>"), teacher.vocab.id("</s>")
+    pred = np.ones(V, bool)
+    pred[bos] = False
+    bows, p = distil.compute_backoffs(s, logprob, pred)
+    D = distil._prune_scores(s, logprob, p, bos, eos)
+    keep_words = np.flatnonzero(pred)
+
+    def context_dist(rows3, n3_lp, h):
+        st = distil.build_structure(V, {2: s.rows(2), 3: rows3})
+        lp = {1: logprob[1].copy(), 2: logprob[2].copy(), 3: n3_lp}
+        b, _ = distil.compute_backoffs(st, lp, pred)
+        # brute force back-off over the full vocabulary, in pure Python on the tables
+        tri = {tuple(r): v for r, v in zip(st.rows(3).tolist(), lp[3])}
+        big = {tuple(r): (v, bo) for r, v, bo in zip(st.rows(2).tolist(), lp[2], b[2])}
+        out = []
+        for w in keep_words:
+            if (h[0], h[1], w) in tri:
+                out.append(tri[(h[0], h[1], w)])
+            else:
+                bo = big[(h[0], h[1])][1] if (h[0], h[1]) in big else 0.0
+                low = big[(h[1], w)][0] if (h[1], w) in big else b[1][h[1]] + lp[1][w]
+                out.append(bo + low)
+        return np.array(out) * math.log(10)
+
+    rows3 = s.rows(3)
+    rng = np.random.default_rng(0)
+    ln10 = math.log(10)
+    for i in rng.choice(len(rows3), 6, replace=False):
+        h = tuple(rows3[i][:2])
+        before = context_dist(rows3, logprob[3], h)
+        mask = np.ones(len(rows3), bool)
+        mask[i] = False
+        after = context_dist(rows3[mask], logprob[3][mask], h)
+        kl = np.sum(np.exp(before) * (before - after))
+        # P(h) by the chain rule, P(<s>) being the unigram probability of </s>
+        logP = (logprob[1][h[0]] if h[0] != bos else logprob[1][eos]) * ln10
+        logP += logprob[2][s.index(np.array([h]))[0]] * ln10
+        assert kl > 0
+        assert abs(math.exp(logP) * kl - D[3][i]) <= 1e-6 * D[3][i], (h, kl, D[3][i])
