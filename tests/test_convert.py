@@ -290,3 +290,33 @@ def test_cli_convert(tmp_path, capsys):
     assert "neural -> int8" in err and "perplexity" in err
     assert main(["convert", str(src), str(src), "--to", "float16"]) == 1
     assert "refusing to overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("normalization", [None, "unnormalized"])
+def test_converted_isi_model_scores_sentences_like_the_toolkit(tmp_path, normalization):
+    """nplm.Model on the converted file: a sentence's score is the toolkit's sum over
+    its n-grams (contexts padded with <s>, as testNeuralLM does), natural log -> log10;
+    'unnormalized' is the toolkit's default self-normalised lookup."""
+    rng = np.random.default_rng(11)
+    text, P = _isi_text(rng, WORDS, WORDS, n=4, H=6)
+    src = tmp_path / "m.txt"
+    src.write_text(text)
+    dst = tmp_path / "m.nplm"
+    convert.convert(src, dst)
+    model = nplm.Model(str(dst), normalization=normalization)
+    idx = {w: i for i, w in enumerate(WORDS)}
+
+    def toolkit(sentence):
+        ids = [idx["<s>"]] * 3 + [idx.get(w, idx["<unk>"]) for w in sentence.split()] + [idx["</s>"]]
+        total = 0.0
+        for j in range(3, len(ids)):
+            x = np.concatenate([P["E"][i] for i in ids[j - 3:j]])
+            h = np.maximum(P["U2"] @ np.maximum(P["U1"] @ x + P["c1"], 0) + P["c2"], 0)
+            s = P["W"] @ h + P["b"]
+            if normalization is None:
+                s = s - (s.max() + np.log(np.exp(s - s.max()).sum()))
+            total += s[ids[j]]
+        return total / LN10
+
+    for sentence in ("a b c", "the cat", "c", "the zebra a the cat b"):
+        assert abs(model.score(sentence) - toolkit(sentence)) < 1e-4, sentence
