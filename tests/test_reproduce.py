@@ -1,0 +1,213 @@
+"""The reproduction pipeline end to end in --quick mode on a PTB subset: the report is
+written, every stage that succeeded has its rows, the perplexities are sane and agree
+with independent computations (the real kenlm module, a pure-Python unigram model),
+and a stage that cannot run is reported as "not available" instead of crashing."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from nplm import cli
+from nplm.reproduce import PUBLISHED, Settings, reproduce
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+PTB = SHARED / "data" / "ptb"
+
+# Which rows each stage adds to the table (by model-name prefix).
+STAGE_ROWS = {
+    "KN1": "unigram (KN1)", "KN3": "KN3", "KN5": "KN5", "kenlm reference": "KN5 via kenlm",
+    "Vaswani NCE": "Vaswani NCE", "Baltescu class NCE": "Baltescu class NCE",
+    "V-NNLM fallback": "V-NNLM fallback", "interpolate linear": "KN5 + ",
+    "interpolate loglinear": "KN5 + ", "distil": " distilled to ",
+    "quantise float16": " float16", "quantise int8": " int8",
+}
+
+
+def need_ptb():
+    if not PTB.is_dir():
+        pytest.skip("../shared (PTB data) is absent")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    need_ptb()
+    out = tmp_path_factory.mktemp("reproduce")
+    run = reproduce(str(PTB), str(out), Settings.quick_preset(), log=lambda m: None)
+    data = json.loads((out / "results.json").read_text())
+    return out, run, data
+
+
+def _rows(data, prefix):
+    return [r for r in data["rows"] if prefix in r["model"]]
+
+
+def _row(data, model, normalization=""):
+    found = [r for r in data["rows"] if r["model"] == model and r["normalization"] == normalization]
+    assert len(found) == 1, (model, normalization, [r["model"] for r in data["rows"]])
+    return found[0]
+
+
+def test_report_files_and_stage_rows(quick):
+    out, run, data = quick
+    report = (out / "report.md").read_text()
+    table = [line for line in report.splitlines() if line.startswith("| ")]
+    names = [st["name"] for st in data["stages"]]
+    assert names[0] == "data" and data["stages"][0]["status"] == "ok"
+    assert set(STAGE_ROWS) <= set(names)
+    for st in data["stages"]:
+        if st["name"] == "data":
+            continue
+        rows = _rows(data, STAGE_ROWS[st["name"]])
+        if st["status"] == "ok":
+            assert rows, f"stage {st['name']} succeeded but added no row"
+            for r in rows:
+                assert any(line.startswith(f"| {r['model']} |") for line in table), r["model"]
+        else:
+            assert st["status"].startswith("not available: ") and len(st["status"]) > len("not available: ")
+            assert f"| {st['name']} | {st['status']} |" in report
+    # The stages whose code is this package's core must work on the subset.
+    core = {"KN1", "KN3", "KN5"}
+    assert all(st["status"] == "ok" for st in data["stages"] if st["name"] in core)
+    section = (out / "results-section.md").read_text()
+    assert section.startswith("## Results")
+    for v in PUBLISHED.values():
+        assert f"| {v:.1f} |" in section
+
+
+def test_plots_are_png(quick):
+    pytest.importorskip("matplotlib", reason="matplotlib (the 'plot' extra) is not installed")
+    out, _, data = quick
+    assert (out / "perplexity_vs_memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if data["histories"]:
+        assert (out / "validation_per_epoch.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_perplexities_finite_and_ordered(quick):
+    _, _, data = quick
+    for r in data["rows"]:
+        if r["test_ppl"] is not None:
+            assert math.isfinite(r["test_ppl"]) and r["test_ppl"] > 1.0, r
+        if r["size_bytes"] is not None:
+            assert r["size_bytes"] > 0
+    uni, kn3, kn5 = _row(data, "unigram (KN1)"), _row(data, "KN3"), _row(data, "KN5")
+    if any(st["name"] == "kenlm reference" and st["status"] == "ok" for st in data["stages"]):
+        ref = _row(data, "KN5 via kenlm module")
+        assert ref["test_ppl"] == pytest.approx(kn5["test_ppl"], rel=1e-5)
+        assert ref["valid_ppl"] == pytest.approx(kn5["valid_ppl"], rel=1e-5)
+    # Context helps: both KN models beat the unigram on test and on valid.
+    for kn in (kn3, kn5):
+        assert kn["test_ppl"] < 0.8 * uni["test_ppl"]
+        assert kn["valid_ppl"] < 0.8 * uni["valid_ppl"]
+    tokens = kn5["tokens"]
+    assert all(r["tokens"] == tokens for r in data["rows"] if r["tokens"] is not None)
+
+
+def test_unigram_matches_pure_python(quick):
+    """The KN1 row's perplexity, recomputed from its ARPA file by hand."""
+    out, _, data = quick
+    probs = {}
+    section = None
+    with open(out / "models" / "kn1.arpa", encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("\\"):
+                section = line
+                continue
+            if section == "\\1-grams:" and line:
+                parts = line.split("\t")
+                probs[parts[1]] = float(parts[0])
+    # A distribution over every word but <s> (whose ARPA value is a placeholder).
+    assert sum(10 ** v for w, v in probs.items() if w != "<s>") == pytest.approx(1.0, abs=1e-4)
+    total = n = 0
+    for line in (out / "data" / "test.txt").read_text().splitlines():
+        for w in line.split() + ["</s>"]:
+            total += probs.get(w, probs["<unk>"])
+            n += 1
+    row = _row(data, "unigram (KN1)")
+    assert row["tokens"] == n
+    assert row["test_ppl"] == pytest.approx(10 ** (-total / n), rel=1e-5)
+
+
+def test_kn5_matches_kenlm(quick):
+    kenlm = pytest.importorskip("kenlm", reason="the kenlm module is not installed")
+    out, _, data = quick
+    model = kenlm.Model(str(out / "models" / "kn5.arpa"))
+    total = n = 0
+    for line in (out / "data" / "test.txt").read_text().splitlines():
+        total += model.score(line)
+        n += len(line.split()) + 1
+    assert _row(data, "KN5")["test_ppl"] == pytest.approx(10 ** (-total / n), rel=1e-5)
+
+
+def test_neural_rows(quick):
+    _, _, data = quick
+    ok = {st["name"] for st in data["stages"] if st["status"] == "ok"}
+    for label in ("Vaswani NCE", "Baltescu class NCE", "V-NNLM fallback"):
+        if label not in ok:
+            continue
+        rows = _rows(data, label)
+        modes = {r["normalization"] for r in rows if r["model"] == label}
+        assert "unnormalized" in modes and len(modes) >= 2
+        for r in rows:
+            if r["model"] == label and r["normalization"] in ("exact", "class"):
+                # A trained model must beat the uniform distribution over its vocabulary
+                # (the subset has a few thousand word types).
+                assert r["test_ppl"] < 3000, r
+                assert r["train_s"] > 0 and r["us_per_token"] > 0 and r["tokens_per_s"] > 0
+    hist = data["histories"]
+    for label, h in hist.items():
+        assert [e["epoch"] for e in h] == list(range(1, len(h) + 1))
+        assert all(math.isfinite(e["valid_ppl"]) for e in h)
+
+
+def test_interpolation_tuned_no_worse_than_components(quick):
+    """Tuned weights include the one-component corners, so the tuned valid perplexity
+    cannot exceed either component's (tolerance for the tuner's stopping rule)."""
+    _, _, data = quick
+    kn5 = _row(data, "KN5")
+    for mode in ("linear", "loglinear"):
+        st = [s for s in data["stages"] if s["name"] == f"interpolate {mode}"][0]
+        if st["status"] != "ok":
+            continue
+        row = [r for r in data["rows"] if r["family"] == "interpolated" and r["normalization"] == mode][0]
+        neural_label = row["model"].split(" + ", 1)[1]
+        nn = [r for r in data["rows"] if r["model"] == neural_label and r["normalization"] in ("exact", "class")][0]
+        assert row["valid_ppl"] <= min(kn5["valid_ppl"], nn["valid_ppl"]) * (1 + 1e-3)
+        assert math.isfinite(row["test_ppl"])
+
+
+def test_missing_stage_is_reported_not_raised(tmp_path):
+    """Interpolation with no neural model trained: the stage fails, the report says why."""
+    need_ptb()
+    out = tmp_path / "partial"
+    run = reproduce(str(PTB), str(out), Settings.quick_preset(), log=lambda m: None,
+                    only={"KN5", "interpolate linear"})
+    status = {st.name: st.status for st in run.stages}
+    assert status["KN5"] == "ok"
+    assert status["interpolate linear"] == "not available: RuntimeError: no neural model was trained"
+    report = (out / "report.md").read_text()
+    assert "| interpolate linear | not available: RuntimeError: no neural model was trained |" in report
+    assert [r.model for r in run.rows] == ["KN5"]
+
+
+def test_cli(tmp_path, capsys):
+    need_ptb()
+    assert cli.main(["reproduce", "--data", str(tmp_path / "absent"), "--out", str(tmp_path / "o")]) == 1
+    assert "no such data directory" in capsys.readouterr().err
+    assert cli.main(["reproduce", "--data", str(PTB), "--out", str(tmp_path / "o"), "--quick",
+                     "--neural-minutes", "0"]) == 1
+    out = tmp_path / "o2"
+    assert cli.main(["reproduce", "--data", str(PTB), "--out", str(out), "--quick", "--only", "KN3"]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert [r["model"] for r in data["rows"]] == ["KN3"]
+    assert data["settings"]["quick"] is True
+
+
+def test_bad_data_dir_contents(tmp_path):
+    """A data directory without the PTB files: the data stage fails by name, the run stops there."""
+    (tmp_path / "data").mkdir()
+    run = reproduce(str(tmp_path / "data"), str(tmp_path / "out"), Settings.quick_preset(), log=lambda m: None)
+    assert len(run.stages) == 1 and run.stages[0].status.startswith("not available: FileNotFoundError")
+    assert "ptb.train.txt" in run.stages[0].status
+    assert (tmp_path / "out" / "report.md").exists()
