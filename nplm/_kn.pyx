@@ -1,4 +1,3 @@
-# cython: freethreading_compatible = False
 """Kernels for modified Kneser-Ney estimation; ``kneser_ney.py`` runs the pipeline.
 
 1. ``Counter``: tokenise text bytes (lmplz's delimiters: space, tab, CR, NUL; one
@@ -12,16 +11,16 @@
    share a k-word suffix are contiguous, so each order's n-grams, their adjusted
    (continuation) counts, suffix links, pruning marks and counts-of-counts all fall
    out of the common-suffix length between neighbours.
-4. ``link_contexts`` / ``interpolate``: the context (all but the last word) of each
-   n-gram is found by walking the suffix trie; then gammas, interpolated
-   probabilities and back-offs, per order.
+4. ``link_contexts``, ``unigram_probs``, ``order_probs``: the context (all but the
+   last word) of each n-gram is found by walking the suffix trie; then gammas,
+   interpolated probabilities and back-offs, order by order, in float32 in lmplz's
+   order of operations so that the values are bit-identical to lmplz's.
 
 Kernels return status codes; the Python layer turns them into exceptions.
 """
 from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy, memcmp, memset, memmove, memchr
-from libc.math cimport log10, INFINITY
+from libc.string cimport memcpy, memcmp, memset, memchr
 
 from cython.parallel cimport prange
 
@@ -167,7 +166,7 @@ cdef class Counter:
 
     # ---------------------------------------------------------------- vocabulary
     cdef int64_t _word_id(self, const uint8_t *p, size_t n) noexcept nogil:
-        """Id of the word p[:n], inserting it; -1 when out of memory or ids."""
+        """Id of the word p[:n], inserting it; KN_NOMEM or KN_TOO_MANY on failure."""
         cdef uint64_t h = _hash_bytes(p, n)
         cdef size_t i = h & self.vmask
         cdef uint32_t s
@@ -184,13 +183,13 @@ cdef class Counter:
             i = (i + 1) & self.vmask
         # insert
         if self.vsize >= MAX_ENTRIES:
-            return -1
+            return KN_TOO_MANY
         if self.vsize == self.vcap:
             if self._grow_vocab_arrays() < 0:
-                return -1
+                return KN_NOMEM
         if self.arena_len + n > self.arena_cap:
             if self._grow_arena(n) < 0:
-                return -1
+                return KN_NOMEM
         s = <uint32_t> self.vsize
         memcpy(self.arena + self.arena_len, p, n)
         self.arena_len += n
@@ -199,7 +198,7 @@ cdef class Counter:
         self.vsize += 1
         if 2 * self.vsize > self.vmask + 1:
             if self._rehash_vocab() < 0:
-                return -1
+                return KN_NOMEM
         else:
             self.vslots[i] = s + 1
         return s
@@ -268,7 +267,7 @@ cdef class Counter:
         return self.ent + e * (self.order + 2)
 
     cdef int _insert(self, const uint32_t *gram, uint64_t h) noexcept nogil:
-        """Add one occurrence of gram (hash h); 0, or -1 when out of memory/indices."""
+        """Add one occurrence of gram (hash h); 0, KN_NOMEM or KN_TOO_MANY."""
         cdef int n = self.order
         cdef uint64_t tag = h & 0xFFFFFFFF00000000ULL
         cdef size_t i = h & self.nmask
@@ -288,10 +287,10 @@ cdef class Counter:
                     return 0
             i = (i + 1) & self.nmask
         if self.nsize >= MAX_ENTRIES:
-            return -1
+            return KN_TOO_MANY
         if self.nsize == self.ncap:
             if self._grow_entries() < 0:
-                return -1
+                return KN_NOMEM
         idx = self.nsize
         e = self._entry(idx)
         memcpy(e, gram, n * sizeof(uint32_t))
@@ -300,8 +299,8 @@ cdef class Counter:
         self.nsize += 1
         self.nslots[i] = tag | <uint64_t> (idx + 1)
         if 2 * self.nsize > self.nmask + 1:
-            return self._rehash_table(self.nmask + 1)
-        return 0
+            return KN_NOMEM if self._rehash_table(self.nmask + 1) < 0 else KN_OK
+        return KN_OK
 
     cdef int _grow_entries(self) noexcept nogil:
         cdef size_t cap = self.ncap * 2
@@ -360,7 +359,7 @@ cdef class Counter:
                     i += 1
                 w = self._word_id(data + start, i - start)
                 if w < 0:
-                    return KN_NOMEM
+                    return w
                 if w <= EOS:
                     if self.skip_symbols:
                         self.skipped_symbols += 1
@@ -393,6 +392,7 @@ cdef class Counter:
         cdef int64_t j, ahead
         cdef uint64_t ring[PREFETCH]
         cdef uint64_t h
+        cdef int rc
         for j in range(n - 1, min(m, n - 1 + PREFETCH)):
             ring[j % PREFETCH] = _hash_words(ids + j - n + 1, n)
         for j in range(n - 1, m):
@@ -403,8 +403,9 @@ cdef class Counter:
                 __builtin_prefetch(&self.nslots[ring[ahead % PREFETCH] & self.nmask])
             if ids[j] == BOS:
                 continue
-            if self._insert(ids + j - n + 1, h) < 0:
-                return KN_NOMEM
+            rc = self._insert(ids + j - n + 1, h)
+            if rc < 0:
+                return rc
         return KN_OK
 
     def feed(self, const uint8_t[::1] data):  # IN: whole lines of UTF-8 text
