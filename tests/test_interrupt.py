@@ -1,0 +1,234 @@
+"""Interrupted runs, tested by really killing subprocesses.
+
+* A writer killed with SIGKILL while its temporary file exists leaves the earlier
+  output byte-for-byte intact (temp file + rename); only a hidden
+  ``.nplm-tmp-*`` file can remain, and the next run is not confused by it.
+* Ctrl-C (SIGINT) and error exits leave no temporary file at all.
+* A clean run leaves exactly its output.
+* Training killed mid-epoch resumes from the last checkpoint with ``--resume``
+  and ends with the same model as an uninterrupted run.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nplm
+from nplm import arpa, backoff
+from nplm.neural import NeuralNet
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY_ARPA = ROOT / "examples" / "toy.arpa"
+TMP_PREFIX = ".nplm-tmp-"
+
+
+def zipf_text(path, lines, vocab=3000, seed=3):
+    rng = np.random.default_rng(seed)
+    words = np.array([f"w{i}" for i in range(vocab)])
+    p = 1 / np.arange(1, vocab + 1)
+    p /= p.sum()
+    with open(path, "w") as f:
+        for n in rng.integers(3, 25, size=lines):
+            f.write(" ".join(words[rng.choice(vocab, size=n, p=p)]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("interrupt-inputs")
+    text = zipf_text(d / "text.txt", 12000)
+    small = zipf_text(d / "small.txt", 1500, seed=4)
+    model_arpa = d / "model.arpa"
+    nplm.estimate(str(text), 4, arpa=str(model_arpa), discount_fallback=True, progress=False)
+    model_bin = d / "model.nplm"
+    backoff.build_binary(arpa.read_arpa(model_arpa), model_bin)
+    bad_arpa = d / "bad.arpa"
+    raw = model_arpa.read_bytes()
+    bad_arpa.write_bytes(raw[:len(raw) // 2])
+    bad_text = d / "bad.txt"
+    bad_text.write_bytes(small.read_bytes()[:5000] + b"\xff\xfe broken\n")
+    return {"text": text, "small": small, "arpa": model_arpa, "binary": model_bin,
+            "bad_arpa": bad_arpa, "bad_text": bad_text}
+
+
+def nplm_cmd(*args):
+    return [sys.executable, "-m", "nplm", *map(str, args)]
+
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+def temps(directory):
+    return sorted(p.name for p in Path(directory).iterdir() if p.name.startswith(TMP_PREFIX))
+
+
+def run_and_signal(cmd, out_dir, sig, timeout=120):
+    """Start ``cmd``; send ``sig`` the moment a temporary output file appears.
+    Returns (signalled, returncode, stderr)."""
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    signalled = False
+    try:
+        while p.poll() is None:
+            if temps(out_dir):
+                p.send_signal(sig)
+                signalled = True
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{cmd} did not finish in {timeout} s")
+            time.sleep(0.001)
+        _, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return signalled, p.returncode, err.decode("utf-8", "replace")
+
+
+def run(cmd, timeout=300):
+    return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, timeout=timeout)
+
+
+# name: (command builder (inputs, out) -> argv, output file name, bad-input command builder)
+WRITERS = {
+    "estimate-arpa": (lambda i, o: nplm_cmd("estimate", "-o", 4, "--text", i["text"], "--arpa", o,
+                                            "--discount_fallback", "-q"), "out.arpa",
+                      lambda i, o: nplm_cmd("estimate", "-o", 4, "--text", i["bad_text"], "--arpa", o,
+                                            "--discount_fallback", "-q")),
+    "estimate-binary": (lambda i, o: nplm_cmd("estimate", "-o", 4, "--text", i["text"], "--binary", o,
+                                              "--discount_fallback", "-q"), "out.nplm",
+                        lambda i, o: nplm_cmd("estimate", "-o", 4, "--text", i["bad_text"], "--binary", o,
+                                              "--discount_fallback", "-q")),
+    "build-binary": (lambda i, o: nplm_cmd("build-binary", i["arpa"], o), "out.nplm",
+                     lambda i, o: nplm_cmd("build-binary", i["bad_arpa"], o)),
+    "convert": (lambda i, o: nplm_cmd("convert", "--to", "binary", i["arpa"], o), "out.nplm",
+                lambda i, o: nplm_cmd("convert", "--to", "binary", i["bad_arpa"], o)),
+    "distil": (lambda i, o: nplm_cmd("distil", i["binary"], "--text", i["text"], "-o", 3, "--arpa", o, "-q"),
+               "out.arpa",
+               lambda i, o: nplm_cmd("distil", i["binary"], "--text", i["bad_text"], "-o", 3, "--arpa", o,
+                                     "-q")),
+}
+
+
+def earlier_output(path):
+    """A valid earlier result in the output's format, so 'intact' means loadable too."""
+    if path.suffix == ".nplm":
+        backoff.build_binary(arpa.read_arpa(TOY_ARPA), path)
+    else:
+        path.write_bytes(TOY_ARPA.read_bytes())
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_killed_writer_leaves_earlier_output_intact(tmp_path, inputs, name):
+    build, out_name, bad = WRITERS[name]
+    out = tmp_path / out_name
+    old = earlier_output(out)
+
+    # 1. SIGKILL while the temporary file exists: the old output is untouched.
+    signalled, rc, err = run_and_signal(build(inputs, out), tmp_path, signal.SIGKILL)
+    assert signalled, f"the run finished before its temporary file was seen: {err[-2000:]}"
+    assert rc == -signal.SIGKILL
+    assert out.read_bytes() == old
+    assert set(os.listdir(tmp_path)) <= {out_name} | set(temps(tmp_path))
+    nplm.Model(str(out))  # still loads
+
+    # 2. A clean run afterwards (the stale temp file does not confuse it) leaves
+    #    exactly its new output and removes nothing else.
+    stale = temps(tmp_path)
+    r = run(build(inputs, out))
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert temps(tmp_path) == stale
+    new = out.read_bytes()
+    assert new != old
+    model = nplm.Model(str(out))
+    assert np.isfinite(model.score("w1 w2 w3"))
+    for s in stale:
+        os.unlink(tmp_path / s)
+
+    # 3. An error exit (bad input) keeps the previous output and leaves no temp.
+    r = run(bad(inputs, out))
+    assert r.returncode != 0
+    assert b"Traceback" not in r.stderr, r.stderr.decode()[-3000:]
+    assert out.read_bytes() == new
+    assert temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["build-binary", "estimate-arpa"])
+def test_ctrl_c_removes_the_temporary_file(tmp_path, inputs, name):
+    build, out_name, _ = WRITERS[name]
+    out = tmp_path / out_name
+    old = earlier_output(out)
+    signalled, rc, err = run_and_signal(build(inputs, out), tmp_path, signal.SIGINT)
+    assert signalled
+    assert rc != 0
+    assert out.read_bytes() == old
+    assert temps(tmp_path) == [], "Ctrl-C left a temporary file"
+
+
+def train_args(text, out, *extra):
+    return nplm_cmd("train", "--train", text, "--out", out, "--epochs", 3, "--threads", 1, "--order", 3,
+                    "--embedding-dim", 16, "--hidden", 32, "--output", "softmax", "--objective", "nce",
+                    "--noise-samples", 5, "--seed", 7, *extra)
+
+
+def test_training_killed_mid_epoch_resumes(tmp_path, inputs):
+    text = inputs["text"]
+    out = tmp_path / "net.nplm"
+    ckpt = Path(str(out) + ".ckpt")
+    p = subprocess.Popen(train_args(text, out), cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    seen = []
+    try:
+        # The epoch report is printed once the epoch's checkpoint is being written;
+        # wait for the checkpoint file itself, then kill during the next epoch.
+        for line in iter(p.stdout.readline, b""):
+            seen.append(line)
+            if line.startswith(b"epoch 1: train loss"):
+                break
+        deadline = time.monotonic() + 60
+        while not ckpt.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert p.poll() is None, b"".join(seen).decode()[-2000:]
+        p.kill()
+        p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == -signal.SIGKILL
+    assert ckpt.exists() and not out.exists()
+    state = NeuralNet.load(ckpt, return_container=True)[1].config["checkpoint"]
+    assert state["epoch"] == 1, "killed before or after the second epoch, not during it"
+
+    r = run(train_args(text, out, "--resume", "--quiet"))
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert b"resuming after epoch 1" in r.stdout + r.stderr
+    assert temps(tmp_path) == [] or all(t.endswith(("net.nplm", "net.nplm.ckpt")) for t in temps(tmp_path))
+
+    # Same seed, one thread: the uninterrupted run gives exactly the same network.
+    ref = tmp_path / "ref" / "net.nplm"
+    ref.parent.mkdir()
+    r = run(train_args(text, ref, "--quiet"))
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    a, b = NeuralNet.load(out), NeuralNet.load(ref)
+    for name in a.params:
+        np.testing.assert_array_equal(a.params[name], b.params[name], err_msg=name)
+    model = nplm.Model(str(out))
+    assert np.isfinite(model.score("w1 w2 w3"))
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path, inputs):
+    r = run(train_args(inputs["small"], tmp_path / "none.nplm", "--resume", "--quiet"))
+    assert r.returncode != 0
+    assert b"Traceback" not in r.stderr
+    assert b"checkpoint" in r.stderr
