@@ -63,7 +63,7 @@ cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
 cdef inline uint64_t _state_key(const NState *s) noexcept nogil:
     cdef uint64_t h = 0x9e3779b97f4a7c15ULL + s.length
     cdef int i
-    for i in range(s.length):
+    for i in range(min(s.length, MAX_ORDER - 1)):
         h = _mix(h ^ (<uint64_t>s.words[i] + 0x632be59bd9b4e019ULL * (i + 1)))
     return h
 
@@ -186,11 +186,13 @@ cdef class InterpolatedCore(LMCore):
     cdef inline int _comp_state(self, int i, const NState *ins, NState *out) except -1 nogil:
         """Component i's state for the mixture context ``ins``."""
         cdef WordId buf[MAX_ORDER]
+        cdef WordId u
         cdef int j, m = ins.length
         if m > self.ctx[i]:
             m = self.ctx[i]
         for j in range(m):
-            buf[j] = <WordId>self.map[i][ins.words[j]]
+            u = ins.words[j]
+            buf[j] = <WordId>self.map[i][u if u < self.size else 0]    # a foreign State
         return (<LMCore>self.comp[i]).context_state(buf, m, out)
 
     cdef inline int _comp_score(self, int i, const NState *cs, WordId u, NState *out,
@@ -244,13 +246,22 @@ cdef class InterpolatedCore(LMCore):
         out.length = <uint8_t>keep
         return 0
 
-    cdef int score_word(self, const NState *ins, WordId u, NState *out, Ret *ret) except -1 nogil:
+    cdef int score_word(self, const NState *in_state, WordId u, NState *out, Ret *ret) except -1 nogil:
         cdef NState cs[MAX_COMPONENTS]
         cdef NState co
         cdef Ret r
         cdef double lp[MAX_COMPONENTS]
         cdef double prob
         cdef int a, i, j, length = 0, ngl = 1
+        # A copy: out may alias in_state, and a foreign State may claim more words
+        # than any mixture keeps.
+        cdef NState st = in_state[0]
+        cdef const NState *ins = &st
+        if st.length > self.order - 1:
+            st.length = <uint8_t>(self.order - 1)
+        for j in range(st.length):
+            if st.words[j] >= self.size:
+                st.words[j] = 0
         if u >= self.size:
             u = 0
         for a in range(self.n_active):

@@ -606,3 +606,13 @@ def test_neural_component_mixtures(neural_pair):
         nplm.interpolate([kn, raw], [0.5, 0.5])
     mix = nplm.interpolate([kn, raw], [0.5, 0.5], "loglinear")
     assert _total(mix.log10_distribution(_after(mix, ["w1"])), mix) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_foreign_state_is_read_safely(models):
+    mix = nplm.interpolate([models["ptb5k.o3"], models["wiki3k.o5"]], [0.5, 0.5])
+    big = nplm.interpolate([models["wiki3k.o5"], models["ptb5k.o3"]], [0.5, 0.5])
+    st = _after(big, ["a", "b", "c", "d", "e", "f", "g"])      # ids from another vocabulary
+    out = nplm.State()
+    for w in ["the", "zzqx", "</s>"]:
+        p = mix.BaseScore(st, w, out)
+        assert np.isfinite(p) and p <= 0 and out.length <= mix.order - 1
