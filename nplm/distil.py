@@ -37,7 +37,6 @@ Memory: the distinct n-grams of the text (before thresholds) and the listed ones
 as flat numpy arrays; no Python object per n-gram.
 """
 import math
-import sys
 
 import numpy as np
 
@@ -250,8 +249,39 @@ def _score(model, rows, threads, id_map=None):
     out = np.empty(len(rows), np.float32)
     if id_map is not None:
         rows = id_map[rows]
+    net = _exact_network(model)
+    if net is not None and len(rows):
+        return _score_network(net, rows)
     if len(rows):
         _distil.score_rows(model.core, np.ascontiguousarray(rows, dtype=np.int32), out, threads)
+    return out
+
+
+def _exact_network(model):
+    """The NeuralNet behind an exactly normalised neural nplm.Model, else None.  Its
+    batched kernels score many contexts at once (GEMM) where the query core scores
+    one state at a time; the numbers are the same (tests/test_distil.py)."""
+    data = getattr(model, "_data", None)
+    net = getattr(data, "net", None)
+    if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
+        return None
+    return net
+
+
+def _score_network(net, rows, batch=1 << 16):
+    """log10 p(last | rest) per row, the context given to the network as the query
+    core does: the last n-1 words, <null> before the first (so a context starting
+    with <s> is the sentence start <null> ... <null> <s>)."""
+    from .vocab import NULL
+    m = net.order - 1
+    k = rows.shape[1] - 1
+    ctx = np.full((len(rows), m), NULL, np.int32)
+    use = min(k, m)
+    if use:
+        ctx[:, m - use:] = rows[:, k - use:k]
+    out = np.empty(len(rows), np.float32)
+    for lo in range(0, len(rows), batch):
+        out[lo:lo + batch] = net.log10_prob(ctx[lo:lo + batch], rows[lo:lo + batch, k])
     return out
 
 
@@ -411,7 +441,7 @@ def _top_continuations(model, rows, k, exclude, progress):
 
 
 def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, top_k_min_count=2,
-           lower_teacher=None, prune_to=None, threads=1, progress=False, messages=sys.stderr):
+           lower_teacher=None, prune_to=None, threads=1, progress=False):
     """Distil ``teacher`` (an nplm.Model or a model path) into NGramTables of ``order``.
 
     text:       training text whose n-grams are listed (one sentence per line);

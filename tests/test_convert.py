@@ -2,7 +2,6 @@
 binary (checked against a numpy forward pass of the toolkit's architecture), and
 quantised neural models."""
 import math
-import os
 
 import numpy as np
 import pytest

@@ -420,3 +420,28 @@ def test_pruning_criterion_is_the_exact_relative_entropy(tiny, tmp_path):
         logP += logprob[2][s.index(np.array([h]))[0]] * ln10
         assert kl > 0
         assert abs(math.exp(logP) * kl - D[3][i]) <= 1e-6 * D[3][i], (h, kl, D[3][i])
+
+
+def test_network_fast_path_equals_the_query_core(tmp_path):
+    """Exactly normalised neural teachers are scored in batches by the network's own
+    kernels; the numbers are the query core's."""
+    from nplm.neural import NeuralConfig, NeuralNet
+    from nplm.vocab import SPECIALS, Vocabulary
+    from nplm import _distil
+    words = list(SPECIALS) + [f"w{i}" for i in range(40)]
+    net = NeuralNet.create(NeuralConfig(order=4, embedding_dim=8, hidden=(16, 8), context="full",
+                                        output="softmax"), Vocabulary(words), seed=5)
+    path = tmp_path / "n.nplm"
+    net.save(path)
+    model = _model(path)
+    assert distil._exact_network(model) is not None
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 3, 4, 5):
+        rows = rng.integers(4, len(words), size=(300, n)).astype(np.int32)
+        rows[::3, 0] = 1                                  # sentence starts
+        if n == 1:
+            rows[::3, 0] = 2
+        core = np.empty(len(rows), np.float32)
+        _distil.score_rows(model.core, rows, core)
+        fast = distil._score(model, rows, 1)
+        assert np.max(np.abs(core - fast)) < 2e-5, n
