@@ -204,11 +204,17 @@ class Estimate:
         fallback = None
         if args.discount_fallback is not None:
             fallback = args.discount_fallback or True
-        estimate(args.text, args.order, arpa=arpa, binary=args.binary, discount_fallback=fallback,
-                 prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
-                 limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
-                 verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
-                 progress=not args.quiet)
+        import sys
+        import warnings
+        with warnings.catch_warnings():
+            # with -q, notices (fallback discounts, <unk> counted) still reach stderr, plainly
+            warnings.simplefilter("always")
+            warnings.showwarning = lambda message, *rest, **kw: print(f"nplm: {message}", file=sys.stderr)
+            estimate(args.text, args.order, arpa=arpa, binary=args.binary, discount_fallback=fallback,
+                     prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
+                     limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
+                     verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
+                     progress=not args.quiet)
         return 0
 
 
