@@ -465,6 +465,14 @@ def test_cli_tunes_and_writes_a_spec(binaries, tmp_path, dev, capsys):
     assert _ppl(m, dev[:60]) == pytest.approx(spec["dev_perplexity"], rel=1e-5)
     assert cli_main(["perplexity", str(out), str(text)]) == 0
     assert cli_main(["interpolate", "--model", a, "--model", b, "--weight", "1", "--out", str(out)]) == 1
+    assert cli_main(["interpolate", "--model", a, "--model", b, "--weight", "0.8", "--weight", "0.4",
+                     "--mode", "loglinear", "--unnormalized", "--unknown", "split", "--out", str(out)]) == 0
+    spec = json.loads(out.read_text())
+    assert (spec["mode"], spec["normalize"], spec["unknown"], spec["weights"]) == \
+        ("loglinear", False, "split", [0.8, 0.4])
+    m = nplm.Model(str(out), _quiet())
+    ref = nplm.interpolate([a, b], [0.8, 0.4], "loglinear", normalize=False, unknown="split")
+    assert m.score(SENTENCES[0]) == ref.score(SENTENCES[0])
 
 
 @pytest.mark.parametrize("content,needle", [
