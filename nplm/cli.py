@@ -27,7 +27,9 @@ def _error(message):
 
 def _open_lines(path):
     from .textio import open_text
-    return open_text(path or "-")
+    # Invalid UTF-8 becomes U+FFFD (an unknown word, as the raw bytes are to KenLM)
+    # instead of aborting the whole run with a decode error.
+    return open_text(path or "-", errors="replace")
 
 
 @command("query", "Score text like KenLM's query: per-word output and a perplexity summary")
@@ -56,7 +58,9 @@ class Query:
         eos = vocab.id("</s>")
 
         def per_line(line, probs, lengths, oovs):
-            words = line.split()
+            # ASCII white space only, as the kernels (and KenLM) split: str.split()
+            # would also split at U+00A0 etc. and mislabel the scores.
+            words = [w.decode("utf-8") for w in line.encode("utf-8").split()]
             if "word" in levels:
                 items = [f"{w}={vocab.id(w)} {l} {p:.7g}" for w, p, l in zip(words, probs, lengths)]
                 if context:
