@@ -3,7 +3,8 @@
 For PTB train and WikiText-2 train (``<unk>`` written as ``UNK``, since lmplz refuses
 ``<unk>``; WikiText-2 without its blank lines, as in ../shared/reference), orders 3 and
 5: process wall time (best of --repeat runs, interpreter start included, ARPA written
-to a temporary file) and peak resident memory of the estimating process.  lmplz runs
+to a temporary file), CPU time (user + sys, less sensitive to a busy machine) and
+peak resident memory of the estimating process, nplm and lmplz runs interleaved.  lmplz runs
 the same way when it is installed (env NPLM_LMPLZ or PATH); otherwise the figures
 measured on this machine when the task was set are used as the reference.  Finally
 the PTB 5-gram's test perplexity by the real ``kenlm`` module, to compare with
@@ -54,7 +55,7 @@ def corpus(name):
 
 
 def run_measured(cmd, stdin=None, stdout=None):
-    """(wall seconds, peak RSS in MB) of one process."""
+    """(wall seconds, peak RSS in MB, CPU seconds user+sys) of one process."""
     t = time.perf_counter()
     p = subprocess.Popen(cmd, stdin=stdin, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE,
                          cwd=ROOT)
@@ -65,12 +66,12 @@ def run_measured(cmd, stdin=None, stdout=None):
     p.stderr.close()
     if p.returncode:
         raise SystemExit(f"{cmd[0]} failed ({p.returncode}):\n{err[-2000:]}")
-    return wall, usage.ru_maxrss / 1024.0
+    return wall, usage.ru_maxrss / 1024.0, usage.ru_utime + usage.ru_stime
 
 
-def best(fn, repeat):
-    runs = [fn() for _ in range(repeat)]
-    return min(r[0] for r in runs), max(r[1] for r in runs)
+def best(runs):
+    """Fastest wall and CPU time, largest peak memory."""
+    return min(r[0] for r in runs), max(r[1] for r in runs), min(r[2] for r in runs)
 
 
 def nplm_run(text, order, arpa):
@@ -102,31 +103,37 @@ def main():
         raise SystemExit("../shared (corpora) is absent")
     lmplz = lmplz_path()
     print(f"lmplz: {lmplz or 'not installed; reference figures from this machine are used'}")
-    print(f"{'corpus':8} {'order':>5} {'nplm s':>8} {'nplm MB':>8} {'lmplz s':>10} {'lmplz MB':>10}"
-          f" {'time ratio':>11} {'mem ratio':>10}")
+    print(f"{'corpus':8} {'order':>5} {'nplm s':>7} {'cpu s':>6} {'MB':>5} {'lmplz s':>9} {'cpu s':>6}"
+          f" {'MB':>9} {'wall ratio':>11} {'cpu ratio':>9} {'mem ratio':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         ptb5 = None
         for name in args.corpora:
             text = corpus(name)
             for order in args.orders:
                 arpa = Path(tmp) / f"{name}.o{order}.arpa"
-                wall, rss = best(lambda: nplm_run(text, order, arpa), args.repeat)
+                ours, theirs = [], []
+                for _ in range(args.repeat):   # interleaved: both see the same load
+                    ours.append(nplm_run(text, order, arpa))
+                    if lmplz:
+                        theirs.append(lmplz_run(lmplz, text, order, Path(tmp) / "lmplz.arpa"))
+                wall, rss, cpu = best(ours)
                 if name == "ptb" and order == 5:
                     ptb5 = arpa
+                ratio_c = "-"
                 if lmplz:
-                    lw, lr = best(lambda: lmplz_run(lmplz, text, order, Path(tmp) / "lmplz.arpa"), args.repeat)
-                    ref_t, ref_m = f"{lw:.2f}", f"{lr:.0f}"
-                    ratio_t, ratio_m = f"{wall / lw:.2f}x", f"{rss / lr:.2f}x"
+                    lw, lr, lc = best(theirs)
+                    ref_t, ref_c, ref_m = f"{lw:.2f}", f"{lc:.2f}", f"{lr:.0f}"
+                    ratio_t, ratio_m, ratio_c = f"{wall / lw:.2f}x", f"{rss / lr:.2f}x", f"{cpu / lc:.2f}x"
                 elif name == "ptb" and order == 5:
                     lo, hi = LMPLZ_PTB5_WALL
                     mlo, mhi = LMPLZ_PTB5_RSS
-                    ref_t, ref_m = f"{lo}-{hi}", f"{mlo}-{mhi}"
+                    ref_t, ref_c, ref_m = f"{lo}-{hi}", "-", f"{mlo}-{mhi}"
                     ratio_t = f"{wall / hi:.2f}-{wall / lo:.2f}x"
                     ratio_m = f"{rss / mhi:.2f}-{rss / mlo:.2f}x"
                 else:
-                    ref_t = ref_m = ratio_t = ratio_m = "-"
-                print(f"{name:8} {order:>5} {wall:8.2f} {rss:8.0f} {ref_t:>10} {ref_m:>10} {ratio_t:>11} {ratio_m:>10}",
-                      flush=True)
+                    ref_t = ref_c = ref_m = ratio_t = ratio_m = "-"
+                print(f"{name:8} {order:>5} {wall:7.2f} {cpu:6.2f} {rss:5.0f} {ref_t:>9} {ref_c:>6} {ref_m:>9}"
+                      f" {ratio_t:>11} {ratio_c:>9} {ratio_m:>10}", flush=True)
         if ptb5 is not None:
             try:
                 import kenlm  # noqa: F401
