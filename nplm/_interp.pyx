@@ -529,36 +529,37 @@ cdef int _objective_row(const float[:, :, ::1] F, Py_ssize_t c, const double[::1
                         Py_ssize_t skip, double[:, ::1] p) except -1 nogil:
     cdef Py_ssize_t n = F.shape[1], V = F.shape[2], u
     cdef int i, j
-    cdef double s, m = -INFINITY, z = 0.0, e
-    cdef double f[MAX_COMPONENTS]
+    cdef double m = -INFINITY, z = 0.0, e, fi
     cdef double acc[MAX_COMPONENTS]
     cdef double acc2[MAX_COMPONENTS * MAX_COMPONENTS]
+    # The weighted sums first (one sweep over each component's row), then the
+    # exponentials shifted by their maximum so that none overflows, whatever the weights.
+    cdef double *s = <double *>malloc(V * sizeof(double))
+    if s == NULL:
+        with gil:
+            raise MemoryError(f"{V * sizeof(double)} bytes")
+    for u in range(V):
+        s[u] = 0.0
     for i in range(n):
         acc[i] = 0.0
         for j in range(n):
             acc2[i * n + j] = 0.0
-    # Two passes: the maximum first, so exp never overflows whatever the weights.
+        for u in range(V):
+            s[u] += weights[i] * F[c, i, u]
+    for u in range(V):
+        if u != skip and s[u] > m:
+            m = s[u]
     for u in range(V):
         if u == skip:
             continue
-        s = 0.0
-        for i in range(n):
-            s += weights[i] * F[c, i, u]
-        if s > m:
-            m = s
-    for u in range(V):
-        if u == skip:
-            continue
-        s = 0.0
-        for i in range(n):
-            f[i] = F[c, i, u]
-            s += weights[i] * f[i]
-        e = exp((s - m) * LN10)
+        e = exp((s[u] - m) * LN10)
         z += e
         for i in range(n):
-            acc[i] += e * f[i]
+            fi = e * F[c, i, u]
+            acc[i] += fi
             for j in range(i + 1):
-                acc2[i * n + j] += e * f[i] * f[j]
+                acc2[i * n + j] += fi * F[c, j, u]
+    free(s)
     p[c, 0] = log(z) + m * LN10
     for i in range(n):
         p[c, 1 + i] = acc[i] / z * LN10
