@@ -191,8 +191,9 @@ def _check_weights(weights, n, mode):
     if mode == "linear":
         if np.any(w < 0):
             raise ValueError(f"linear weights must be non-negative, got {list(w)}")
-        if abs(w.sum() - 1.0) > 1e-6:
+        if abs(w.sum() - 1.0) > 1e-4:
             raise ValueError(f"linear weights must sum to 1, got {list(w)} (sum {w.sum():.9g})")
+        w = w / w.sum()         # rounded weights (1/3 written as 0.3333) made exact
     if not np.any(w != 0):
         raise ValueError("at least one weight must be non-zero")
     return w

@@ -529,6 +529,7 @@ def test_argument_errors(models, kenlm_o3):
         nplm.interpolate([a, b], [0.2, 0.3, 0.5])
     with pytest.raises(ValueError, match="sum to 1"):
         nplm.interpolate([a, b], [0.2, 0.3])
+    assert nplm.interpolate([a, b], [0.33333, 0.66667]).weights.sum() == 1.0
     with pytest.raises(ValueError, match="non-negative"):
         nplm.interpolate([a, b], [1.2, -0.2])
     with pytest.raises(ValueError, match="mode"):
