@@ -10,7 +10,7 @@
 # output-row gradients) happens in a serial loop or a BLAS call, so results do not
 # depend on the number of threads.
 from cython.parallel cimport prange
-from libc.math cimport exp, log, sqrt, tanh, fabs
+from libc.math cimport exp, log, sqrt, sqrtf, tanh, fabs
 from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t
 from libc.string cimport memset, memcpy
 from scipy.linalg.cython_blas cimport sgemm, dgemm
@@ -643,18 +643,20 @@ cdef void output_tree(Net* net, int B, const int* tgt, real* loss, real gscale, 
 
 cdef void update_block(real* p, real* g, real* acc, int64_t n, double lr, double l2, bint adagrad,
                        bint clear) noexcept nogil:
-    """p -= lr * g' (SGD) or lr * g' / sqrt(acc += g'^2) (AdaGrad), g' = g + l2 * p."""
+    """p -= lr * g' (SGD) or lr * g' / sqrt(acc += g'^2) (AdaGrad), g' = g + l2 * p.
+    Arithmetic in the parameters' own precision: float sqrt/div are twice as fast."""
     cdef int64_t i
-    cdef double gi
-    for i in range(n):
-        gi = g[i] + l2 * p[i]
-        if adagrad:
+    cdef real gi, rl = <real>lr, rl2 = <real>l2, eps = <real>1e-8
+    if adagrad:
+        for i in range(n):
+            gi = g[i] + rl2 * p[i]
             acc[i] = acc[i] + gi * gi
-            p[i] = p[i] - lr * gi / sqrt(acc[i] + 1e-8)
-        else:
-            p[i] = p[i] - lr * gi
-        if clear:
-            g[i] = 0
+            p[i] = p[i] - rl * gi / sqrt(acc[i] + eps)
+    else:
+        for i in range(n):
+            p[i] = p[i] - rl * (g[i] + rl2 * p[i])
+    if clear:
+        memset(g, 0, n * sizeof(real))
 
 
 cdef void update_rows(real* p, real* g, real* acc, unsigned char* mark, int rows, int cols, double lr,

@@ -49,15 +49,15 @@ WORK_NAMES = _nn.WORK_NAMES
 class NeuralConfig:
     """Shape of the network.  The defaults are the recommended PTB model."""
     order: int = 5
-    embedding_dim: int = 256
-    hidden: tuple = (1024, 256)
+    embedding_dim: int = 128
+    hidden: tuple = (512,)
     context: str = "full"
     activation: str = "relu"
     output: str = "class"
     objective: str = "mle"
     noise_samples: int = 100
     classes: int = 0            # 0: about sqrt(V)
-    clustering: str = "brown"
+    clustering: str = "frequency"
     variable_history: bool = False
 
     def validate(self):

@@ -26,11 +26,11 @@ CHECKPOINT_SUFFIX = ".ckpt"
 class TrainConfig:
     """Optimisation settings.  The defaults train the recommended PTB model."""
     epochs: int = 20
-    minibatch: int = 256
+    minibatch: int = 128
     learning_rate: float = 0.05
     optimizer: str = "adagrad"
     l2: float = 0.0
-    dropout: float = 0.3
+    dropout: float = 0.2
     threads: int = 2
     seed: int = 1
     min_count: int = 1

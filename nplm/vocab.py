@@ -60,7 +60,6 @@ class Vocabulary:
         for s in ("<s>", "<null>"):
             if counter.get(s):
                 raise ValueError(f"the training text contains the reserved token {s!r}")
-        specials_in_text = counter.get("<unk>", 0) + counter.get("</s>", 0)
         ranked = sorted(((c, i, w) for i, (w, c) in enumerate(counter.items()) if w not in SPECIALS),
                         key=lambda x: (-x[0], x[1]))
         keep = [w for c, i, w in ranked if c >= min_count]
@@ -74,7 +73,6 @@ class Vocabulary:
         counts[EOS] = counter.get("</s>", 0)
         for i, w in enumerate(keep, len(SPECIALS)):
             counts[i] = counter[w]
-        del specials_in_text
         return cls(words, counts)
 
     # -- storage as arrays inside a model container
@@ -130,14 +128,12 @@ def examples(sentences, vocab, order):
     if not pieces:
         return np.zeros((0, m), np.int32), np.zeros(0, np.int32)
     flat = np.concatenate(pieces)
+    # every position but the m-long prefixes is a target
     is_target = np.ones(flat.size, bool)
-    pos = 0
-    # mark prefixes (not targets); vectorised via the known layout
     lens = np.array(tmask, np.int64)
     starts = np.concatenate(([0], np.cumsum(lens + m)[:-1]))
     for j in range(m):
         is_target[starts + j] = False
-    del pos
     tpos = np.flatnonzero(is_target)
     windows = np.lib.stride_tricks.sliding_window_view(flat, m)
     contexts = np.ascontiguousarray(windows[tpos - m])

@@ -25,7 +25,7 @@ def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12):
     """Largest relative difference between the analytic gradient and central differences."""
     rng = np.random.default_rng(seed)
     params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
-    eng, grads, _ = net.engine(B, nthreads=2, dtype=np.float64, params=params)
+    eng, grads, _ = net.engine(B, nthreads=1, dtype=np.float64, params=params)
     V, m = len(net.vocab), net.order - 1
     ctx = rng.integers(0, V, (B, m)).astype(np.int32)
     tgt = rng.integers(0, V, B).astype(np.int32)
@@ -87,3 +87,23 @@ def test_gradient_check_detects_errors():
     num = (up - down) / 2e-6
     assert abs(num - g) < 1e-6 * max(1, abs(g))
     assert abs(num - (g + 1e-3)) > 1e-6 * max(1, abs(g))
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_threads_do_not_change_results(output):
+    """Per-example loops run on OpenMP threads; shared writes are serial, so the gradients
+    are the same with one or two threads."""
+    net = tiny_net(seed=5, output=output[0], objective=output[1], context="diagonal")
+    rng = np.random.default_rng(5)
+    ctx = rng.integers(0, 12, (9, 2)).astype(np.int32)
+    tgt = rng.integers(0, 12, 9).astype(np.int32)
+    noise = _noise(net, rng)
+    results = []
+    for threads in (1, 2):
+        params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
+        eng, grads, _ = net.engine(9, nthreads=threads, dtype=np.float64, params=params)
+        loss = eng.step(ctx, tgt, noise, 0.3, 7, True, 1.0)
+        results.append((loss, [g.copy() for g in grads]))
+    assert results[0][0] == results[1][0]
+    for a, b in zip(results[0][1], results[1][1]):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,69 @@
+"""Vocabulary, training examples and variable-history truncation."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from nplm.train import truncate_histories
+from nplm.vocab import BOS, EOS, NULL, UNK, Vocabulary, count_words, examples
+
+
+def test_build_min_count_and_cap():
+    sents = [["a", "b", "a", "c"], ["a", "b", "d"], ["<unk>"]]
+    c = count_words(sents)
+    v = Vocabulary.build(c, min_count=2)
+    assert v.words == ["<unk>", "<s>", "</s>", "<null>", "a", "b"]
+    assert v.counts[v.index["a"]] == 3 and v.counts[EOS] == 3
+    assert v.counts[UNK] == 3  # c, d and the literal <unk>
+    assert v.counts.sum() == sum(c.values())
+    capped = Vocabulary.build(c, max_size=5)
+    assert capped.words[4:] == ["a"]
+    assert capped.ids(["a", "zzz", "b"]).tolist() == [4, UNK, UNK]
+    with pytest.raises(ValueError, match="min_count"):
+        Vocabulary.build(c, min_count=0)
+    with pytest.raises(ValueError, match="cap"):
+        Vocabulary.build(c, max_size=3)
+    with pytest.raises(ValueError, match="reserved"):
+        Vocabulary.build(Counter({"<s>": 1, "a": 2}))
+
+
+def test_arrays_round_trip():
+    v = Vocabulary.build(count_words([["naïve", "日本", "a"], ["a"]]))
+    back = Vocabulary.from_arrays(v.to_arrays())
+    assert back.words == v.words
+    assert back.counts.tolist() == v.counts.tolist()
+    bad = v.to_arrays()
+    bad["vocab.offsets"] = bad["vocab.offsets"][::-1].copy()
+    with pytest.raises(ValueError, match="offsets"):
+        Vocabulary.from_arrays(bad)
+
+
+def test_examples_brute_force():
+    sents = [["a", "b", "c"], [], ["b", "x"]]
+    v = Vocabulary.build(count_words(sents))
+    for order in (2, 3, 5):
+        m = order - 1
+        ctx, tgt = examples(sents, v, order)
+        expect_c, expect_t = [], []
+        for s in sents:
+            hist = [NULL] * (m - 1) + [BOS]
+            for w in [v.id(t) for t in s] + [EOS]:
+                expect_c.append(hist[-m:])
+                expect_t.append(w)
+                hist.append(w)
+        assert ctx.tolist() == expect_c
+        assert tgt.tolist() == expect_t
+        assert ctx.dtype == np.int32 and ctx.flags.c_contiguous
+
+
+def test_truncate_histories():
+    rng = np.random.default_rng(0)
+    ctx = np.arange(4, 4 + 4 * 20000, dtype=np.int32).reshape(-1, 4)
+    out = truncate_histories(ctx, rng)
+    kept = (out != NULL).sum(axis=1)
+    # the most recent words survive, the far ones become <null>
+    for row, orig, k in zip(out[:100], ctx[:100], kept[:100]):
+        assert row[4 - k:].tolist() == orig[4 - k:].tolist()
+        assert (row[:4 - k] == NULL).all()
+    freq = np.bincount(kept, minlength=5)[1:] / kept.size
+    np.testing.assert_allclose(freq, 0.25, atol=0.02)
