@@ -124,6 +124,10 @@ def save(data, path):
 
 def load_binary(path, populate=False):
     """Map a back-off nplm binary written by ``save``."""
+    if populate:
+        # Reading in more than fits would swap the machine to death: refuse first.
+        from .memory import check_binary_populate
+        check_binary_populate(path)
     c = container.read(path, expect_kind=KIND, populate=populate)
     cfg = c.config
     try:
