@@ -37,7 +37,6 @@ from .textio import open_binary, open_text, same_file
 MAX_ORDER = 32
 DEFAULT_FALLBACK = (0.5, 1.0, 1.5)
 _CHUNK = 1 << 24
-_SPECIALS = ("<unk>", "<s>", "</s>")
 
 
 class DiscountError(ValueError):

@@ -4,7 +4,6 @@ import gzip
 import io
 import lzma
 import math
-import os
 import random
 import subprocess
 import sys
