@@ -1,0 +1,197 @@
+"""Bounded soak: mixed queries from several threads against one shared model.
+
+Every thread loops over a random mix of score / full_scores / BaseScore chains /
+perplexity / score_sentences / full_scores_batch / vocabulary lookups on test
+sentences and checks each answer against the single-threaded answer computed
+before the soak.  Reports queries/s, errors (wrong answers or exceptions: must
+be 0) and resident-memory growth after warm-up (must be flat), and the ratio of
+the threaded rate to single-threaded nplm and to the real kenlm module running
+the same mix in one thread (kenlm's score holds the GIL, so more threads do not
+help it).
+
+    python tools/stress.py [--seconds 60] [--threads 4] [--model PATH] [--text PATH]
+
+Default model: the PTB 5-gram KN binary of tools/_bench_common (built and cached
+on first use) when ../shared is present, else examples/toy.arpa; text: PTB test.
+Exit status 1 when there were errors or the RSS grew.
+"""
+import argparse
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import nplm  # noqa: E402
+
+RSS_FLAT_BYTES = 8 << 20   # growth allowed after warm-up (allocator noise)
+
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def default_inputs():
+    from _bench_common import CACHE, PTB, kn_arpa, ptb_lines
+    if PTB.is_dir():
+        arpa = kn_arpa(5)
+        binary = CACHE / "ptb.o5.nplm"
+        if not binary.exists():
+            nplm.build_binary(str(arpa), str(binary))
+        return str(arpa), str(binary), ptb_lines("test")
+    toy = ROOT / "examples" / "toy.arpa"
+    tmp = Path(tempfile.mkdtemp()) / "toy.nplm"
+    nplm.build_binary(str(toy), str(tmp))
+    return str(toy), str(tmp), (ROOT / "examples" / "toy.txt").read_text().splitlines()
+
+
+OPS = ("score", "full_scores", "basescore", "perplexity", "batch", "full_batch", "vocab")
+
+
+def answer(model, state_cls, op, item):
+    """One query of kind ``op``: (number of queries it counts for, comparable result)."""
+    if op == "score":
+        return 1, model.score(item)
+    if op == "full_scores":
+        return 1, tuple(tuple(r) for r in model.full_scores(item))
+    if op == "perplexity":
+        return 1, model.perplexity(item)
+    if op == "basescore":
+        a, b = state_cls(), state_cls()
+        model.BeginSentenceWrite(a)
+        total = 0.0
+        for w in item.split():
+            total += model.BaseScore(a, w, b)
+            a, b = b, a
+        return 1, total
+    if op == "vocab":
+        return 1, tuple(w in model for w in item.split())
+    if op == "batch":
+        return len(item), tuple(model.score_sentences(list(item)))
+    if op == "full_batch":
+        p, l, o, off = model.full_scores_batch(list(item))
+        return len(item), (p.tobytes(), l.tobytes(), o.tobytes(), off.tobytes())
+    raise ValueError(op)
+
+
+def workload(lines, seed=0, n=4000):
+    rng = random.Random(seed)
+    items = []
+    for _ in range(n):
+        op = rng.choice(OPS)
+        if op in ("batch", "full_batch"):
+            start = rng.randrange(len(lines))
+            items.append((op, tuple(lines[start:start + 32])))
+        else:
+            items.append((op, rng.choice(lines)))
+    return items
+
+
+def soak(model, items, expected, threads, seconds):
+    stop = time.monotonic() + seconds
+    counts = [0] * threads
+    errors = []
+    samples = []
+
+    def work(k):
+        rng = random.Random(k)
+        order = list(range(len(items)))
+        while time.monotonic() < stop:
+            rng.shuffle(order)
+            for i in order[:200]:
+                op, item = items[i]
+                try:
+                    n, got = answer(model, nplm.State, op, item)
+                    if got != expected[i]:
+                        errors.append(f"thread {k}: {op} answer differs from the single-threaded one")
+                except Exception as e:  # noqa: BLE001 - every failure is counted
+                    errors.append(f"thread {k}: {op}: {type(e).__name__}: {e}")
+                    n = 1
+                counts[k] += n
+
+    pool = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(threads)]
+    t0 = time.monotonic()
+    for t in pool:
+        t.start()
+    while any(t.is_alive() for t in pool):
+        samples.append((time.monotonic() - t0, rss()))
+        time.sleep(0.5)
+    elapsed = time.monotonic() - t0
+    return sum(counts) / elapsed, errors, samples
+
+
+def rate_single(model, state_cls, items, seconds):
+    done, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        for op, item in items[:200]:
+            n, _ = answer(model, state_cls, op, item)
+            done += n
+    return done / (time.monotonic() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--model", help="model to load (ARPA or nplm binary)")
+    ap.add_argument("--text", help="query sentences, one per line")
+    args = ap.parse_args()
+
+    if args.model:
+        arpa_path, model_path = None, args.model
+        lines = Path(args.text).read_text().splitlines() if args.text else ["the cat sat on the mat"]
+    else:
+        arpa_path, model_path, lines = default_inputs()
+        if args.text:
+            lines = Path(args.text).read_text().splitlines()
+    lines = [line for line in lines] + ["", " \t ", "word " * 2000, "<s> </s> <unk>"]
+
+    model = nplm.Model(model_path)
+    items = workload(lines)
+    expected = [answer(model, nplm.State, op, item)[1] for op, item in items]
+    print(f"model {model_path} ({os.path.getsize(model_path) / 2**20:.0f} MiB), {len(lines)} sentences, "
+          f"{len(items)} mixed queries of kinds {', '.join(OPS)}")
+    print("(machine shared with other jobs: rates are noisy)")
+
+    quick = min(5.0, args.seconds / 6)
+    single = rate_single(model, nplm.State, items, quick)
+    plain = [it for it in items if it[0] not in ("batch", "full_batch")]
+    ref = None
+    if arpa_path is not None:
+        try:
+            import kenlm
+        except ImportError:
+            kenlm = None
+        if kenlm is not None:
+            # kenlm has no batch calls: compare on the per-sentence part of the mix
+            ref = rate_single(kenlm.Model(arpa_path), kenlm.State, plain, quick)
+            ours = rate_single(model, nplm.State, plain, quick)
+
+    rate, errors, samples = soak(model, items, expected, args.threads, args.seconds)
+    warm = [r for t, r in samples if t >= min(5.0, args.seconds * 0.1)] or [samples[-1][1]]
+    growth = max(warm) - warm[0]
+    print(f"full mix, one thread:          {single:12,.0f} queries/s")
+    print(f"full mix, {args.threads} threads, {args.seconds:g} s: {rate:12,.0f} queries/s  "
+          f"(x{rate / single:.2f} of one thread)")
+    if ref:
+        print(f"per-sentence mix, one thread:  {ours:12,.0f} queries/s nplm, {ref:,.0f} kenlm  "
+              f"(nplm/kenlm x{ours / ref:.2f})")
+    print(f"errors: {len(errors)}")
+    for e in errors[:10]:
+        print("  " + e)
+    print(f"RSS after warm-up {warm[0] / 2**20:.1f} MiB, max {max(warm) / 2**20:.1f} MiB, "
+          f"growth {growth / 2**20:+.2f} MiB ({'flat' if growth <= RSS_FLAT_BYTES else 'GROWING'})")
+    return 1 if errors or growth > RSS_FLAT_BYTES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
