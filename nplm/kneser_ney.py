@@ -78,9 +78,10 @@ class _Report:
         self.say(f"=== {number}/{self.stages} {title} ===")
 
     def start(self, total):
-        self.total = max(int(total), 1)
+        """A bar for ``total`` units of work; none when the total is unknown (0)."""
+        self.total = max(int(total), 0)
         self.stars = 0
-        if self.enabled:
+        if self.enabled and self.total:
             sys.stderr.write(self.RULER + "\n")
             sys.stderr.flush()
 
