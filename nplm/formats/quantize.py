@@ -51,6 +51,8 @@ def dequantize_arrays(cont):
     """{parameter name: float32 array} of a loaded neural container, quantised or not."""
     from ..neural import PARAM_NAMES
     q = cont.config.get("quantized")
+    if q and not isinstance(q, dict):  # (reliability fix: a non-object raised AttributeError)
+        raise FormatError(f"malformed quantisation description {q!r}", cont.path)
     out = {}
     names = set(q.get("params", [])) if q else set()
     if q and q.get("dtype") not in DTYPES:
