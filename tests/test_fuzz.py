@@ -559,3 +559,123 @@ def test_fuzz_estimation_text(work, text_bytes, muts, comp):
     tables = outcome(nplm.estimate, str(path), 3, discount_fallback=True, progress=False)
     if not isinstance(tables, Exception):
         check_tables(tables)
+
+
+# ----------------------------------------------------------------------------- neural payloads, quantised files
+
+def _crafted(work, raw, name_pick, at, value, kind="neural"):
+    """Rewrite one array of a container with ``value`` spliced in and fresh checksums."""
+    c = container.read(_write(work / "orig-n.nplm", raw))
+    names = sorted(c.arrays)
+    name = names[name_pick % len(names)]
+    arrays = {k: np.array(v) for k, v in c.arrays.items()}
+    buf = bytearray(arrays[name].tobytes())
+    if buf:
+        p = min(int(at * len(buf)), len(buf) - 1)
+        buf[p:p + len(value)] = value[:len(buf) - p]
+        arrays[name] = np.frombuffer(bytes(buf), dtype=arrays[name].dtype).reshape(arrays[name].shape)
+    config = dict(c.config)
+    del c
+    path = work / "crafted-n.nplm"
+    container.write(path, kind, config, arrays)
+    return path
+
+
+@pytest.fixture(scope="module", params=["class-full-1", "tree-diag-1"])
+def structured_net(work, request):
+    from neural_fixtures import make_net
+    path = work / f"{request.param}.nplm"
+    make_net(request.param, order=3).save(path)
+    return Reference((path.read_bytes(), None))
+
+
+@FUZZ
+@given(pick=st.integers(0, 1000), at=st.floats(0, 1),
+       value=st.sampled_from([b"\xff\xff\xff\xff", b"\x00\x00\x00\x80", b"\x7f\xff\xff\xff", b"\x01",
+                              b"\xff", b"\x00\x00\xc0\x7f", b"\x00\x00\x80\x7f"]))
+def test_fuzz_neural_structures_with_valid_checksums(work, structured_net, pick, at, value):
+    """Class layouts and Huffman trees index arrays in the kernels: a crafted
+    file with out-of-range entries (checksums correct) must be refused, and one
+    that loads must answer without crashing."""
+    path = _crafted(work, structured_net[0], pick, at, value)
+    model = outcome(nplm.Model, str(path))
+    if not isinstance(model, Exception):
+        outcome(neural_answers, model)
+
+
+@pytest.fixture(scope="module", params=["int8", "float16"])
+def quantised(work, request):
+    from neural_fixtures import make_net
+    from nplm.formats import quantize
+    src = work / "q-src.nplm"
+    make_net("softmax-full-2", order=3).save(src)
+    dst = work / f"q-{request.param}.nplm"
+    quantize.quantize_file(src, dst, request.param)
+    return Reference((dst.read_bytes(), None))
+
+
+@FUZZ
+@given(muts=mutations, edits=st.lists(json_edit, max_size=2))
+def test_fuzz_quantised_neural(work, quantised, muts, edits):
+    from nplm.formats import quantize
+    raw = quantised[0]
+    image = raw
+    if edits:
+        hlen = _fixed_header(raw)[3]
+        meta = json.loads(raw[container._FIXED.size:container._FIXED.size + hlen])
+        for index, value in edits:
+            leaves = list(_json_paths(meta))
+            path, _ = leaves[index % len(leaves)]
+            replaced = _set(meta, path, copy.deepcopy(value))
+            if replaced is not None:
+                meta = replaced
+        image = _rewrite_header(raw, meta)
+    path = work / "q-damaged.nplm"
+    path.write_bytes(mutate(image, muts))
+    net = outcome(quantize.load_neural, path)
+    if not isinstance(net, Exception):
+        ctx = np.zeros((2, net.order - 1), np.int32)
+        outcome(net.log_prob, ctx, np.array([1, 2], np.int32))
+
+
+# ----------------------------------------------------------------------------- every config entry, exhaustively
+
+CONFIG_VALUES = [None, -1, 0, 1, 2**31, 2**64, 1.5, float("nan"), True, "", "x", [], [1], [-1, 2**40], {},
+                 {"dtype": "int8"}]
+
+
+def _config_cases(raw):
+    hlen = _fixed_header(raw)[3]
+    meta = json.loads(raw[container._FIXED.size:container._FIXED.size + hlen])
+    paths = [p for p, _ in _json_paths(meta["config"])]
+    return meta, [("config",) + p for p in paths]
+
+
+@pytest.mark.parametrize("which", ["backoff", "neural", "int8", "class", "tree"])
+def test_every_config_entry_hostile(work, which):
+    """Each entry of a binary's config (and the config itself) replaced by each
+    hostile value, with a correct header crc: a clean load or a ModelLoadError."""
+    from neural_fixtures import make_net
+    from nplm.formats import quantize
+    src = work / f"cfg-{which}.nplm"
+    if which == "backoff":
+        backoff.build_binary(arpa.read_arpa(TOY_ARPA), src)
+    else:
+        kind = {"neural": "softmax-full-2", "int8": "softmax-full-2", "class": "class-full-1",
+                "tree": "tree-diag-1"}[which]
+        make_net(kind, order=3).save(src)
+        if which == "int8":
+            quantize.quantize_file(src, work / "cfg-q.nplm", "int8")
+            src = work / "cfg-q.nplm"
+    raw = src.read_bytes()
+    meta, paths = _config_cases(raw)
+    target = work / f"cfg-{which}-damaged.nplm"
+    for path in paths:
+        for value in CONFIG_VALUES:
+            m = copy.deepcopy(meta)
+            _set(m, path, copy.deepcopy(value))
+            target.write_bytes(_rewrite_header(raw, m))
+            loader = quantize.load_neural if which == "int8" else (lambda p: nplm.Model(str(p)))
+            got = outcome(loader, target)
+            if not isinstance(got, Exception) and which != "int8":
+                outcome(answers if which == "backoff" else neural_answers, got)
