@@ -159,8 +159,12 @@ def _distribution_provider(model):
     net = getattr(getattr(model, "_data", None), "net", None)
     if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
         return None
+    import threading
     from .vocab import NULL
     m = net.order - 1
+    # The net's evaluation engine has one set of work buffers and its kernels
+    # release the GIL: threads scoring the mixture take turns.
+    lock = threading.Lock()
 
     def provide(words, lengths):
         # The net's input as NeuralCore builds it: oldest first, <null>-padded.
@@ -168,7 +172,8 @@ def _distribution_provider(model):
         for k in range(m):
             rows = lengths > k
             ctx[rows, m - 1 - k] = words[rows, k]
-        return net.log10_distribution(ctx)
+        with lock:
+            return net.log10_distribution(ctx)
     return provide
 
 
