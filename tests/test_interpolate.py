@@ -612,7 +612,7 @@ def test_neural_component_mixtures(neural_pair):
     slow.core.distributions(ctx, sl)
     np.testing.assert_allclose(fa, sl, atol=1e-5)
     # threads share the neural provider safely
-    lines = [" ".join(f"w{(7 * i + j) % 30}" for j in range(i % 7 + 1)) for i in range(40)]
+    lines = [" ".join(f"w{(7 * i + j) % 30}" for j in range(i % 7 + 1)) for i in range(150)]
     np.testing.assert_allclose(fast.score_sentences(lines, threads=2), slow.score_sentences(lines),
                                atol=1e-4)
     with pytest.raises(ValueError, match="not normalised"):
