@@ -26,3 +26,10 @@ class ModelLoadError(OSError, FormatError):
         OSError.__init__(self, f"Cannot read model '{path}' ({reason})")
         self.path = path
         self.line = getattr(reason, "line", None)
+
+
+class CompressedDataError(FormatError, EOFError):
+    """A compressed file (gzip/bz2/xz) is corrupt or truncated.  Raised by the
+    readers of ``textio.open_binary`` instead of the decompressors' bare
+    EOFError / zlib.error / LZMAError, naming the file; still an EOFError so
+    handlers written for the decompressors' truncation error keep working."""

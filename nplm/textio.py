@@ -11,11 +11,50 @@ import lzma
 import os
 import sys
 import tempfile
+import zlib
+
+from .errors import CompressedDataError
+
+
+def _guarded(cls):
+    """A subclass of a decompressing file class whose reads raise
+    CompressedDataError naming the file, instead of the bare EOFError /
+    zlib.error / LZMAError / OSError("Invalid data stream") the decompressors
+    raise for damaged data (which no reader documents or names a file in)."""
+    def make(method):
+        def read(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except CompressedDataError:
+                raise
+            except (EOFError, zlib.error, lzma.LZMAError, OSError) as e:
+                if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and e.errno is not None:
+                    raise  # a real I/O error, not damaged data
+                raise CompressedDataError(f"corrupt or truncated compressed data ({e})",
+                                          getattr(self, "nplm_path", None)) from e
+        return read
+    names = ("read", "read1", "readinto", "readinto1", "readline", "readlines", "peek")
+    return type("Guarded" + cls.__name__, (cls,),
+                {n: make(getattr(cls, n)) for n in names if hasattr(cls, n)})
+
+
+def _opener(cls):
+    guarded = _guarded(cls)
+
+    def open_(source, mode="rb"):
+        if cls is gzip.GzipFile and not isinstance(source, (str, bytes, os.PathLike)):
+            f = guarded(fileobj=source, mode=mode)
+        else:
+            f = guarded(source, mode)
+        f.nplm_path = source if isinstance(source, (str, bytes, os.PathLike)) else "-"
+        return f
+    return open_
+
 
 _MAGIC = (
-    (b"\x1f\x8b", gzip.open),
-    (b"BZh", bz2.open),
-    (b"\xfd7zXZ\x00", lzma.open),
+    (b"\x1f\x8b", _opener(gzip.GzipFile)),
+    (b"BZh", _opener(bz2.BZ2File)),
+    (b"\xfd7zXZ\x00", _opener(lzma.LZMAFile)),
 )
 
 
