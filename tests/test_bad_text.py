@@ -202,5 +202,5 @@ def test_training_text_whitespace_and_unicode(tmp_path):
     assert {"le", "chat", "était", "assis", "🐱", "🐈"} <= set(c.vocab.words)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"the cat\nthe \xff dog\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(FormatError, match=r"bad\.txt:2: invalid UTF-8"):
         Corpus(str(bad), None, 3)

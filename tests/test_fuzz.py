@@ -679,3 +679,35 @@ def test_every_config_entry_hostile(work, which):
             got = outcome(loader, target)
             if not isinstance(got, Exception) and which != "int8":
                 outcome(answers if which == "backoff" else neural_answers, got)
+
+
+# ----------------------------------------------------------------------------- damaged compressed streams
+
+def _text_readers():
+    from nplm.formats import isi
+    from nplm.train import Corpus
+    from nplm.vocab import read_sentences
+    return {
+        "arpa": (TOY_ARPA, arpa.read_arpa),
+        "training": (TOY_TEXT, lambda p: Corpus(str(p), None, 3)),
+        "sentences": (TOY_TEXT, read_sentences),
+        "estimation": (TOY_TEXT, lambda p: nplm.estimate(str(p), 3, discount_fallback=True, progress=False)),
+        "isi": (None, isi.read_isi),
+    }
+
+
+@FUZZ
+@given(reader=st.sampled_from(["arpa", "training", "sentences", "estimation", "isi"]),
+       comp=st.sampled_from(["gz", "bz2", "xz"]), muts=mutations)
+def test_fuzz_damaged_compression_every_text_reader(work, isi_bytes, reader, comp, muts):
+    """Truncated or corrupt gzip/bz2/xz streams: a FormatError naming the file
+    (CompressedDataError), never a bare EOFError / zlib.error / LZMAError."""
+    source, fn = _text_readers()[reader]
+    raw = COMPRESS[comp](isi_bytes if source is None else source.read_bytes())
+    path = work / f"damaged-{reader}.{comp}"
+    path.write_bytes(raw[:6] + mutate(raw[6:], muts))
+    got = outcome(fn, path)
+    if isinstance(got, Exception) and not isinstance(got, FormatError):
+        assert not isinstance(got, OSError) or got.errno is not None, got
+    if isinstance(got, FormatError):
+        assert str(path) in str(got)
