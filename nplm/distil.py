@@ -258,12 +258,14 @@ def _score(model, rows, threads, id_map=None):
 
 
 def _exact_network(model):
-    """The NeuralNet behind an exactly normalised neural nplm.Model, else None.  Its
-    batched kernels score many contexts at once (GEMM) where the query core scores
-    one state at a time; the numbers are the same (tests/test_distil.py)."""
+    """The NeuralNet behind an exactly normalised full-softmax neural nplm.Model, else
+    None.  Its batched kernels normalise many contexts at once (GEMM) where the query
+    core computes a V-wide normaliser per state (13x slower at V = 10k); the numbers
+    are the same (tests/test_distil.py).  Class and tree outputs are cheap per state,
+    and the core (with its first-layer tables) is the faster path for them."""
     data = getattr(model, "_data", None)
     net = getattr(data, "net", None)
-    if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
+    if net is None or net.config.output != "softmax" or getattr(model, "normalization", None) != "exact":
         return None
     return net
 
