@@ -711,3 +711,40 @@ def test_fuzz_damaged_compression_every_text_reader(work, isi_bytes, reader, com
         assert not isinstance(got, OSError) or got.errno is not None, got
     if isinstance(got, FormatError):
         assert str(path) in str(got)
+
+
+# ----------------------------------------------------------------------------- neural fallback normaliser tables
+
+@pytest.fixture(scope="module")
+def fallback_binary(work):
+    from neural_fixtures import make_net
+    from nplm import neural_model
+    path = work / "fb.nplm"
+    make_net("softmax-full-2", order=3).save(path)
+    rng = np.random.default_rng(2)
+    text = work / "fb.txt"
+    text.write_text("\n".join(" ".join(f"w{i}" for i in rng.integers(0, 37, size=8)) for _ in range(200)))
+    neural_model.precompute(path, text, min_count=2, progress=False)
+    return Reference((path.read_bytes(), None))
+
+
+@FUZZ
+@given(pick=st.integers(0, 1000), at=st.floats(0, 1),
+       value=st.sampled_from([b"\xff" * 8, b"\x00" * 8, b"\x01", b"\x00\x00\xc0\x7f", b"\x00\x00\x80\xff"]))
+def test_fuzz_fallback_tables_with_valid_checksums(work, fallback_binary, pick, at, value):
+    """Crafted fallback normaliser tables (keys, values) with correct checksums:
+    refused or answered without a crash; probing stays bounded."""
+    path = _crafted(work, fallback_binary[0], pick, at, value)
+    model = outcome(nplm.Model, str(path), normalization="fallback")
+    if not isinstance(model, Exception):
+        outcome(neural_answers, model)
+
+
+@FUZZ
+@given(muts=mutations)
+def test_fuzz_fallback_binary_bytes(work, fallback_binary, muts):
+    path = work / "fb-damaged.nplm"
+    path.write_bytes(mutate(fallback_binary[0], muts))
+    model = outcome(nplm.Model, str(path), normalization="fallback")
+    if not isinstance(model, Exception):
+        outcome(neural_answers, model)
