@@ -213,7 +213,7 @@ def test_training_killed_mid_epoch_resumes(tmp_path, inputs):
     r = run(train_args(text, out, "--resume", "--quiet"))
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     assert b"resuming after epoch 1" in r.stdout + r.stderr
-    assert temps(tmp_path) == [] or all(t.endswith(("net.nplm", "net.nplm.ckpt")) for t in temps(tmp_path))
+    assert temps(tmp_path) == [], "killed between checkpoints, so no temporary file should exist"
 
     # Same seed, one thread: the uninterrupted run gives exactly the same network.
     ref = tmp_path / "ref" / "net.nplm"
