@@ -501,3 +501,22 @@ class Reproduce:
             print(f"stages not available: {', '.join(failed)} (see {os.path.join(args.out, 'report.md')})",
                   file=sys.stderr)
         return 0 if run.stages and run.stages[0].status == "ok" else 1
+
+
+@command("verify", "Check model files completely: every array's checksum and a full load")
+class Verify:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("models", nargs="+", help="model files (nplm binaries, ARPA, interpolation specs)")
+
+    @staticmethod
+    def run(args):
+        from .integrity import verify
+        failed = 0
+        for path in args.models:
+            try:
+                print(f"{path}: {verify(path)}")
+            except (OSError, ValueError) as e:
+                print(f"{path}: DAMAGED: {e}", file=sys.stderr)
+                failed += 1
+        return 1 if failed else 0
