@@ -350,6 +350,8 @@ class Train:
         g.add_argument("--l2", type=float, default=t.l2, help=f"L2 weight decay (default {t.l2})")
         g.add_argument("--dropout", type=float, default=t.dropout,
                        help=f"dropout rate on hidden activations (default {t.dropout})")
+        g.add_argument("--input-dropout", type=float, default=t.input_dropout,
+                       help=f"dropout rate on the context embeddings (default {t.input_dropout})")
         g.add_argument("--max-halvings", type=int, default=t.max_halvings,
                        help=f"stop after this many learning-rate halvings (default {t.max_halvings})")
         g.add_argument("--time-limit", type=float, default=t.time_limit,
@@ -379,7 +381,8 @@ class Train:
                               classes=args.classes, clustering=args.clustering,
                               variable_history=args.variable_history)
         tc = TrainConfig(epochs=args.epochs, minibatch=args.minibatch, learning_rate=args.learning_rate,
-                         optimizer=args.optimizer, l2=args.l2, dropout=args.dropout, threads=args.threads,
+                         optimizer=args.optimizer, l2=args.l2, dropout=args.dropout,
+                         input_dropout=args.input_dropout, threads=args.threads,
                          seed=args.seed, min_count=args.min_count, vocab_size=args.vocab_size,
                          max_halvings=args.max_halvings, time_limit=args.time_limit * 60)
         train(args.train, args.valid, args.out, config, tc, resume=args.resume,
