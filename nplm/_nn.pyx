@@ -50,7 +50,7 @@ cdef enum:
     N_PARAMS = 11
 
 WORK_NAMES = ("X", "A0", "A1", "A2", "D0", "D1", "D2", "M0", "M1", "M2", "dX", "S", "S2",
-              "Hs", "dHs", "Wn", "dWn", "loss", "tmp")
+              "Hs", "dHs", "Wn", "dWn", "loss", "tmp", "MX")
 cdef enum:
     W_X = 0
     W_A0 = 1
@@ -71,12 +71,14 @@ cdef enum:
     W_DWN = 16
     W_LOSS = 17
     W_TMP = 18
-    N_WORK = 19
+    W_MX = 19
+    N_WORK = 20
 
 
 cdef struct Net:
     int V, m, d, r0, h1, h2, n_dense, r, C, n_out_rows
     int ctx_kind, act, out_kind, obj, k, max_len, nthreads, bmax
+    double in_drop             # dropout rate on the input embeddings (this step)
     void* p[N_PARAMS]
     void* g[N_PARAMS]
     void* w[N_WORK]
@@ -274,19 +276,22 @@ cdef void forward(Net* net, int B, const int* ctx, double dropout, uint64_t seed
     cdef real* A2 = <real*>net.w[W_A2]
     cdef const real* e
     cdef real* a
+    # X[b] = [emb[w_1] ... emb[w_m]], with input dropout applied (mask kept in MX)
+    for b in prange(B, nogil=True, schedule='static', num_threads=net.nthreads):
+        for j in range(m):
+            memcpy(X + <int64_t>b * m * d + j * d, emb + <int64_t>ctx[b * m + j] * d, d * sizeof(real))
+    if net.in_drop > 0:
+        activate(X, <real*>net.w[W_MX], B, m * d, ACT_IDENTITY, net.in_drop, seed + 11, net.nthreads)
     if net.ctx_kind == CTX_FULL:
-        # X[b] = [emb[w_1] ... emb[w_m]]; A0 = X . C  (C is (m*d, r0))
-        for b in prange(B, nogil=True, schedule='static', num_threads=net.nthreads):
-            for j in range(m):
-                memcpy(X + <int64_t>b * m * d + j * d, emb + <int64_t>ctx[b * m + j] * d, d * sizeof(real))
+        # A0 = X . C  (C is (m*d, r0))
         gemm(False, False, B, r0, m * d, <real>1, X, m * d, cw, r0, <real>0, A0, r0)
     else:
-        # A0[b] = sum_j c_j (.) emb[w_j]
+        # A0[b] = sum_j c_j (.) x_j
         for b in prange(B, nogil=True, schedule='static', num_threads=net.nthreads):
             a = A0 + <int64_t>b * d
             memset(a, 0, d * sizeof(real))
             for j in range(m):
-                e = emb + <int64_t>ctx[b * m + j] * d
+                e = X + <int64_t>b * m * d + j * d
                 for i in range(d):
                     a[i] = a[i] + cw[j * d + i] * e[i]
     add_bias(A0, <real*>net.p[P_B0], B, r0, net.nthreads)
@@ -383,19 +388,25 @@ cdef void backward(Net* net, int B, const int* ctx, double dropout, real tag) no
         gemm(False, True, B, r0, net.h1, <real>1, D1, net.h1, <real*>net.p[P_W1], net.h1, <real>0, D0, r0)
     act_backward(D0, A0, <real*>net.w[W_M0], B, r0, net.act, dropout, net.nthreads)
     colsum_add(D0, <real*>net.g[P_B0], B, r0)
+    cdef const real* MX = <real*>net.w[W_MX]
+    cdef bint masked = net.in_drop > 0
     if net.ctx_kind == CTX_FULL:
         gemm(True, False, m * d, r0, B, <real>1, X, m * d, D0, r0, <real>1, g_cw, r0)
         gemm(False, True, B, m * d, r0, <real>1, D0, r0, cw, r0, <real>0, dX, m * d)
+        if masked:
+            for b in prange(B, nogil=True, schedule='static', num_threads=net.nthreads):
+                for i in range(m * d):
+                    dX[<int64_t>b * m * d + i] = dX[<int64_t>b * m * d + i] * MX[<int64_t>b * m * d + i]
         for b in range(B):
             for j in range(m):
                 w = ctx[b * m + j]
                 net.mark_emb[w] = 1
                 axpy(<real>1, dX + <int64_t>b * m * d + j * d, g_emb + <int64_t>w * d, d)
     else:
-        # g_c[j] = sum_b emb[w_bj] (.) D0[b];  g_emb[w_bj] += c_j (.) D0[b]
+        # g_c[j] = sum_b x_bj (.) D0[b];  g_emb[w_bj] += mask_bj (.) c_j (.) D0[b]
         for j in prange(m, nogil=True, schedule='static', num_threads=net.nthreads):
             for b in range(B):
-                e = emb + <int64_t>ctx[b * m + j] * d
+                e = X + <int64_t>b * m * d + j * d
                 dz = D0 + <int64_t>b * d
                 for i in range(d):
                     g_cw[j * d + i] = g_cw[j * d + i] + e[i] * dz[i]
@@ -405,8 +416,13 @@ cdef void backward(Net* net, int B, const int* ctx, double dropout, real tag) no
                 w = ctx[b * m + j]
                 net.mark_emb[w] = 1
                 e = cw + j * d
-                for i in range(d):
-                    g_emb[<int64_t>w * d + i] = g_emb[<int64_t>w * d + i] + e[i] * dz[i]
+                if masked:
+                    for i in range(d):
+                        g_emb[<int64_t>w * d + i] = g_emb[<int64_t>w * d + i] + \
+                            e[i] * dz[i] * MX[<int64_t>b * m * d + j * d + i]
+                else:
+                    for i in range(d):
+                        g_emb[<int64_t>w * d + i] = g_emb[<int64_t>w * d + i] + e[i] * dz[i]
 
 
 # ---------------------------------------------------------------- output layers
@@ -883,6 +899,7 @@ cdef class Engine:
         n.C = dims["C"]; n.n_out_rows = dims["n_out_rows"]; n.ctx_kind = dims["ctx_kind"]
         n.act = dims["act"]; n.out_kind = dims["out_kind"]; n.obj = dims["obj"]; n.k = dims["k"]
         n.max_len = dims["max_len"]; n.nthreads = dims["nthreads"]; n.bmax = dims["bmax"]
+        n.in_drop = 0
         if len(params) != N_PARAMS or len(grads) != N_PARAMS or len(accum) != N_PARAMS or len(work) != N_WORK:
             raise ValueError("engine: wrong number of arrays")
         for lst in (params, grads, accum, work):
@@ -930,13 +947,16 @@ cdef class Engine:
                              f"({self.net.bmax} rows x {self.net.m})")
 
     def step(self, const int[:, ::1] ctx, const int[::1] tgt, noise, double dropout, uint64_t seed,
-             bint grad, double gscale):
+             bint grad, double gscale, double input_dropout=0.0):
         """Sum over the batch of the training loss (-ln p for MLE, the NCE loss for NCE);
         with grad, adds gscale * d(loss)/d(params) into the gradient arrays.
 
         noise: None for MLE, else (noise1 int32, logkq1 real, noise2 int32, logkq2 real)
         as described at run_step.  Ids must already be validated (0 <= id < V)."""
         self._check(ctx, tgt)
+        if not (0.0 <= input_dropout < 1.0 and 0.0 <= dropout < 1.0):
+            raise ValueError("dropout rates must lie in [0, 1)")
+        self.net.in_drop = input_dropout
         cdef int B = tgt.shape[0]
         cdef const int[::1] n1, n2
         cdef const int* p1 = NULL
@@ -983,11 +1003,13 @@ cdef class Engine:
         cdef double[::1] od
         if self.dbl:
             od = out
+            self.net.in_drop = 0
             with nogil:
                 forward(&self.net, B, &ctx[0, 0], 0.0, 0, <double>0)
                 eval_logprob(&self.net, B, &tgt[0], &od[0], normalised, <double>0)
         else:
             of = out
+            self.net.in_drop = 0
             with nogil:
                 forward(&self.net, B, &ctx[0, 0], 0.0, 0, <float>0)
                 eval_logprob(&self.net, B, &tgt[0], &of[0], normalised, <float>0)
@@ -1003,11 +1025,13 @@ cdef class Engine:
         cdef double[:, ::1] od
         if self.dbl:
             od = out
+            self.net.in_drop = 0
             with nogil:
                 forward(&self.net, B, &ctx[0, 0], 0.0, 0, <double>0)
                 eval_distribution(&self.net, B, &od[0, 0], <double>0)
         else:
             of = out
+            self.net.in_drop = 0
             with nogil:
                 forward(&self.net, B, &ctx[0, 0], 0.0, 0, <float>0)
                 eval_distribution(&self.net, B, &of[0, 0], <float>0)

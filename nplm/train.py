@@ -30,7 +30,8 @@ class TrainConfig:
     learning_rate: float = 0.05
     optimizer: str = "adagrad"
     l2: float = 0.0
-    dropout: float = 0.2
+    dropout: float = 0.4
+    input_dropout: float = 0.2    # on the context embeddings
     threads: int = 2
     seed: int = 1
     min_count: int = 1
@@ -50,6 +51,7 @@ class TrainConfig:
         need(self.optimizer in ("sgd", "adagrad"), f"optimizer must be 'sgd' or 'adagrad', not {self.optimizer!r}")
         need(self.l2 >= 0, f"L2 weight must be non-negative, not {self.l2}")
         need(0 <= self.dropout < 1, f"dropout must be in [0, 1), not {self.dropout}")
+        need(0 <= self.input_dropout < 1, f"input dropout must be in [0, 1), not {self.input_dropout}")
         need(self.threads >= 1, f"threads must be at least 1, not {self.threads}")
         need(self.min_count >= 1, f"min count must be at least 1, not {self.min_count}")
         need(self.vocab_size >= 0, f"vocabulary size cap must be non-negative, not {self.vocab_size}")
@@ -275,7 +277,8 @@ class Trainer:
                 for bi, lo in enumerate(range(w * B, N, B * n_eng)):
                     hi = min(lo + B, N)
                     nz = noise.draw() if noise is not None else None
-                    loss = eng.step(ctx[lo:hi], tgt[lo:hi], nz, tc.dropout, seed_base + lo, True, 1.0 / (hi - lo))
+                    loss = eng.step(ctx[lo:hi], tgt[lo:hi], nz, tc.dropout, seed_base + lo, True, 1.0 / (hi - lo),
+                                    tc.input_dropout)
                     if not math.isfinite(loss):
                         raise FloatingPointError(f"training diverged at epoch {self.epoch + 1} (loss {loss}); "
                                                  f"try a smaller learning rate than {lr}")

@@ -21,7 +21,7 @@ def _noise(net, rng):
     return (rng.integers(0, C, k).astype(np.int32), rng.normal(0, 1, C), rows, rng.normal(0, 1, V))
 
 
-def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12):
+def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12, input_dropout=0.0):
     """Largest relative difference between the analytic gradient and central differences."""
     rng = np.random.default_rng(seed)
     params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
@@ -30,7 +30,7 @@ def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12):
     ctx = rng.integers(0, V, (B, m)).astype(np.int32)
     tgt = rng.integers(0, V, B).astype(np.int32)
     noise = _noise(net, rng)
-    eng.step(ctx, tgt, noise, dropout, 99, True, 0.5)
+    eng.step(ctx, tgt, noise, dropout, 99, True, 0.5, input_dropout)
     worst = 0.0
     checked = 0
     for p, g, name in zip(params, grads, PARAM_NAMES):
@@ -38,9 +38,9 @@ def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12):
         for j in rng.choice(flat.size, min(flat.size, probes), replace=False) if flat.size else []:
             old, h = flat[j], 1e-6
             flat[j] = old + h
-            up = eng.step(ctx, tgt, noise, dropout, 99, False, 0.5)
+            up = eng.step(ctx, tgt, noise, dropout, 99, False, 0.5, input_dropout)
             flat[j] = old - h
-            down = eng.step(ctx, tgt, noise, dropout, 99, False, 0.5)
+            down = eng.step(ctx, tgt, noise, dropout, 99, False, 0.5, input_dropout)
             flat[j] = old
             num = 0.5 * (up - down) / (2 * h)
             worst = max(worst, abs(num - gflat[j]) / max(1e-3, abs(num) + abs(gflat[j])))
@@ -65,6 +65,13 @@ def test_gradients_activation_and_dropout(activation, output):
     net = tiny_net(seed=3, activation=activation, output=output[0], objective=output[1])
     assert gradient_error(net, seed=3) < 1e-5
     assert gradient_error(net, dropout=0.4, seed=4) < 1e-5
+    assert gradient_error(net, dropout=0.3, input_dropout=0.3, seed=5) < 1e-5
+
+
+@pytest.mark.parametrize("context", ["full", "diagonal"])
+def test_gradients_input_dropout(context):
+    net = tiny_net(seed=6, context=context, hidden=(6,), output="class", objective="mle")
+    assert gradient_error(net, input_dropout=0.5, seed=6) < 1e-5
 
 
 def test_gradient_check_detects_errors():
@@ -102,7 +109,7 @@ def test_threads_do_not_change_results(output):
     for threads in (1, 2):
         params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
         eng, grads, _ = net.engine(9, nthreads=threads, dtype=np.float64, params=params)
-        loss = eng.step(ctx, tgt, noise, 0.3, 7, True, 1.0)
+        loss = eng.step(ctx, tgt, noise, 0.3, 7, True, 1.0, 0.2)
         results.append((loss, [g.copy() for g in grads]))
     assert results[0][0] == results[1][0]
     for a, b in zip(results[0][1], results[1][1]):
