@@ -49,7 +49,7 @@ HANG_SECONDS = 60
 
 # NPLM_FUZZ_EXAMPLES=2000 for a long randomised hunt; CI runs a fixed, quick set.
 _LONG = int(os.environ.get("NPLM_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=_LONG or 60, deadline=None, derandomize=not _LONG, database=None,
+FUZZ = settings(max_examples=_LONG or 50, deadline=None, derandomize=not _LONG, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 
@@ -784,3 +784,14 @@ def test_verify_command_reports_payload_damage(work, backoff_binary, neural_bina
             for name in a.arrays:
                 assert a.arrays[name].tobytes() == b.arrays[name].tobytes(), name
     assert len(damaged) >= 8
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/urandom", "/dev/null", "/", "/nonexistent/model"])
+def test_special_files_as_models(path):
+    """Endless, random, empty, directory, missing: a ModelLoadError naming the path
+    (an endless file stops at the ARPA reader's line-length limit)."""
+    config = nplm.Config()
+    config.show_progress = False
+    config.arpa_complain = nplm.ARPALoadComplain.NONE
+    with watchdog(), pytest.raises(nplm.ModelLoadError, match=re.escape(path)):
+        nplm.Model(path, config)
