@@ -58,7 +58,8 @@ def neural_rows(path, test_lines, workdir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--teacher", action="append", help="teacher model (repeatable); default KN5")
+    ap.add_argument("--teacher", action="append",
+                    help="teacher model (repeatable; 'KN5' names the reference model); default KN5")
     ap.add_argument("--order", type=int, default=5, help="order of the distilled tables (default 5)")
     ap.add_argument("--top-k", type=int, default=0, help="top-k continuations per context (default 0)")
     ap.add_argument("--top-k-min-count", type=int, default=5)
@@ -84,7 +85,7 @@ def main():
     kn_bin = work / "kn5.nplm"
     os.replace(work / (kn5.name + ".nplm"), kn_bin)
 
-    teachers = args.teacher or [str(kn_bin)]
+    teachers = [str(kn_bin) if t == "KN5" else t for t in (args.teacher or ["KN5"])]
     for t in teachers:
         name = Path(t).name if t != str(kn_bin) else "KN5"
         for label, target in (("equal size", kn_ngrams), ("half size", kn_ngrams // 2)):
