@@ -154,3 +154,20 @@ def test_threads_results_equal_kenlm(binary_path):
     for t in threads:
         t.join()
     np.testing.assert_allclose(got, [ref.score(s) for s in sents], rtol=0, atol=2e-5)
+
+
+def test_mixture_with_neural_component_from_threads(tmp_path):
+    """A linear mixture of a neural model (context cache) and a back-off model."""
+    from neural_fixtures import make_net
+    net_path = tmp_path / "net.nplm"
+    make_net("softmax-full-2", order=3).save(net_path)
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(37)]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12)))
+                              for _ in range(300)) + "\n")
+    kn = tmp_path / "kn.arpa"
+    nplm.estimate(str(text), 3, arpa=str(kn), discount_fallback=True, progress=False)
+    mix = nplm.interpolate([str(net_path), str(kn)], [0.4, 0.6])
+    sents = [" ".join(rng.choice(words + ["oov"]) for _ in range(rng.randint(0, 10))) for _ in range(60)]
+    hammer(mix, sents, rounds=2)
