@@ -49,6 +49,12 @@ def check_available(needed, what, advice):
                                     f"{_gib(avail)} is available; {advice}")
 
 
+def binary_fits(path):
+    """Whether ``path`` fits in the available memory (True where unknown)."""
+    avail = mem_available()
+    return avail is None or os.path.getsize(path) <= avail
+
+
 def check_binary_populate(path):
     """Before mapping ``path`` with MAP_POPULATE (which reads all of it in)."""
     check_available(os.path.getsize(path), "loading this binary into memory",

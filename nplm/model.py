@@ -66,6 +66,11 @@ def _load(path, config, normalization=None):
         if kind == "backoff":
             populate = config.load_method in (LoadMethod.POPULATE_OR_LAZY, LoadMethod.POPULATE_OR_READ,
                                               LoadMethod.READ, LoadMethod.PARALLEL_READ)
+            if config.load_method == LoadMethod.POPULATE_OR_LAZY:
+                # "or lazy": a file that does not fit in memory is mapped lazily
+                # instead of being refused (the other populate methods refuse).
+                from .memory import binary_fits
+                populate = binary_fits(path)
             return backoff.load_binary(path, populate=populate)
         raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
     # --- interpolation spec (JSON; nplm/interpolate.py) ---
