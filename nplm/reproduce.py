@@ -48,13 +48,17 @@ class Settings:
     noise_samples: int = 100
     latency_sentences: int = 400    # sentences timed through the per-token full_scores loop
     distil_order: int = 3
+    eval_seconds: float = 300.0     # per text and model: a slower model is scored on a prefix of the text
+    tune_contexts: int = 3000       # log-linear tuning: most valid contexts (sampled)
+    reuse: bool = False             # keep neural models already in OUT/models trained with the same config
     threads: int = 2
     quick: bool = False
 
     @classmethod
     def quick_preset(cls):
         return cls(train_lines=1500, valid_lines=120, test_lines=120, neural_minutes=0.5, epochs=2,
-                   scale=0.1, noise_samples=10, latency_sentences=40, quick=True)
+                   scale=0.1, noise_samples=10, latency_sentences=40, eval_seconds=20.0, tune_contexts=0,
+                   quick=True)
 
     @classmethod
     def full_preset(cls):
@@ -75,6 +79,8 @@ class Row:
     train_s: float = None
     us_per_token: float = None
     tokens_per_s: float = None
+    test_sentences: int = None        # sentences of the test text scored
+    partial: bool = False             # True: only a (time-boxed) prefix of the test text was scored
     published: float = None
     note: str = ""
 
@@ -150,14 +156,16 @@ def _read_lines(path):
         return [line.rstrip("\n") for line in f]
 
 
-def best_time(fn, budget=1.0, most=5):
-    """(result, seconds): the fastest of repeated calls of ``fn()``, repeating while the
-    calls so far took under ``budget`` seconds (cheap timings are noisy on a shared
-    machine; expensive ones run once)."""
+def best_time(fn, setup, budget=1.0, most=5):
+    """(result, seconds): the fastest of repeated ``fn(setup())`` calls (``setup`` is
+    not timed: it gives each call a freshly loaded model, so no call profits from the
+    caches an earlier one filled), repeating while the calls so far took under
+    ``budget`` seconds (cheap timings are noisy on a shared machine)."""
     best, spent, k = math.inf, 0.0, 0
     while k < most and (k == 0 or spent < budget):
+        obj = setup()
         t0 = time.perf_counter()
-        result = fn()
+        result = fn(obj)
         dt = time.perf_counter() - t0
         best, spent, k = min(best, dt), spent + dt, k + 1
     return result, best
@@ -171,19 +179,43 @@ def _full_scores_loop(model, lines):
     return n
 
 
-def measure(run, model, row, valid=True):
-    """Fill ``row`` with perplexities and speeds of ``model`` (a kenlm-API model)."""
+def _evaluate_boxed(opener, lines, budget):
+    """(CorpusStats, seconds, lines scored, seconds per line): the whole text, or, when
+    a probe (its last lines) says scoring it all would take over ``budget`` seconds, the
+    prefix that fits."""
     from .corpus import evaluate
+    probe = lines[-max(20, len(lines) // 50):]
+    t0 = time.perf_counter()
+    evaluate(opener(), probe)
+    per_line = (time.perf_counter() - t0) / max(1, len(probe))
+    if per_line * len(lines) > budget:
+        lines = lines[:max(5, int(budget / per_line))]
+    stats, dt = best_time(lambda m: evaluate(m, lines), opener)
+    return stats, dt, len(lines), per_line
+
+
+def measure(run, opener, row, valid=True):
+    """Fill ``row`` with perplexities and speeds of the model ``opener()`` loads."""
     test = _read_lines(run.text["test"])
-    stats, dt = best_time(lambda: evaluate(model, test))
-    row.test_ppl, row.oovs, row.tokens = stats.perplexity, stats.oovs, stats.tokens
+    stats, dt, n_lines, per_line = _evaluate_boxed(opener, test, run.s.eval_seconds)
+    row.test_ppl, row.oovs, row.tokens, row.test_sentences = stats.perplexity, stats.oovs, stats.tokens, n_lines
     row.tokens_per_s = stats.tokens / dt if dt > 0 else None
+    if n_lines < len(test):
+        row.partial = True
+        row.note = (row.note + "; " if row.note else "") + \
+            (f"test ppl over the first {n_lines} of {len(test)} sentences only ({stats.tokens:,} tokens; "
+             f"the whole text would take {per_line * len(test) / 60:.0f} min)")
     # The kenlm-style per-sentence loop: what a decoder calling the API pays per token.
-    sample = test[:run.s.latency_sentences]
-    n, dt = best_time(lambda: _full_scores_loop(model, sample))
+    n_lat = min(run.s.latency_sentences, max(5, int(0.2 * run.s.eval_seconds / max(per_line, 1e-9))))
+    sample = test[:n_lat]
+    n, dt = best_time(lambda m: _full_scores_loop(m, sample), opener)
     row.us_per_token = dt / n * 1e6 if n else None
     if valid:
-        row.valid_ppl = evaluate(model, _read_lines(run.text["valid"])).perplexity
+        lines = _read_lines(run.text["valid"])
+        vstats, _, v_lines, _ = _evaluate_boxed(opener, lines, run.s.eval_seconds)
+        row.valid_ppl = vstats.perplexity
+        if v_lines < len(lines):
+            row.note = (row.note + "; " if row.note else "") + f"valid ppl over the first {v_lines} sentences"
     return row
 
 
@@ -230,13 +262,16 @@ def stage_kneser_ney(run, order):
     arpa = os.path.join(run.models_dir, f"kn{order}.arpa")
     binary = os.path.join(run.models_dir, f"kn{order}.nplm")
     t0 = time.perf_counter()
-    estimate(run.text["train"], order, arpa=arpa, binary=binary, progress=False)
+    # PTB's preprocessing leaves almost no singletons, so the unigram counts-of-counts
+    # give no valid discounts: order 1 uses lmplz's --discount_fallback values.
+    estimate(run.text["train"], order, arpa=arpa, binary=binary, progress=False,
+             discount_fallback=True if order == 1 else None)
     train_s = time.perf_counter() - t0
     run.models[label] = {"path": binary, "normalization": None, "train_s": train_s}
     row = Row(label if order > 1 else "unigram (KN1)", "back-off", train_s=train_s,
               size_bytes=_size(binary), published=PUBLISHED.get(label),
-              note=f"ARPA {_size(arpa) / 2**20:.1f} MiB")
-    run.add(measure(run, _open_model(binary), row))
+              note=f"ARPA {_size(arpa) / 2**20:.1f} MiB" + ("; lmplz's fallback discounts" if order == 1 else ""))
+    run.add(measure(run, lambda: _open_model(binary), row))
     return f"estimated in {train_s:.1f} s"
 
 
@@ -257,14 +292,14 @@ def stage_kenlm_reference(run):
               note=f"speed reference; loads the ARPA in {load_s:.1f} s; tokens/s = score() loop")
     for part in ("test", "valid"):
         lines = _read_lines(run.text[part])
-        total, dt = best_time(lambda: sum(m.score(line) for line in lines))
+        total, dt = best_time(lambda m: sum(m.score(line) for line in lines), lambda: m)
         n = sum(len(line.split()) + 1 for line in lines)
         if part == "test":
             row.test_ppl, row.tokens, row.tokens_per_s = 10 ** (-total / n), n, n / dt
         else:
             row.valid_ppl = 10 ** (-total / n)
     sample = _read_lines(run.text["test"])[:run.s.latency_sentences]
-    n, dt = best_time(lambda: _full_scores_loop(m, sample))
+    n, dt = best_time(lambda m: _full_scores_loop(m, sample), lambda: m)
     row.us_per_token = dt / n * 1e6
     run.add(row)
     return (f"kenlm test ppl {row.test_ppl:.3f} vs nplm {nplm_row.test_ppl:.3f}; nplm/kenlm speed: "
@@ -311,16 +346,26 @@ def stage_neural(run, label, config):
     path = os.path.join(run.models_dir, label.lower().replace(" ", "-") + ".nplm")
     tc = TrainConfig(epochs=run.s.epochs, threads=run.s.threads, time_limit=run.s.neural_minutes * 60,
                      seed=1)
-    t0 = time.perf_counter()
-    train(run.text["train"], run.text["valid"], path, config, tc, log=lambda m: run.log("   " + m),
-          progress=False)
-    train_s = time.perf_counter() - t0
-    extra = ""
-    if config.variable_history:
+    sidecar = path + ".train.json"
+    reused = run.s.reuse and _reusable(path, sidecar, config)
+    if reused:
+        with open(sidecar, encoding="utf-8") as f:
+            train_s = json.load(f)["train_s"]
+        run.log(f"   reusing {path} (same configuration, trained in {train_s:.0f} s)")
+    else:
+        t0 = time.perf_counter()
+        train(run.text["train"], run.text["valid"], path, config, tc, log=lambda m: run.log("   " + m),
+              progress=False)
+        train_s = time.perf_counter() - t0
+        from .textio import atomic_write
+        with atomic_write(sidecar, "w") as f:
+            json.dump({"train_s": train_s, "net": config.to_json()}, f)
+    extra = "; reused from an earlier run" if reused else ""
+    if config.variable_history and "fallback" not in container.read(path).config:
         from .neural_model import precompute
         t1 = time.perf_counter()
         sizes = precompute(path, run.text["train"], min_count=2, progress=False)
-        extra = f"; fallback tables: {sum(sizes):,} contexts in {time.perf_counter() - t1:.1f} s"
+        extra += f"; fallback tables: {sum(sizes):,} contexts in {time.perf_counter() - t1:.1f} s"
     ckpt = path + ".ckpt"
     if os.path.exists(ckpt):
         os.remove(ckpt)       # a checkpoint is resumable state, not part of the model
@@ -334,8 +379,19 @@ def stage_neural(run, label, config):
                   published=PUBLISHED["NNLM"] if label == "Vaswani NCE" and mode == "exact" else None,
                   note=f"{len(history)} epochs" + ("; not a normalised distribution" if mode == "unnormalized"
                                                     else ""))
-        run.add(measure(run, _open_model(path, mode), row))
+        run.add(measure(run, lambda: _open_model(path, mode), row))
     return f"{shape}; trained {len(history)} epochs in {train_s:.0f} s{extra}"
+
+
+def _reusable(path, sidecar, config):
+    """Whether ``path`` is a finished model of exactly ``config`` (with its training time)."""
+    from .formats import container
+    if not (os.path.exists(path) and os.path.exists(sidecar)):
+        return False
+    try:
+        return container.read(path).config.get("net") == config.to_json()
+    except (OSError, ValueError):
+        return False
 
 
 def _best_neural(run):
@@ -359,18 +415,19 @@ def stage_interpolate(run, mode):
     comps = [_open_model(kn["path"]), _open_model(nn["path"], nn["normalization"])]
     mix = interpolate(comps, mode=mode)
     t0 = time.perf_counter()
-    res = mix.tune(run.text["valid"], threads=run.s.threads)
+    res = mix.tune(run.text["valid"], threads=run.s.threads, max_contexts=run.s.tune_contexts or None)
     tune_s = time.perf_counter() - t0
     spec = os.path.join(run.models_dir, f"kn{run.s.order}+nnlm.{mode}.json")
     mix.save(spec, dev_perplexity=res.perplexity)
     row = Row(f"KN{run.s.order} + {label}", "interpolated", normalization=mode,
               size_bytes=_size(kn["path"], nn["path"], spec), train_s=kn["train_s"] + nn["train_s"] + tune_s,
               published=PUBLISHED["NNLM+KN5"] if mode == "linear" else None,
-              valid_ppl=res.perplexity,
+              valid_ppl=None if res.sampled else res.perplexity,
               note="weights " + " / ".join(f"{w:.3f}" for w in res.weights) + f" (tuned in {tune_s:.1f} s"
-                   + (f" on {res.tokens:,} sampled valid tokens)" if res.sampled else ")"))
+                   + (f" on {res.tokens:,} tokens of sampled valid contexts: ppl {res.perplexity:.1f})"
+                      if res.sampled else ")"))
     # valid perplexity: the tuned value itself (a second pass over valid would only repeat it)
-    run.add(measure(run, _open_model(spec), row, valid=False))
+    run.add(measure(run, lambda: _open_model(spec), row, valid=False))
     return f"{label}: weights {list(round(float(w), 4) for w in res.weights)}, valid ppl {res.perplexity:.2f}"
 
 
@@ -393,7 +450,7 @@ def stage_distil(run):
               size_bytes=_size(binary),
               note=f"ARPA {_size(arpa) / 2**20:.1f} MiB, {sum(int(c) for c in tables.counts):,} n-grams; "
                    f"distilled in {dt:.0f} s")
-    run.add(measure(run, _open_model(binary), row))
+    run.add(measure(run, lambda: _open_model(binary), row))
     return f"teacher {label}, order {order}"
 
 
@@ -409,7 +466,7 @@ def stage_quantise(run, dtype):
     row = Row(f"{label} {dtype}", "quantised", normalization=nn["normalization"], size_bytes=_size(dst),
               train_s=nn["train_s"] + dt)
     try:
-        measure(run, _open_model(dst, nn["normalization"]), row)
+        measure(run, lambda: _open_model(dst, nn["normalization"]), row)
     except Exception as e:    # nplm.Model may not load quantised files yet: keep convert's figure
         if "perplexity_after" not in rep:
             raise
@@ -441,7 +498,8 @@ def results_table(rows):
     head = ("| model | normalisation | test ppl | published | valid ppl | size (MiB) | training (s) "
             "| query µs/token | tokens/s (batch) | notes |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
     body = "".join(
-        f"| {r.model} | {r.normalization or '–'} | {_fmt(r.test_ppl, '.1f')} | {_fmt(r.published, '.1f')} "
+        f"| {r.model} | {r.normalization or '–'} | {_fmt(r.test_ppl, '.1f')}{' ‡' if r.partial else ''} "
+        f"| {_fmt(r.published, '.1f')} "
         f"| {_fmt(r.valid_ppl, '.1f')} | {_fmt(_mib(r.size_bytes), '.2f')} | {_seconds(r.train_s)} "
         f"| {_fmt(r.us_per_token, '.2f')} | {_fmt(r.tokens_per_s, ',.0f')} | {r.note.replace('|', '/')} |\n"
         for r in rows)
@@ -466,7 +524,7 @@ def plot_memory(run, path):
     import matplotlib.pyplot as plt
     markers = {"back-off": "s", "neural": "o", "interpolated": "D", "distilled": "^", "quantised": "v"}
     pts = [r for r in run.rows if r.test_ppl and r.size_bytes and r.normalization != "unnormalized"
-           and r.family in markers]
+           and r.family in markers and not r.partial]
     if not pts:
         raise RuntimeError("no model to plot")
     fig, ax = plt.subplots(figsize=(8, 5.5))
@@ -547,6 +605,10 @@ def results_section(run, plots):
         "",
         results_table(run.rows),
     ]
+    if any(r.partial for r in run.rows):
+        lines += ["‡ scored on a prefix of the test text only (the whole text would take longer than the "
+                  f"run's {s.eval_seconds:g} s budget per text; see the notes): not comparable with the "
+                  "other rows.", ""]
     missing = [st for st in run.stages if st.status != "ok"]
     if missing:
         lines += ["Stages that did not run: " + "; ".join(f"{st.name} ({st.status})" for st in missing), ""]

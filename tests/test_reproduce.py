@@ -84,7 +84,7 @@ def test_plots_are_png(quick):
 
 
 def test_perplexities_finite_and_ordered(quick):
-    _, _, data = quick
+    out, _, data = quick
     for r in data["rows"]:
         if r["test_ppl"] is not None:
             assert math.isfinite(r["test_ppl"]) and r["test_ppl"] > 1.0, r
@@ -99,8 +99,15 @@ def test_perplexities_finite_and_ordered(quick):
     for kn in (kn3, kn5):
         assert kn["test_ppl"] < 0.8 * uni["test_ppl"]
         assert kn["valid_ppl"] < 0.8 * uni["valid_ppl"]
-    tokens = kn5["tokens"]
-    assert all(r["tokens"] == tokens for r in data["rows"] if r["tokens"] is not None)
+    # Every row scored on the whole test text counts the same tokens; a time-boxed
+    # row scored a prefix and says so.
+    n_test = len((out / "data" / "test.txt").read_text().splitlines())
+    for r in data["rows"]:
+        if r["test_sentences"] == n_test:
+            assert r["tokens"] == kn5["tokens"], r
+        elif r["test_sentences"] is not None:
+            assert r["test_sentences"] < n_test and r["partial"]
+            assert f"first {r['test_sentences']} of {n_test}" in r["note"]
 
 
 def test_unigram_matches_pure_python(quick):
@@ -211,3 +218,30 @@ def test_bad_data_dir_contents(tmp_path):
     assert len(run.stages) == 1 and run.stages[0].status.startswith("not available: FileNotFoundError")
     assert "ptb.train.txt" in run.stages[0].status
     assert (tmp_path / "out" / "report.md").exists()
+
+
+def test_reuse_trained_model(quick, tmp_path):
+    """--reuse keeps a model trained with the same configuration (and its recorded
+    training time) and retrains when the configuration differs."""
+    import dataclasses
+    import shutil
+    out, _, data = quick
+    if not any(st["name"] == "Baltescu class NCE" and st["status"] == "ok" for st in data["stages"]):
+        pytest.skip("the neural stage did not run in the quick pipeline")
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    model = copy / "models" / "baltescu-class-nce.nplm"
+    before = model.read_bytes()
+    recorded = json.loads((copy / "models" / "baltescu-class-nce.nplm.train.json").read_text())["train_s"]
+    s = dataclasses.replace(Settings.quick_preset(), reuse=True)
+    run = reproduce(str(PTB), str(copy), s, log=lambda m: None, only={"Baltescu class NCE"})
+    st = [x for x in run.stages if x.name == "Baltescu class NCE"][0]
+    assert st.status == "ok" and "reused" in st.detail
+    assert model.read_bytes() == before
+    assert all(r.train_s == recorded for r in run.rows if r.model == "Baltescu class NCE")
+    # A different configuration is trained afresh.
+    s = dataclasses.replace(s, noise_samples=20, epochs=1)
+    run = reproduce(str(PTB), str(copy), s, log=lambda m: None, only={"Baltescu class NCE"})
+    st = [x for x in run.stages if x.name == "Baltescu class NCE"][0]
+    assert st.status == "ok" and "reused" not in st.detail
+    assert model.read_bytes() != before
