@@ -485,6 +485,9 @@ class Reproduce:
         p.add_argument("--neural-minutes", type=float,
                        help="training time per neural model (default 8; quick: 0.5)")
         p.add_argument("--threads", type=int, default=2, help="threads for training and tuning (default 2)")
+        p.add_argument("--reuse", action="store_true",
+                       help="keep neural models already in OUT/models that were trained with the same "
+                            "configuration (their recorded training time is reported)")
         p.add_argument("--only", action="append", metavar="STAGE",
                        help="run only stages whose name starts with this (repeatable; e.g. KN5, "
                             "'Vaswani NCE', interpolate, distil, quantise)")
@@ -498,6 +501,7 @@ class Reproduce:
                 return _error(f"--neural-minutes must be positive, not {args.neural_minutes}")
             s.neural_minutes = args.neural_minutes
         s.threads = args.threads
+        s.reuse = args.reuse
         run = reproduce(args.data, args.out, s, only=set(args.only) if args.only else None)
         failed = [st.name for st in run.stages if st.status != "ok"]
         if failed:
