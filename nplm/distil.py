@@ -2,8 +2,8 @@
 
 Which n-grams are listed: every word of the teacher's vocabulary as a unigram, plus
 the n-grams of a text (or of an existing back-off model), each order with its own
-count threshold, optionally plus every listed context's ``top_k`` most probable
-continuations.  The set is then closed under prefixes and suffixes, so every listed
+count threshold, optionally plus every frequent context's ``top_k`` most probable
+continuations (among the words seen after its shorter context).  The set is then closed under prefixes and suffixes, so every listed
 n-gram's context and lower-order n-gram are listed too (KenLM needs the former;
 exact back-off weights need the latter).
 
@@ -427,19 +427,59 @@ def _per_order(value, order, name):
     return {n: int(v) for n, v in zip(range(2, order + 1), value)}
 
 
-def _top_continuations(model, rows, k, exclude, progress):
-    """(contexts x k) most probable words after each context row."""
+def _row_groups(a, b):
+    """Group ids such that equal rows of ``a`` and ``b`` (same width) share one."""
+    both = np.concatenate([a, b])
+    order = np.lexsort(both.T[::-1])
+    s = both[order]
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = (s[1:] != s[:-1]).any(axis=1)
+    ids = np.empty(len(s), np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids[:len(a)], ids[len(a):]
+
+
+def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 << 21):
+    """The ``k`` most probable words (by ``model``) after each context row of ``ctx``.
+    Candidates: the words seen after the context's last m-1 words (rows of
+    ``lower_rows``, whose last column is the word), or all ``candidates`` for
+    one-word contexts.  Scored in batches through the teacher."""
+    m = ctx.shape[1]
+    if len(ctx) == 0:
+        return np.zeros((0, m + 1), np.int32)
+    if m == 1:
+        per = np.full(len(ctx), len(candidates), np.int64)
+        cand_of = None
+    else:
+        cg, lg = _row_groups(ctx[:, 1:], lower_rows[:, :-1])
+        lo_order = np.argsort(lg, kind="stable")
+        lg_sorted = lg[lo_order]
+        starts = np.searchsorted(lg_sorted, cg, "left")
+        per = np.searchsorted(lg_sorted, cg, "right") - starts
     out = []
-    it = range(len(rows))
-    if progress:
-        from tqdm import tqdm
-        it = tqdm(it, desc=f"top-{k} after {rows.shape[1]}-word contexts", unit="ctx")
-    for i in it:
-        dist = model.log10_distribution(model.core.state_for(rows[i].tolist()))
-        dist[exclude] = -np.inf
-        best = np.argpartition(-dist, k)[:k] if k < len(dist) else np.arange(len(dist))
-        out.append(np.column_stack([np.repeat(rows[i][None, :], len(best), 0), best]))
-    return np.concatenate(out).astype(np.int32) if out else np.zeros((0, rows.shape[1] + 1), np.int32)
+    bounds = np.concatenate([[0], np.cumsum(per)])
+    c0 = 0
+    while c0 < len(ctx):
+        c1 = max(c0 + 1, int(np.searchsorted(bounds, bounds[c0] + chunk, "right")) - 1)
+        c1 = min(c1, len(ctx))
+        idx = np.repeat(np.arange(c0, c1), per[c0:c1])
+        if len(idx) == 0:
+            c0 = c1
+            continue
+        j = np.arange(len(idx)) - (bounds[idx] - bounds[c0])
+        if m == 1:
+            words = candidates[j]
+        else:
+            words = lower_rows[lo_order[starts[idx] + j], -1]
+        rows = np.column_stack([ctx[idx], words]).astype(np.int32)
+        score = _score(model, rows, threads)
+        o = np.lexsort((-score, idx))
+        idx_s = idx[o]
+        first = np.searchsorted(idx_s, idx_s, "left")
+        rank = np.arange(len(idx_s)) - first
+        out.append(rows[o][rank < k])
+        c0 = c1
+    return np.concatenate(out) if out else np.zeros((0, m + 1), np.int32)
 
 
 def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, top_k_min_count=2,
@@ -451,7 +491,9 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
     min_count:  per-order count thresholds for the text's n-grams (int, or list for
                 orders 2..N, the last repeated);
     top_k:      also list each text context's k most probable continuations (contexts
-                seen at least ``top_k_min_count`` times);
+                seen at least ``top_k_min_count`` times; candidates: every word after a
+                one-word context, else the words the text shows after the context's
+                last n-2 words, so the search stays linear in the listed n-grams);
     lower_teacher: model giving the probabilities of orders < ``order`` (default: teacher);
     prune_to:   relative-entropy pruning to at most this many n-grams of orders >= 2.
     """
@@ -486,19 +528,24 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
     if text is None and ngrams is None:
         raise ValueError("give a text or a back-off model whose n-grams to list")
     if top_k:
-        exclude = np.array([bos] + ([null] if null is not None else []), dtype=np.int64)
-        for n in range(2, order + 1):
-            if counted is None:
-                break
+        if counted is None:
+            raise ValueError("top_k needs a text (its contexts get the extra continuations)")
+        cand = np.flatnonzero(~np.isin(np.arange(V), [bos] + ([null] if null is not None else [])))
+        words_seen = np.bincount(counted[2][0][:, 0], weights=counted[2][1], minlength=V)
+        it = range(2, order + 1)
+        if progress:
+            from tqdm import tqdm
+            it = tqdm(it, desc=f"top-{top_k} continuations", unit="order")
+        for n in it:
             if n == 2:
-                ctx = np.array([[w] for w in range(V) if w not in (null, eos)], np.int32)
-                if top_k_min_count > 1:
-                    ctx_counts = np.bincount(counted[2][0][:, 0], weights=counted[2][1], minlength=V)
-                    ctx = ctx[ctx_counts[ctx[:, 0]] >= top_k_min_count]
+                ctx = np.flatnonzero(words_seen >= top_k_min_count).astype(np.int32)[:, None]
+                ctx = ctx[(ctx[:, 0] != eos) & (ctx[:, 0] != (null if null is not None else -1))]
+                lower_rows = None
             else:
                 r, c = counted[n - 1]
                 ctx = r[(c >= top_k_min_count) & (r[:, -1] != eos)]
-            rows[n].append(_top_continuations(teacher, ctx, top_k, exclude, progress))
+                lower_rows = counted[n - 1][0]
+            rows[n].append(_top_continuations(teacher, ctx, lower_rows, cand.astype(np.int32), top_k, threads))
     s = build_structure(V, {n: np.concatenate(rows[n]) if rows[n] else np.zeros((0, n), np.int32)
                             for n in range(2, order + 1)})
     logprob = {}
