@@ -122,14 +122,17 @@ def main():
         except ImportError:
             print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
             return 0
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, ax = plt.subplots(figsize=(8, 5))
         for name, ng, amb, bmb, ppl in rows:
             marker = "o" if name.startswith("KN") else "s" if name.startswith("neural") else "^"
-            ax.scatter(bmb, ppl, marker=marker)
-            ax.annotate(name, (bmb, ppl), fontsize=7, xytext=(4, 2), textcoords="offset points")
+            ax.scatter(bmb, ppl, marker=marker, label=f"{name} ({ppl:.1f})")
         ax.set_xlabel("model size (MB, nplm binary)")
         ax.set_ylabel("PTB test perplexity")
         ax.set_xscale("log")
+        from matplotlib.ticker import NullFormatter, ScalarFormatter
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.legend(fontsize=7, loc="best")
         ax.set_title("Quality against memory (cf. Baltescu & Blunsom 2015, section 7)")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
