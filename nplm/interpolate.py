@@ -50,6 +50,7 @@ _UNK = ("<unk>", "<UNK>")
 # Largest sum-to-one error tolerated in a component used linearly (float32 tables
 # give ~1e-6; an unnormalised model is off by far more).
 NORMALISED_TOLERANCE = 1e-3
+LOG10E = 1.0 / math.log(10.0)
 
 
 class _Component:
@@ -155,16 +156,30 @@ def _check_normalised(c, index):
 def _distribution_provider(model):
     """A function computing a component's whole distribution for a batch of
     contexts in one go, where one exists: a neural model with exact normalisation
-    (one matrix product instead of a score_word call per word).  None otherwise."""
+    (its hidden states from the query core, then the output layer as matrix
+    products instead of one score_word call per word).  None otherwise."""
     net = getattr(getattr(model, "_data", None), "net", None)
     if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
         return None
     import threading
     from .vocab import NULL
     m = net.order - 1
-    # The net's evaluation engine has one set of work buffers and its kernels
-    # release the GIL: threads scoring the mixture take turns.
+    core = model.core
+    kind = net.config.output
+    # The net's evaluation engine (tree output) has one set of work buffers and its
+    # kernels release the GIL: threads scoring the mixture take turns.
     lock = threading.Lock()
+    par = {k: np.asarray(net.params[k], dtype=np.float64) for k in ("out_w", "out_b", "cls_w", "cls_b")}
+    if kind == "class":
+        start = np.asarray(net.structs["class_start"], dtype=np.int64)
+        sizes = np.diff(start)
+        pos_class = np.repeat(np.arange(len(sizes)), sizes)          # class of each output row
+        nonempty = np.flatnonzero(sizes > 0)
+        word_pos = np.asarray(net.structs["word_pos"], dtype=np.int64)
+
+    def log_softmax_rows(x):
+        mx = x.max(axis=1, keepdims=True)
+        return x - (mx + np.log(np.exp(x - mx).sum(axis=1, keepdims=True)))
 
     def provide(words, lengths):
         # The net's input as NeuralCore builds it: oldest first, <null>-padded.
@@ -172,8 +187,19 @@ def _distribution_provider(model):
         for k in range(m):
             rows = lengths > k
             ctx[rows, m - 1 - k] = words[rows, k]
-        with lock:
-            return net.log10_distribution(ctx)
+        if kind == "tree":
+            with lock:
+                return net.log10_distribution(ctx)
+        h = core.hidden(ctx).astype(np.float64)
+        ws = h @ par["out_w"].T + par["out_b"]
+        if kind == "softmax":
+            return (log_softmax_rows(ws) * LOG10E).astype(np.float32)
+        lc = log_softmax_rows(h @ par["cls_w"].T + par["cls_b"])
+        mx = ws.max(axis=1, keepdims=True)
+        lse = np.zeros((len(ws), len(sizes)))
+        lse[:, nonempty] = np.log(np.add.reduceat(np.exp(ws - mx), start[nonempty], axis=1)) + mx
+        by_pos = ws - lse[:, pos_class] + lc[:, pos_class]
+        return (by_pos[:, word_pos] * LOG10E).astype(np.float32)
     return provide
 
 

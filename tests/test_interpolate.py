@@ -549,13 +549,13 @@ def test_argument_errors(models, kenlm_o3):
 # --- a neural component (the lead's NeuralCore) ---------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def neural_pair(tmp_path_factory):
+@pytest.fixture(scope="module", params=["softmax-full-2", "class-diag-2", "tree-full-1"])
+def neural_pair(request, tmp_path_factory):
     """A small random neural model and a KN model over the same words."""
     import random
     from neural_fixtures import make_net
     tmp = tmp_path_factory.mktemp("nnmix")
-    net = make_net("softmax-full-2")
+    net = make_net(request.param)
     nn_path = str(tmp / "n.nplm")
     net.save(nn_path)
     rng = random.Random(3)
