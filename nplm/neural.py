@@ -14,6 +14,7 @@ hidden size is a further dense layer (``hidden=()`` is Baltescu & Blunsom's mode
 f is ReLU, tanh or identity.  Probabilities are exact for every output kind; NCE-trained
 models can also be read unnormalised (log-normaliser taken as 0).
 """
+import ctypes
 import dataclasses
 import math
 import os
@@ -294,11 +295,12 @@ class NeuralNet:
         structs = {k_: np.ascontiguousarray(v) for k_, v in self.structs.items()}
         return _nn.Engine(dims, params, grads, accum, work, structs), grads, accum
 
-    def _eval_engine(self, bmax):
-        if self._engine is None or self._engine[1] < bmax:
+    def _eval_engines(self, bmax, count):
+        """``count`` single-threaded engines over this net's parameters (cached)."""
+        if self._engine is None or self._engine[1] < bmax or len(self._engine[0]) < count:
             params = [np.array(self.params[n], copy=True) if not self.params[n].flags.writeable
                       else self.params[n] for n in PARAM_NAMES]
-            self._engine = (self.engine(bmax, nthreads=_default_threads(), params=params)[0], bmax)
+            self._engine = ([self.engine(bmax, nthreads=1, params=params)[0] for _ in range(count)], bmax)
         return self._engine[0]
 
     def invalidate(self):
@@ -329,10 +331,14 @@ class NeuralNet:
         if words.size and (words.min() < 0 or words.max() >= V):
             raise ValueError(f"word id outside 0..{V - 1}")
         out = np.empty(words.size, np.float64)
-        eng = self._eval_engine(min(batch, max(words.size, 1)))
-        for lo in range(0, words.size, batch):
-            hi = min(lo + batch, words.size)
-            out[lo:hi] = eng.logprob(ctx[lo:hi], words[lo:hi], normalised)
+        threads = _default_threads()
+        engines = self._eval_engines(min(batch, max(words.size, 1)), threads)
+
+        def work(lo0, hi0, w):
+            for lo in range(lo0, hi0, batch):
+                hi = min(lo + batch, hi0)
+                out[lo:hi] = engines[w].logprob(ctx[lo:hi], words[lo:hi], normalised)
+        _run_split(work, words.size, threads)
         return out
 
     def log10_prob(self, context_ids, word_ids, normalised=True):
@@ -343,10 +349,14 @@ class NeuralNet:
         """(N, V) log10 p(w | context) over the whole vocabulary, exact."""
         ctx = self._contexts(context_ids)
         out = np.empty((ctx.shape[0], len(self.vocab)), np.float32)
-        eng = self._eval_engine(min(batch, max(ctx.shape[0], 1)))
-        for lo in range(0, ctx.shape[0], batch):
-            hi = min(lo + batch, ctx.shape[0])
-            out[lo:hi] = eng.distribution(ctx[lo:hi]) * LOG10E
+        threads = _default_threads()
+        engines = self._eval_engines(min(batch, max(ctx.shape[0], 1)), threads)
+
+        def work(lo0, hi0, w):
+            for lo in range(lo0, hi0, batch):
+                hi = min(lo + batch, hi0)
+                out[lo:hi] = engines[w].distribution(ctx[lo:hi]) * LOG10E
+        _run_split(work, ctx.shape[0], threads)
         return out
 
     def perplexity(self, contexts, targets):
@@ -395,5 +405,71 @@ class NeuralNet:
 
 
 def _default_threads():
-    import os
     return max(1, min(2, os.cpu_count() or 1))
+
+
+_blas = None
+
+
+def _blas_lib():
+    """The set/get thread-count calls of the OpenBLAS behind scipy.linalg.cython_blas
+    (found in this process's maps), or None."""
+    global _blas
+    if _blas is None:
+        _blas = False
+        try:
+            with open("/proc/self/maps") as f:
+                libs = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
+            for path in sorted(libs):
+                if "64_" in os.path.basename(path):
+                    continue  # numpy's ILP64 copy, not scipy's
+                lib = ctypes.CDLL(path)
+                for prefix in ("scipy_openblas", "openblas"):
+                    if hasattr(lib, prefix + "_set_num_threads") and hasattr(lib, prefix + "_get_num_threads"):
+                        _blas = (getattr(lib, prefix + "_set_num_threads"), getattr(lib, prefix + "_get_num_threads"))
+                        break
+                if _blas:
+                    break
+        except OSError:
+            _blas = False
+    return _blas or None
+
+
+def set_blas_threads(n):
+    """Set OpenBLAS's thread count (a no-op for a BLAS without the call); returns the old one."""
+    lib = _blas_lib()
+    if lib is None:
+        return None
+    old = lib[1]()
+    lib[0](int(n))
+    return old
+
+
+def _run_split(fn, n, threads):
+    """Run fn(lo, hi, worker) over [0, n) in ``threads`` Python threads (the kernels release
+    the GIL), BLAS single-threaded meanwhile: on a shared 2-core machine two independent
+    single-threaded workers beat fork-join parallelism inside each call."""
+    chunks = [(n * w // threads, n * (w + 1) // threads) for w in range(threads)]
+    if threads == 1 or n < 2048:
+        fn(0, n, 0)
+        return
+    import threading
+    old = set_blas_threads(1)
+    errors = []
+
+    def run(w):
+        try:
+            fn(chunks[w][0], chunks[w][1], w)
+        except BaseException as e:
+            errors.append(e)
+    try:
+        ts = [threading.Thread(target=run, args=(w,)) for w in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        if old is not None:
+            set_blas_threads(old)
+    if errors:
+        raise errors[0]

@@ -5,7 +5,6 @@ Threads: the kernels run every minibatch without the GIL; large products go to
 OpenBLAS (its thread count is set here) and per-example loops to OpenMP with the same
 count.  With ``threads=1`` a fixed seed gives a bit-identical model.
 """
-import ctypes
 import dataclasses
 import math
 import os
@@ -16,8 +15,8 @@ import numpy as np
 
 from . import _nn
 from .errors import FormatError
-from .neural import NeuralConfig, NeuralNet, PARAM_NAMES
-from .vocab import BOS, NULL, UNK, Vocabulary, check_corpus, count_words, examples, read_sentences
+from .neural import NeuralConfig, NeuralNet, PARAM_NAMES, set_blas_threads
+from .vocab import BOS, NULL, Vocabulary, check_corpus, count_words, examples, read_sentences
 
 CHECKPOINT_SUFFIX = ".ckpt"
 
@@ -58,36 +57,6 @@ class TrainConfig:
         need(self.parallel in ("hogwild", "blas"), f"parallel must be 'hogwild' or 'blas', not {self.parallel!r}")
         need(self.max_halvings >= 0, f"max halvings must be non-negative, not {self.max_halvings}")
         return self
-
-
-# ------------------------------------------------------------------ BLAS threads
-
-_blas = None
-
-
-def set_blas_threads(n):
-    """Set the thread count of the OpenBLAS that scipy.linalg.cython_blas uses (found in
-    this process's maps; a no-op for a BLAS without the call)."""
-    global _blas
-    if _blas is None:
-        _blas = False
-        try:
-            with open("/proc/self/maps") as f:
-                libs = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
-            for path in sorted(libs):
-                if "64_" in os.path.basename(path):
-                    continue  # numpy's ILP64 copy, not scipy's
-                lib = ctypes.CDLL(path)
-                for name in ("scipy_openblas_set_num_threads", "openblas_set_num_threads"):
-                    if hasattr(lib, name):
-                        _blas = getattr(lib, name)
-                        break
-                if _blas:
-                    break
-        except OSError:
-            _blas = False
-    if _blas:
-        _blas(int(n))
 
 
 # ------------------------------------------------------------------ data
