@@ -25,6 +25,7 @@ from nplm.neural import NeuralNet
 ROOT = Path(__file__).resolve().parents[1]
 TOY_ARPA = ROOT / "examples" / "toy.arpa"
 TMP_PREFIX = ".nplm-tmp-"
+ATTEMPTS = 4
 
 
 def zipf_text(path, lines, vocab=3000, seed=3):
@@ -134,8 +135,17 @@ def test_killed_writer_leaves_earlier_output_intact(tmp_path, inputs, name):
     old = earlier_output(out)
 
     # 1. SIGKILL while the temporary file exists: the old output is untouched.
-    signalled, rc, err = run_and_signal(build(inputs, out), tmp_path, signal.SIGKILL)
-    assert signalled, f"the run finished before its temporary file was seen: {err[-2000:]}"
+    #    (A signal sent as the rename happens finds the run complete: then the
+    #    output must be the whole new model, and we try again.)
+    for attempt in range(ATTEMPTS):
+        signalled, rc, err = run_and_signal(build(inputs, out), tmp_path, signal.SIGKILL)
+        assert signalled, f"the run finished before its temporary file was seen: {err[-2000:]}"
+        if temps(tmp_path):
+            break
+        nplm.Model(str(out))  # renamed just before the kill: complete
+        out.write_bytes(old)
+    else:
+        pytest.fail(f"no kill landed while the output was being written in {ATTEMPTS} tries")
     assert rc == -signal.SIGKILL
     assert out.read_bytes() == old
     assert set(os.listdir(tmp_path)) <= {out_name} | set(temps(tmp_path))
@@ -167,11 +177,18 @@ def test_ctrl_c_removes_the_temporary_file(tmp_path, inputs, name):
     build, out_name, _ = WRITERS[name]
     out = tmp_path / out_name
     old = earlier_output(out)
-    signalled, rc, err = run_and_signal(build(inputs, out), tmp_path, signal.SIGINT)
-    assert signalled
+    for attempt in range(ATTEMPTS):
+        signalled, rc, err = run_and_signal(build(inputs, out), tmp_path, signal.SIGINT)
+        assert signalled
+        assert temps(tmp_path) == [], "Ctrl-C left a temporary file"
+        if out.read_bytes() == old:
+            break
+        nplm.Model(str(out))  # the signal came after the rename: complete new output
+        out.write_bytes(old)
+    else:
+        pytest.fail(f"no Ctrl-C landed while the output was being written in {ATTEMPTS} tries")
     assert rc != 0
-    assert out.read_bytes() == old
-    assert temps(tmp_path) == [], "Ctrl-C left a temporary file"
+    assert "Traceback" not in err
 
 
 def train_args(text, out, *extra):
