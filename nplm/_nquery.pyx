@@ -363,15 +363,12 @@ cdef class NeuralCore(LMCore):
         return nq_dot(a, b, self.r)
 
     cdef double _softmax_logz(self, const float *h, float *scores) noexcept nogil:
-        """log sum_w exp(out_w[w] . h + out_b[w]) over the vocabulary (sgemv)."""
-        cdef int r = self.r, V = self.V, one = 1
-        cdef float fone = 1.0, fzero = 0.0
-        cdef char t = b'T'
-        sgemv(&t, &r, &V, &fone, <float *>self.out_w, &r, <float *>h, &one, &fzero, scores, &one)
+        """log sum_w exp(out_w[w] . h + out_b[w]) over the vocabulary.  One vector
+        is too little work to wake BLAS threads for; plain dot products are faster."""
         cdef int i
-        for i in range(V):
-            scores[i] += self.out_b[i]
-        return _logsumexp(scores, V)
+        for i in range(self.V):
+            scores[i] = nq_dot(self.out_w + <int64_t>i * self.r, h, self.r) + self.out_b[i]
+        return _logsumexp(scores, self.V)
 
     cdef double _logp(self, const float *h, WordId w, double logz, float *scores) noexcept nogil:
         """Natural-log p(w | h) in this core's mode; ``logz`` is the softmax

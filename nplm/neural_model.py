@@ -96,7 +96,8 @@ class NeuralData:
 
 
 def load(path, normalization=None, cache_size=4096):
-    net, c = NeuralNet.load(path, return_container=True)
+    from .formats.quantize import load_neural
+    net, c = load_neural(path, return_container=True)     # float32, or float16/int8 dequantised
     mode, name = resolve_mode(net, normalization)
     fallback = _fallback_tables(c.arrays, net.order - 1)
     if name == "fallback" and fallback is None:
