@@ -137,3 +137,17 @@ def test_fallback_tables(tmp_path):
     single = [x for line in lines for x in fb.full_scores(line)]
     np.testing.assert_allclose(p, [x[0] for x in single], atol=1e-5)
     assert l.tolist() == [x[1] for x in single]
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("int8", 5e-2)])
+def test_quantised_models_load_through_model(saved, tmp_path, dtype, tol):
+    from nplm.formats.quantize import quantize_file
+    kind, net, path = saved
+    q = str(tmp_path / f"q-{dtype}.nplm")
+    quantize_file(path, q, dtype)
+    a, b = nplm.Model(path), nplm.Model(q)
+    assert b.normalization == a.normalization
+    lines = ["w1 w2 w3 w4 w5", "w9 w8 w7", ""]
+    np.testing.assert_allclose(b.score_sentences(lines), a.score_sentences(lines), atol=tol * 10)
+    s = _state_after(b, ["w2", "w3"])
+    assert (10 ** b.log10_distribution(s).astype(np.float64)).sum() == pytest.approx(1.0, abs=1e-5)
