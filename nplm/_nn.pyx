@@ -168,13 +168,13 @@ cdef inline double uniform01(uint64_t* state) noexcept nogil:
 
 
 cdef inline float fast_exp(float x) noexcept nogil:
-    """exp(x) for float, relative error ~2e-7, written without calls or branches so GCC
-    vectorises loops over it (libm's exp is scalar and dominates softmax rows otherwise).
-    exp(x) = 2^n 2^f with n = round(x log2 e), |f| <= 1/2; 2^f by Cephes' exp2f polynomial."""
+    """exp(x) for float x < 88 (0 below -87), relative error ~2e-7, written without calls
+    or floating-point branches so GCC vectorises loops over it (libm's exp is scalar and
+    dominated softmax rows).  exp(x) = 2^n 2^f with n = round(x log2 e), |f| <= 1/2, 2^f
+    by Cephes' exp2f polynomial; the underflow test is an integer compare on the bits."""
     cdef float y, n, f, p, tf, rf
-    cdef uint32_t tu, ru
-    x = x if x > <float>-87.0 else <float>-87.0
-    x = x if x < <float>88.0 else <float>88.0
+    cdef uint32_t tu, ru, xu
+    memcpy(&xu, &x, 4)              # bit casts through memcpy keep the vectoriser happy
     y = x * <float>1.4426950408889634
     tf = y + <float>12582912.0      # 1.5 * 2^23: the rounded y lands in the low mantissa bits
     n = tf - <float>12582912.0
@@ -186,9 +186,10 @@ cdef inline float fast_exp(float x) noexcept nogil:
     p = p * f + <float>2.402264791363012e-1
     p = p * f + <float>6.931472028550421e-1
     rf = p * f + <float>1.0
-    memcpy(&tu, &tf, 4)             # bit casts; memcpy keeps GCC's vectoriser happy
+    memcpy(&tu, &tf, 4)
     memcpy(&ru, &rf, 4)
-    ru = ru + ((tu - <uint32_t>0x4B400000) << 23)
+    # add n to the exponent; x <= -87 (bits above those of -87.0f) flushes to 0
+    ru = (ru + ((tu - <uint32_t>0x4B400000) << 23)) & (<uint32_t>0 - <uint32_t>(xu < <uint32_t>0xC2AE0000))
     memcpy(&rf, &ru, 4)
     return rf
 

@@ -158,3 +158,18 @@ def test_class_sampling_stays_in_class():
         freq = np.bincount(got - start[c], minlength=start[c + 1] - start[c]) / k
         expect = weights[start[c]:start[c + 1]] / weights[start[c]:start[c + 1]].sum()
         assert np.all(np.abs(freq - expect) < 0.02)
+
+
+@pytest.mark.parametrize("output", ["softmax", "class"])
+def test_extreme_logits(output):
+    """Scores hundreds of nats apart: the float exp must underflow to 0, not wrap."""
+    net = tiny_net(output=output, V=60, n_classes=5, seed=9)
+    net.params["out_w"] *= 60
+    net.params["out_b"] *= 60
+    rng = np.random.default_rng(9)
+    ctx = rng.integers(0, 60, (20, 2))
+    got = 10.0 ** net.log10_distribution(ctx).astype(np.float64)
+    ref = np.exp(reference_log_distribution(net, ctx))
+    assert np.ptp(reference_log_distribution(net, ctx), axis=1).min() > 100
+    np.testing.assert_allclose(got, ref, atol=1e-6)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-5)
