@@ -46,40 +46,70 @@ cdef extern from *:
         return (uint64_t)(((__uint128_t)h * n) >> 64);
     }
     /* y[0:n_out] = b + x[0:n_in] W for one row-major W (n_in x n_out), skipping the
-       zero inputs (half of a ReLU layer's).  One context does not fill a BLAS call;
-       compiled for AVX2+FMA and plain x86-64, chosen at run time. */
-    #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-    __attribute__((target_clones("arch=haswell", "default")))
-    #endif
-    static void nq_vecmat(const float *x, int n_in, const float *W, int n_out,
-                          const float *b, float *y) {
-        int i, j;
-        for (j = 0; j < n_out; j++) y[j] = b[j];
-        for (i = 0; i < n_in; i++) {
-            const float xi = x[i];
-            const float *row = W + (long)i * n_out;
-            if (xi == 0.0f) continue;
-            for (j = 0; j < n_out; j++) y[j] += xi * row[j];
+       zero inputs (half of a ReLU layer's), and a 4-way dot product.  One context does
+       not fill a BLAS call.  Each is compiled twice, for AVX2+FMA and for plain
+       x86-64, and picked by the CPU's features at run time ("arch=" clones would
+       dispatch on the CPU model and miss AMD processors). */
+    #define NQ_VECMAT_BODY \
+        int i, j; \
+        for (j = 0; j < n_out; j++) y[j] = b[j]; \
+        for (i = 0; i < n_in; i++) { \
+            const float xi = x[i]; \
+            const float *row = W + (long)i * n_out; \
+            if (xi == 0.0f) continue; \
+            for (j = 0; j < n_out; j++) y[j] += xi * row[j]; \
         }
-    }
-    #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-    __attribute__((target_clones("arch=haswell", "default")))
-    #endif
-    static float nq_dot(const float *a, const float *b, int n) {
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int i = 0;
-        for (; i + 4 <= n; i += 4) {
-            s0 += a[i] * b[i]; s1 += a[i + 1] * b[i + 1];
-            s2 += a[i + 2] * b[i + 2]; s3 += a[i + 3] * b[i + 3];
+    #define NQ_DOT_BODY \
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0; \
+        int i = 0; \
+        for (; i + 8 <= n; i += 8) { \
+            s0 += a[i] * b[i]; s1 += a[i + 1] * b[i + 1]; \
+            s2 += a[i + 2] * b[i + 2]; s3 += a[i + 3] * b[i + 3]; \
+            s4 += a[i + 4] * b[i + 4]; s5 += a[i + 5] * b[i + 5]; \
+            s6 += a[i + 6] * b[i + 6]; s7 += a[i + 7] * b[i + 7]; \
+        } \
+        for (; i < n; i++) s0 += a[i] * b[i]; \
+        return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
+    static void nq_vecmat_plain(const float *x, int n_in, const float *W, int n_out,
+                                const float *b, float *__restrict__ y) { NQ_VECMAT_BODY }
+    static float nq_dot_plain(const float *a, const float *b, int n) { NQ_DOT_BODY }
+    #if defined(__GNUC__) && defined(__x86_64__)
+    __attribute__((target("avx2,fma")))
+    static void nq_vecmat_avx2(const float *x, int n_in, const float *W, int n_out,
+                               const float *b, float *__restrict__ y) { NQ_VECMAT_BODY }
+    __attribute__((target("avx2,fma")))
+    static float nq_dot_avx2(const float *a, const float *b, int n) { NQ_DOT_BODY }
+    static int nq_has_avx2(void) {
+        static int cached = -1;
+        if (cached < 0) {
+            __builtin_cpu_init();
+            cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         }
-        for (; i < n; i++) s0 += a[i] * b[i];
-        return (s0 + s1) + (s2 + s3);
+        return cached;
     }
+    #else
+    #define nq_vecmat_avx2 nq_vecmat_plain
+    #define nq_dot_avx2 nq_dot_plain
+    static int nq_has_avx2(void) { return 0; }
+    #endif
+    static void (*nq_vecmat_impl)(const float *, int, const float *, int, const float *, float *) = 0;
+    static float (*nq_dot_impl)(const float *, const float *, int) = 0;
+    static void nq_init_simd(void) {
+        int fast = nq_has_avx2();
+        nq_vecmat_impl = fast ? nq_vecmat_avx2 : nq_vecmat_plain;
+        nq_dot_impl = fast ? nq_dot_avx2 : nq_dot_plain;
+    }
+    static inline void nq_vecmat(const float *x, int n_in, const float *W, int n_out,
+                                 const float *b, float *y) { nq_vecmat_impl(x, n_in, W, n_out, b, y); }
+    static inline float nq_dot(const float *a, const float *b, int n) { return nq_dot_impl(a, b, n); }
+    static int nq_simd_level(void) { return nq_has_avx2() ? 2 : 0; }
     """
     uint64_t nq_mix(uint64_t h) noexcept nogil
     uint64_t nq_fastrange(uint64_t h, uint64_t n) noexcept nogil
     void nq_vecmat(const float *x, int n_in, const float *W, int n_out, const float *b, float *y) noexcept nogil
     float nq_dot(const float *a, const float *b, int n) noexcept nogil
+    void nq_init_simd() noexcept nogil
+    int nq_simd_level() noexcept nogil
 
 cdef enum:
     CTX_FULL = 0
@@ -97,6 +127,9 @@ cdef enum:
     NULL_ID = 3             # <null>: padding of context positions with no word
     BOS_ID = 1
     EOS_ID = 2
+
+nq_init_simd()
+SIMD = "avx2+fma" if nq_simd_level() == 2 else "x86-64"
 
 MODES = {"exact": MODE_EXACT, "unnormalized": MODE_UNNORMALIZED, "fallback": MODE_FALLBACK}
 cdef double LOG10E = 0.43429448190325176
