@@ -47,7 +47,7 @@ class Settings:
     scale: float = 1.0              # multiplies the papers' layer sizes
     noise_samples: int = 100
     latency_sentences: int = 400    # sentences timed through the per-token full_scores loop
-    distil_order: int = 3
+    distil_order: int = 5
     eval_seconds: float = 300.0     # per text and model: a slower model is scored on a prefix of the text
     tune_contexts: int = 3000       # log-linear tuning: most valid contexts (sampled)
     reuse: bool = False             # keep neural models already in OUT/models trained with the same config
@@ -57,7 +57,7 @@ class Settings:
     @classmethod
     def quick_preset(cls):
         return cls(train_lines=1500, valid_lines=120, test_lines=120, neural_minutes=0.5, epochs=2,
-                   scale=0.1, noise_samples=10, latency_sentences=40, eval_seconds=20.0, tune_contexts=0,
+                   scale=0.1, noise_samples=10, latency_sentences=40, eval_seconds=20.0, tune_contexts=0, distil_order=3,
                    quick=True)
 
     @classmethod
@@ -106,6 +106,7 @@ class Run:
         self.models = {}      # label -> {"path", "normalization", "train_s", "history"}
         self.text = {}        # "train"/"valid"/"test" -> path of the prepared text
         self.models_dir = os.path.join(self.out, "models")
+        self.reused_s = 0.0   # training time of models reused from an earlier run
 
     def stage(self, name, fn, *args):
         """Run ``fn(self, *args)``, timed; a failure becomes a "not available" record."""
@@ -352,6 +353,7 @@ def stage_neural(run, label, config):
         with open(sidecar, encoding="utf-8") as f:
             train_s = json.load(f)["train_s"]
         run.log(f"   reusing {path} (same configuration, trained in {train_s:.0f} s)")
+        run.reused_s += train_s
     else:
         t0 = time.perf_counter()
         train(run.text["train"], run.text["valid"], path, config, tc, log=lambda m: run.log("   " + m),
@@ -419,6 +421,8 @@ def stage_interpolate(run, mode):
     tune_s = time.perf_counter() - t0
     spec = os.path.join(run.models_dir, f"kn{run.s.order}+nnlm.{mode}.json")
     mix.save(spec, dev_perplexity=res.perplexity)
+    run.models[f"mixture {mode}"] = {"path": spec, "normalization": None, "label": f"KN{run.s.order} + {label}",
+                                     "train_s": kn["train_s"] + nn["train_s"] + tune_s}
     row = Row(f"KN{run.s.order} + {label}", "interpolated", normalization=mode,
               size_bytes=_size(kn["path"], nn["path"], spec), train_s=kn["train_s"] + nn["train_s"] + tune_s,
               published=PUBLISHED["NNLM+KN5"] if mode == "linear" else None,
@@ -432,18 +436,26 @@ def stage_interpolate(run, mode):
 
 
 def stage_distil(run):
-    """The cheapest-to-query normalised neural model as a back-off ARPA over the
-    training text's n-grams, then as an nplm binary."""
+    """The KN5 + neural linear mixture (else the best neural model) as a back-off ARPA
+    over the training text's n-grams, then as an nplm binary.  The mixture is the
+    better teacher: a fixed-history net asked about a short history (as the lower
+    orders of the table are) sees <null> padding it was never trained on, while the
+    mixture's KN part answers such questions properly."""
     from . import build_binary
     from .distil import distil_to_file
-    label = "Baltescu class NCE" if "Baltescu class NCE" in run.models else _best_neural(run)
-    nn = run.need(label)
+    if "mixture linear" in run.models:
+        label = run.models["mixture linear"]["label"]
+        nn = run.models["mixture linear"]
+        teacher = _open_model(nn["path"])
+    else:
+        label = _best_neural(run)
+        nn = run.need(label)
+        teacher = _open_model(nn["path"], nn["normalization"])
     order = run.s.distil_order
     arpa = os.path.join(run.models_dir, f"distilled{order}.arpa")
     binary = os.path.join(run.models_dir, f"distilled{order}.nplm")
     t0 = time.perf_counter()
-    tables = distil_to_file(_open_model(nn["path"], nn["normalization"]), arpa, order, run.text["train"],
-                            min_count=1, threads=run.s.threads)
+    tables = distil_to_file(teacher, arpa, order, run.text["train"], min_count=1, threads=run.s.threads)
     build_binary(arpa, binary)
     dt = time.perf_counter() - t0
     row = Row(f"{label} distilled to {order}-gram", "distilled", train_s=nn["train_s"] + dt,
@@ -635,7 +647,9 @@ def write_report(run, started):
         "# nplm on Penn Treebank: reproduction report",
         "",
         f"Run {'(quick mode) ' if run.s.quick else ''}finished {time.strftime('%Y-%m-%d %H:%M')}, "
-        f"{total / 60:.1f} minutes in all. Data: `{run.data}`.",
+        f"{total / 60:.1f} minutes in all"
+        + (f" (plus {run.reused_s / 60:.1f} minutes of neural training done by an earlier run with the same "
+           "settings and reused)" if run.reused_s else "") + f". Data: `{run.data}`.",
         "",
         section.replace("## Results", "## Models", 1),
         "## Stages",
