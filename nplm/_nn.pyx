@@ -10,8 +10,8 @@
 # output-row gradients) happens in a serial loop or a BLAS call, so results do not
 # depend on the number of threads.
 from cython.parallel cimport prange
-from libc.math cimport exp, log, sqrt, sqrtf, tanh, fabs
-from libc.stdint cimport uint64_t, int64_t, int32_t, uint32_t
+from libc.math cimport exp, log, sqrt, tanh
+from libc.stdint cimport uint64_t, int64_t, uint32_t
 from libc.string cimport memset, memcpy
 from scipy.linalg.cython_blas cimport sgemm, dgemm, sdot, ddot
 
@@ -370,7 +370,6 @@ cdef void backward(Net* net, int B, const int* ctx, double dropout, real tag) no
     cdef real* A0 = <real*>net.w[W_A0]
     cdef real* A1 = <real*>net.w[W_A1]
     cdef real* A2 = <real*>net.w[W_A2]
-    cdef const real* emb = <real*>net.p[P_EMB]
     cdef const real* cw = <real*>net.p[P_CTX]
     cdef real* g_emb = <real*>net.g[P_EMB]
     cdef real* g_cw = <real*>net.g[P_CTX]
@@ -501,7 +500,7 @@ cdef void nce_block(int n, int r, int k, const real* H, real* dH, const int* tro
 
 cdef void output_softmax(Net* net, int B, const int* tgt, const int* noise, const real* logkq,
                          real* loss, real gscale, bint grad, bint nce) noexcept nogil:
-    cdef int r = net.r, V = net.V, b
+    cdef int r = net.r, V = net.V
     cdef real* H = top(net, gscale)
     cdef real* dH = dtop(net, gscale)
     cdef real* S = <real*>net.w[W_S]
@@ -546,7 +545,7 @@ cdef void output_class(Net* net, int B, const int* tgt, const int* cnoise, const
     """Class-factored output: p(w|h) = p(c|h) p(w|c,h), both softmaxes (MLE) or both
     trained by NCE (Baltescu & Blunsom section 2.3).  out_w rows are in class order, so
     the words of one class are a contiguous block and each class is one gemm."""
-    cdef int r = net.r, C = net.C, k = net.k, b, i, c, n, lo, nw, t
+    cdef int r = net.r, C = net.C, k = net.k, b, i, c, n, lo, nw
     cdef real* H = top(net, gscale)
     cdef real* dH = dtop(net, gscale)
     cdef real* S = <real*>net.w[W_S]
