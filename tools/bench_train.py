@@ -38,15 +38,15 @@ NETS = {
     "a": ("Vaswani (a): full ctx, 150-750-150, softmax NCE k=100",
           NeuralConfig(order=5, embedding_dim=150, hidden=(750, 150), context="full", output="softmax",
                        objective="nce", noise_samples=100),
-          TrainConfig(minibatch=1000, learning_rate=1.0, optimizer="sgd", dropout=0.0)),
+          TrainConfig(minibatch=1000, learning_rate=0.05, optimizer="adagrad", dropout=0.0, input_dropout=0.0)),
     "b": ("B&B (b): diagonal, 150-d, class NCE k=10",
           NeuralConfig(order=5, embedding_dim=150, hidden=(), context="diagonal", output="class",
                        objective="nce", noise_samples=10, clustering="frequency"),
-          TrainConfig(minibatch=128, learning_rate=0.05, optimizer="adagrad", dropout=0.0)),
+          TrainConfig(minibatch=128, learning_rate=0.05, optimizer="adagrad", dropout=0.0, input_dropout=0.0)),
     "c": ("B&B (c): diagonal, 150-d, full softmax MLE",
           NeuralConfig(order=5, embedding_dim=150, hidden=(), context="diagonal", output="softmax",
                        objective="mle"),
-          TrainConfig(minibatch=128, learning_rate=0.05, optimizer="adagrad", dropout=0.0)),
+          TrainConfig(minibatch=128, learning_rate=0.05, optimizer="adagrad", dropout=0.0, input_dropout=0.0)),
 }
 
 
