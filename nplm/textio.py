@@ -9,6 +9,7 @@ import gzip
 import io
 import lzma
 import os
+import signal
 import sys
 import tempfile
 import zlib
@@ -96,28 +97,82 @@ def open_text(path, encoding="utf-8", errors="strict"):
     return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors, newline="\n")
 
 
-@contextlib.contextmanager
-def atomic_write(path, mode="wb"):
-    """Write ``path`` through a temporary file in the same directory, renamed into
-    place only when the block finishes without an exception.  A killed process leaves
-    at most a ``.nplm-tmp-*`` file behind, never a half-written ``path``."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".nplm-tmp-", suffix="-" + os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp creates 0600; give the result the usual permissions.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+class atomic_write:
+    """``with atomic_write(path) as f:`` writes ``path`` through a temporary file in
+    the same directory, renamed into place only when the block finishes without an
+    exception.  A killed process leaves at most a ``.nplm-tmp-*`` file behind, never
+    a half-written ``path``; an exception or Ctrl-C leaves nothing.
+
+    A class rather than a generator: with @contextmanager, a Ctrl-C landing inside
+    __enter__ after the file exists (but before the with block is set up) skipped
+    the cleanup."""
+
+    def __init__(self, path, mode="wb"):
+        self.path = os.fspath(path)
+        self.mode = mode
+        self.tmp = None
+        self.file = None
+
+    def __enter__(self):
+        directory = os.path.dirname(os.path.abspath(self.path))
+        # Hold SIGINT/SIGTERM while the file is created and opened, so that no
+        # signal lands between its creation and our knowing its name; one that
+        # arrived meanwhile is delivered at the unblock, and cleaned up after.
+        held = _block_signals()
+        try:
+            fd, self.tmp = tempfile.mkstemp(prefix=".nplm-tmp-", suffix="-" + os.path.basename(self.path),
+                                            dir=directory)
+            self.file = os.fdopen(fd, self.mode)
+        except BaseException:
+            _unblock_signals(held)
+            self._discard()
+            raise
+        try:
+            _unblock_signals(held)
+        except BaseException:
+            self._discard()
+            raise
+        return self.file
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self._discard()
+            return False
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            # mkstemp creates 0600; give the result the usual permissions.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o666 & ~umask)
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self._discard()
+            raise
+        return False
+
+    def _discard(self):
+        if self.file is not None:
+            with contextlib.suppress(Exception):
+                self.file.close()
+        if self.tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
+
+
+_SIGNALS = {getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n)}
+
+
+def _block_signals():
+    if hasattr(signal, "pthread_sigmask"):
+        return signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    return None
+
+
+def _unblock_signals(held):
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def same_file(a, b):
