@@ -148,9 +148,28 @@ def sentence_items(vocab, m, sentences, bos=True, eos=True):
     return contexts, words, np.concatenate(ctx_len).astype(np.int32), oov, offsets
 
 
+def softmax_logz(core, net, contexts, block=512):
+    """Exact log-normalisers of many contexts: the hidden states from the core, then
+    (block x V) output scores by one BLAS product and numpy's vectorised exp per
+    block -- an exp per vocabulary word and context is the cost that matters."""
+    out_w = np.asarray(net.params["out_w"], np.float32)
+    out_b = np.asarray(net.params["out_b"], np.float32)
+    H = core.hidden(contexts)
+    z = np.empty(len(H), np.float64)
+    for lo in range(0, len(H), block):
+        S = H[lo:lo + block] @ out_w.T
+        S += out_b
+        mx = S.max(axis=1)
+        S -= mx[:, None]
+        np.exp(S, out=S)
+        z[lo:lo + block] = mx + np.log(S.sum(axis=1).astype(np.float64))
+    return z
+
+
 def batch_log10(model, contexts, words, ctx_len):
     """log10 probabilities and n-gram lengths of (context, word) rows in the model's mode."""
     core = model.core
+    softmax = model._data.net.config.output == "softmax"
     if model.normalization == "fallback":
         ks, zs = core.fallback_orders(contexts)
         trunc = contexts.copy()
@@ -159,9 +178,12 @@ def batch_log10(model, contexts, words, ctx_len):
         trunc[cols < (m - ks)[:, None]] = NULL
         missing = np.isnan(zs)
         if missing.any():
-            zs[missing] = core.softmax_logz(trunc[missing])
+            zs[missing] = softmax_logz(core, model._data.net, trunc[missing])
         lp = core.log_probs(trunc, words, softmax_logz=zs)
         lengths = ks + 1
+    elif softmax and model.normalization == "exact":
+        lp = core.log_probs(contexts, words, softmax_logz=softmax_logz(core, model._data.net, contexts))
+        lengths = ctx_len + 1
     else:
         lp = core.log_probs(contexts, words)
         lengths = ctx_len + 1
@@ -206,7 +228,7 @@ def precompute(path, text, min_count=2, out=None, progress=True):
             _, first, counts = np.unique(keys, return_index=True, return_counts=True)
             rows = cand[first[counts >= min_count]].copy()
             rows[:, :m - k] = NULL
-        z = core.softmax_logz(rows) if len(rows) else np.zeros(0)
+        z = softmax_logz(core, net, rows) if len(rows) else np.zeros(0)
         tk, tv = _nquery.build_key_table(_nquery.context_keys(rows, k), z, FALLBACK_MULTIPLIER)
         arrays[f"fallback.{k}.keys"] = tk
         arrays[f"fallback.{k}.vals"] = tv
