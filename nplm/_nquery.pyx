@@ -77,8 +77,28 @@ cdef extern from *:
     __attribute__((target("avx2,fma")))
     static void nq_vecmat_avx2(const float *x, int n_in, const float *W, int n_out,
                                const float *b, float *__restrict__ y) { NQ_VECMAT_BODY }
+    #include <immintrin.h>
     __attribute__((target("avx2,fma")))
-    static float nq_dot_avx2(const float *a, const float *b, int n) { NQ_DOT_BODY }
+    static float nq_dot_avx2(const float *a, const float *b, int n) {
+        /* explicit vectors: without -ffast-math the compiler keeps a float
+           reduction scalar */
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        int i = 0;
+        for (; i + 16 <= n; i += 16) {
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+        }
+        for (; i + 8 <= n; i += 8)
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc0 = _mm256_add_ps(acc0, acc1);
+        __m128 lo = _mm256_castps256_ps128(acc0), hi = _mm256_extractf128_ps(acc0, 1);
+        lo = _mm_add_ps(lo, hi);
+        lo = _mm_hadd_ps(lo, lo);
+        lo = _mm_hadd_ps(lo, lo);
+        float s = _mm_cvtss_f32(lo);
+        for (; i < n; i++) s += a[i] * b[i];
+        return s;
+    }
     static int nq_has_avx2(void) {
         static int cached = -1;
         if (cached < 0) {
