@@ -3,6 +3,12 @@
 ``import nplm as kenlm`` works in scripts written for the ``kenlm`` module.
 All probabilities are log10.
 """
+import os as _os
+
+# Idle OpenMP threads of the kernels should sleep, not spin on the other core; this
+# must be set before the first kernel loads the OpenMP runtime.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from ._kernels import FullScoreReturn, State, Vocab
 from .errors import FormatError, ModelLoadError
 from .kneser_ney import estimate

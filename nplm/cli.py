@@ -25,6 +25,12 @@ def _error(message):
 # --- commands are defined below, one class each -------------------------------------
 
 
+def _add_normalization(p):
+    p.add_argument("--normalization", choices=["exact", "class", "tree", "unnormalized", "fallback"],
+                   help="neural models only: how probabilities are normalised (default: the best exact "
+                        "mode the model supports)")
+
+
 def _open_lines(path):
     from .textio import open_text
     # Invalid UTF-8 becomes U+FFFD (an unknown word, as the raw bytes are to KenLM)
@@ -42,6 +48,7 @@ class Query:
                        help="do not wrap each line in <s> and </s>")
         p.add_argument("-v", dest="verbosity", action="append", choices=["summary", "sentence", "word"],
                        help="print statistics at this level (repeatable; default: all three)")
+        _add_normalization(p)
 
     @staticmethod
     def run(args):
@@ -51,7 +58,7 @@ class Query:
         levels = set(args.verbosity or ["summary", "sentence", "word"])
         cfg = Config()
         cfg.show_progress = False
-        model = Model(args.model, cfg)
+        model = Model(args.model, cfg, normalization=args.normalization)
         out = sys.stdout
         context = not args.no_context
         vocab = model.vocab
@@ -84,6 +91,7 @@ class Perplexity:
     def add_arguments(p):
         p.add_argument("model", help="ARPA file or nplm binary")
         p.add_argument("text", help="text file, one sentence per line ('-' for stdin; may be compressed)")
+        _add_normalization(p)
 
     @staticmethod
     def run(args):
@@ -93,7 +101,7 @@ class Perplexity:
         cfg = Config()
         cfg.show_progress = False
         cfg.arpa_complain = 2
-        model = Model(args.model, cfg)
+        model = Model(args.model, cfg, normalization=args.normalization)
         with _open_lines(args.text) as f:
             stats = evaluate(model, f)
         sys.stdout.write(stats.summary())
@@ -106,8 +114,8 @@ class BuildBinary:
     def add_arguments(p):
         p.add_argument("arpa", help="input ARPA file (plain/.gz/.bz2/.xz)")
         p.add_argument("out", help="output nplm binary")
-        p.add_argument("-p", dest="multiplier", type=float, default=1.5,
-                       help="probing hash table size multiplier (> 1.0; default 1.5, as KenLM)")
+        p.add_argument("-p", dest="multiplier", type=float, default=1.45,
+                       help="probing hash table buckets per n-gram (> 1.0; default 1.45; KenLM: 1.5)")
 
     @staticmethod
     def run(args):
@@ -119,44 +127,6 @@ class BuildBinary:
             raise ValueError(f"refusing to overwrite the input {args.arpa}")
         tables = arpa.read_arpa(args.arpa, progress=True)
         backoff.build_binary(tables, args.out, args.multiplier)
-        return 0
-
-
-@command("cluster", "Word classes from text: Brown (exchange) clustering or frequency binning")
-class Cluster:
-    @staticmethod
-    def add_arguments(p):
-        p.add_argument("--text", default="-", help="training text, one sentence per line "
-                       "(default stdin; plain, gzip, bz2 or xz); </s> ends every line")
-        p.add_argument("-c", "--classes", type=int, required=True, help="number of classes")
-        p.add_argument("-o", "--output", default="-",
-                       help="write word<TAB>class<TAB>count lines here (default stdout)")
-        p.add_argument("--method", choices=["brown", "frequency"], default="brown",
-                       help="brown: maximise class-bigram likelihood (default); "
-                       "frequency: sqrt-frequency bins")
-        p.add_argument("--iterations", type=int, default=20, help="most exchange passes (default 20)")
-        p.add_argument("--seed", type=int, default=0, help="tie-breaking seed (default 0)")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-
-    @staticmethod
-    def run(args):
-        from . import clusters
-        words, counts, ids = clusters.read_corpus(args.text)
-        if args.method == "frequency":
-            wc = clusters.frequency_bins(counts, args.classes)
-        else:
-            wc = clusters.brown_clusters(ids, len(words), args.classes, seed=args.seed,
-                                         iterations=args.iterations, progress=not args.quiet)
-        if not args.quiet:
-            st = clusters.class_bigram_stats(ids, wc)
-            print(f"{len(words)} words, {args.classes} classes: class-bigram perplexity "
-                  f"{st['perplexity']:.2f}, mutual information {st['mutual_info']:.4f} bits",
-                  file=sys.stderr)
-        if args.output == "-":
-            for w, c, n in zip(words, wc.tolist(), counts.tolist()):
-                sys.stdout.write(f"{w}\t{c}\t{n}\n")
-        else:
-            clusters.write_classes(args.output, words, wc, counts)
         return 0
 
 
@@ -219,6 +189,44 @@ class Estimate:
                      limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
                      verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
                      progress=not args.quiet)
+        return 0
+
+
+@command("cluster", "Word classes from text: Brown (exchange) clustering or frequency binning")
+class Cluster:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("--text", default="-", help="training text, one sentence per line "
+                       "(default stdin; plain, gzip, bz2 or xz); </s> ends every line")
+        p.add_argument("-c", "--classes", type=int, required=True, help="number of classes")
+        p.add_argument("-o", "--output", default="-",
+                       help="write word<TAB>class<TAB>count lines here (default stdout)")
+        p.add_argument("--method", choices=["brown", "frequency"], default="brown",
+                       help="brown: maximise class-bigram likelihood (default); "
+                       "frequency: sqrt-frequency bins")
+        p.add_argument("--iterations", type=int, default=20, help="most exchange passes (default 20)")
+        p.add_argument("--seed", type=int, default=0, help="tie-breaking seed (default 0)")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    @staticmethod
+    def run(args):
+        from . import clusters
+        words, counts, ids = clusters.read_corpus(args.text)
+        if args.method == "frequency":
+            wc = clusters.frequency_bins(counts, args.classes)
+        else:
+            wc = clusters.brown_clusters(ids, len(words), args.classes, seed=args.seed,
+                                         iterations=args.iterations, progress=not args.quiet)
+        if not args.quiet:
+            st = clusters.class_bigram_stats(ids, wc)
+            print(f"{len(words)} words, {args.classes} classes: class-bigram perplexity "
+                  f"{st['perplexity']:.2f}, mutual information {st['mutual_info']:.4f} bits",
+                  file=sys.stderr)
+        if args.output == "-":
+            for w, c, n in zip(words, wc.tolist(), counts.tolist()):
+                sys.stdout.write(f"{w}\t{c}\t{n}\n")
+        else:
+            clusters.write_classes(args.output, words, wc, counts)
         return 0
 
 
