@@ -595,15 +595,7 @@ cdef class KenlmCore(LMCore):
         self.cache = {}
         self.cache_limit = cache_limit
 
-    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
-        cdef int i
-        if n > self.order - 1:
-            n = self.order - 1
-        for i in range(n):
-            out.words[i] = words[i]
-            out.backoff[i] = 0.0
-        out.length = <uint8_t>n
-        return 0
+    # context_state: LMCore's default (keep the last order - 1 words) is right here.
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         with gil:

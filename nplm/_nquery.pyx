@@ -640,37 +640,6 @@ cdef class NeuralCore(LMCore):
                 lo += B
         return out
 
-    def softmax_logz(self, ctx):
-        """Exact log-normalisers (N,) float64 of contexts (N, m) for softmax output."""
-        if self.out_kind != OUT_SOFTMAX:
-            raise ValueError("only softmax-output models have a single normaliser per context")
-        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
-        cdef int N = c.shape[0]
-        out = np.empty(N, np.float64)
-        cdef double[::1] o = out
-        cdef int B = 128, lo, nb, b, i
-        X = np.empty(B * self.m * self.d + 1, np.float32)
-        A0 = np.empty(B * self.r0 + 1, np.float32)
-        A1 = np.empty(B * max(self.h1, 1), np.float32)
-        A2 = np.empty(B * max(self.h2, 1), np.float32)
-        S = np.empty(<int64_t>B * self.V + 16, np.float32)
-        cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S
-        cdef float *H
-        cdef float *row
-        with nogil:
-            lo = 0
-            while lo < N:
-                nb = min(B, N - lo)
-                self._hidden_block(&c[lo, 0], nb, &xv[0], &a0[0], &a1[0], &a2[0], &H)
-                _gemm_rm(nb, self.V, self.r, H, self.r, self.out_w, self.r, &sv[0], self.V, True)
-                for b in range(nb):
-                    row = &sv[0] + <int64_t>b * self.V
-                    for i in range(self.V):
-                        row[i] += self.out_b[i]
-                    o[lo + b] = _logsumexp(row, self.V)
-                lo += B
-        return out
-
     def fallback_orders(self, ctx):
         """For fallback mode: for each context (N, m) with its real-word count
         implied by leading <null>s, the longest stored order k and its normaliser."""
