@@ -463,7 +463,7 @@ def _write(path, raw):
 
 @pytest.fixture(scope="module")
 def isi_bytes(work):
-    isi = pytest.importorskip("nplm.formats.isi", reason="nplm/formats/isi.py (ISI reader) not in this tree")
+    from nplm.formats import isi
     from neural_fixtures import make_net
     net = make_net("softmax-full-2", order=3)
     path = work / "model.isi"
