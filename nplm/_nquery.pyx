@@ -239,6 +239,8 @@ cdef class NeuralCore(LMCore):
     cdef uint8_t *cache_used
     cdef float *cache_h                  # (slots, r)
     cdef double *cache_logz              # NaN until computed
+    cdef float *cache_cls                # (slots, C) log p(class | h), [0] NaN until computed
+    cdef float *cache_wz                 # (slots, C) log-normaliser inside each class, NaN until computed
     cdef float *scratch                  # forward work for one context
     cdef float *scores                   # (max(V, C)) output scores
     cdef pthread_mutex_t lock
@@ -250,6 +252,8 @@ cdef class NeuralCore(LMCore):
         self.cache_used = NULL
         self.cache_h = NULL
         self.cache_logz = NULL
+        self.cache_cls = NULL
+        self.cache_wz = NULL
         self.scratch = NULL
         self.scores = NULL
 
@@ -258,6 +262,8 @@ cdef class NeuralCore(LMCore):
         free(self.cache_used)
         free(self.cache_h)
         free(self.cache_logz)
+        free(self.cache_cls)
+        free(self.cache_wz)
         free(self.scratch)
         free(self.scores)
         pthread_mutex_destroy(&self.lock)
@@ -336,6 +342,13 @@ cdef class NeuralCore(LMCore):
         if (self.cache_ctx == NULL or self.cache_used == NULL or self.cache_h == NULL or
                 self.cache_logz == NULL or self.scratch == NULL or self.scores == NULL):
             raise MemoryError("cannot allocate the neural query cache")
+        if self.out_kind == OUT_CLASS and mode == MODE_EXACT:
+            # A decoder asks many words after one context: keep the class
+            # distribution and the per-class normalisers with the hidden state.
+            self.cache_cls = <float *>malloc(sizeof(float) * self.cache_slots * self.C)
+            self.cache_wz = <float *>malloc(sizeof(float) * self.cache_slots * self.C)
+            if self.cache_cls == NULL or self.cache_wz == NULL:
+                raise MemoryError("cannot allocate the class-normaliser cache")
         memset(self.cache_used, 0, self.cache_slots)
 
     def clear_cache(self):
@@ -489,7 +502,7 @@ cdef class NeuralCore(LMCore):
 
     cdef int _cached_hidden(self, const int32_t *ctx, bint need_logz, float **h, double *logz) noexcept nogil:
         """Look up / compute the hidden state (and softmax normaliser) of a context.
-        Caller holds the lock; *h points into the cache."""
+        Caller holds the lock; *h points into the cache.  Returns the cache slot."""
         cdef uint64_t key = _ctx_hash(ctx, self.m)
         cdef int slot = <int>nq_fastrange(key, <uint64_t>self.cache_slots)
         cdef int32_t *c = self.cache_ctx + <int64_t>slot * self.m
@@ -512,15 +525,41 @@ cdef class NeuralCore(LMCore):
             memcpy(c, ctx, self.m * sizeof(int32_t))
             self.cache_used[slot] = 1
             self.cache_logz[slot] = NAN
+            if self.cache_cls != NULL:
+                self.cache_cls[<int64_t>slot * self.C] = NAN
+                for i in range(self.C):
+                    self.cache_wz[<int64_t>slot * self.C + i] = NAN
         h[0] = self.cache_h + <int64_t>slot * self.r
         if need_logz and isnan(self.cache_logz[slot]):
             self.cache_logz[slot] = self._softmax_logz(h[0], self.scores)
         logz[0] = self.cache_logz[slot]
-        return 0
+        return slot
+
+    cdef double _class_logp_cached(self, int slot, const float *h, WordId w) noexcept nogil:
+        """Exact class-factored log p(w | h) with the class distribution and the
+        word normaliser of w's class kept in the cache slot."""
+        cdef float *cls = self.cache_cls + <int64_t>slot * self.C
+        cdef float *wz = self.cache_wz + <int64_t>slot * self.C
+        cdef int c = self.word_class[w], i, lo, hi
+        cdef double lse
+        if isnan(cls[0]):
+            for i in range(self.C):
+                self.scores[i] = self._dot(self.cls_w + <int64_t>i * self.r, h) + self.cls_b[i]
+            lse = _logsumexp(self.scores, self.C)
+            for i in range(self.C):
+                cls[i] = <float>(self.scores[i] - lse)
+        if isnan(wz[c]):
+            lo = self.class_start[c]
+            hi = self.class_start[c + 1]
+            for i in range(lo, hi):
+                self.scores[i - lo] = self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]
+            wz[c] = <float>_logsumexp(self.scores, hi - lo)
+        i = self.word_pos[w]
+        return cls[c] + (self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]) - wz[c]
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         cdef int32_t ctx[MAX_ORDER]
-        cdef int k = ins.length, i
+        cdef int k = ins.length, i, slot
         cdef float *h
         cdef double logz = 0, lp
         cdef float stored
@@ -549,8 +588,11 @@ cdef class NeuralCore(LMCore):
                 lp -= self._softmax_logz(h, self.scores)
         else:
             self._context(ins, k, ctx)
-            self._cached_hidden(ctx, self.mode == MODE_EXACT and self.out_kind == OUT_SOFTMAX, &h, &logz)
-            lp = self._logp(h, w, logz, self.scores)
+            slot = self._cached_hidden(ctx, self.mode == MODE_EXACT and self.out_kind == OUT_SOFTMAX, &h, &logz)
+            if self.cache_cls != NULL:
+                lp = self._class_logp_cached(slot, h, w)
+            else:
+                lp = self._logp(h, w, logz, self.scores)
         pthread_mutex_unlock(&self.lock)
         # Successor state: the new word, then the context, capped at m words.
         for i in range(min(ins.length, self.m - 1), 0, -1):
