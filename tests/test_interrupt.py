@@ -197,10 +197,9 @@ def train_args(text, out, *extra):
                     "--noise-samples", 5, "--seed", 7, *extra)
 
 
-def test_training_killed_mid_epoch_resumes(tmp_path, inputs):
-    text = inputs["text"]
-    out = tmp_path / "net.nplm"
-    ckpt = Path(str(out) + ".ckpt")
+def _kill_during_second_epoch(text, out, ckpt):
+    """Start training, SIGKILL it once epoch 1's checkpoint exists.  Returns the
+    epoch the checkpoint records (1 when the kill landed during epoch 2)."""
     p = subprocess.Popen(train_args(text, out), cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT)
     seen = []
@@ -213,8 +212,8 @@ def test_training_killed_mid_epoch_resumes(tmp_path, inputs):
                 break
         deadline = time.monotonic() + 60
         while not ckpt.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)
+            time.sleep(0.002)
+        time.sleep(0.01)
         assert p.poll() is None, b"".join(seen).decode()[-2000:]
         p.kill()
         p.wait(60)
@@ -224,8 +223,20 @@ def test_training_killed_mid_epoch_resumes(tmp_path, inputs):
             p.wait()
     assert p.returncode == -signal.SIGKILL
     assert ckpt.exists() and not out.exists()
-    state = NeuralNet.load(ckpt, return_container=True)[1].config["checkpoint"]
-    assert state["epoch"] == 1, "killed before or after the second epoch, not during it"
+    return NeuralNet.load(ckpt, return_container=True)[1].config["checkpoint"]["epoch"]
+
+
+def test_training_killed_mid_epoch_resumes(tmp_path, inputs):
+    text = inputs["text"]
+    out = tmp_path / "net.nplm"
+    ckpt = Path(str(out) + ".ckpt")
+    # On a fast, idle machine an epoch can end before the kill lands: try again.
+    for attempt in range(ATTEMPTS):
+        if _kill_during_second_epoch(text, out, ckpt) == 1:
+            break
+        ckpt.unlink()
+    else:
+        pytest.fail(f"no kill landed during the second epoch in {ATTEMPTS} tries")
 
     r = run(train_args(text, out, "--resume", "--quiet"))
     assert r.returncode == 0, r.stderr.decode()[-2000:]
