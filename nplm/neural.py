@@ -385,14 +385,19 @@ class NeuralNet:
 
     @classmethod
     def load(cls, path, return_container=False):
-        """Map a saved network (arrays stay read-only views into the file)."""
+        """Map a saved network (arrays stay read-only views into the file; a
+        quantised file's weights are dequantised to float32 arrays)."""
         c = container.read(path, expect_kind=KIND)
         try:
             if c.config.get("format") != FORMAT:
                 raise FormatError(f"neural model format {c.config.get('format')!r}, expected {FORMAT}", path)
             config = NeuralConfig.from_json(c.config["net"])
             vocab = Vocabulary.from_arrays(c.arrays)
-            params = {n: c.arrays["param." + n] for n in PARAM_NAMES}
+            if c.config.get("quantized"):
+                from .formats.quantize import dequantize_arrays
+                params = dequantize_arrays(c)          # float16/int8 weights -> float32
+            else:
+                params = {n: c.arrays["param." + n] for n in PARAM_NAMES}
             structs = {n[len("struct."):]: v for n, v in c.arrays.items() if n.startswith("struct.")}
             net = cls(config, vocab, params, structs)
         except FormatError as e:

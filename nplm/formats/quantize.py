@@ -9,9 +9,9 @@ structures stay float32: they are a negligible part of the size.
 
 Loading dequantises into float32 arrays, so the float32 kernels run unchanged and
 memory at query time is that of the float32 model; the saving is on disk and in
-transfer.  ``load_neural`` reads plain and quantised files alike; the hook for the
-neural query loader is ``dequantize_arrays(container)``, which returns the
-``{name: float32 array}`` parameters for either kind.
+transfer.  ``NeuralNet.load`` reads plain and quantised files alike through
+``dequantize_arrays(container)``, which returns the ``{name: float32 array}``
+parameters; ``load_neural`` is kept as a name for it.
 """
 import numpy as np
 
@@ -77,28 +77,10 @@ def dequantize_arrays(cont):
 
 
 def load_neural(path, return_container=False):
-    """A NeuralNet from an nplm neural file, float32 or quantised."""
-    from ..neural import FORMAT, NeuralConfig, NeuralNet
-    from ..vocab import Vocabulary
-    c = container.read(path, expect_kind="neural")
-    if not c.config.get("quantized"):
-        net = NeuralNet.load(path)
-        return (net, c) if return_container else net
-    try:
-        if c.config.get("format") != FORMAT:
-            raise FormatError(f"neural model format {c.config.get('format')!r}, expected {FORMAT}", path)
-        config = NeuralConfig.from_json(c.config["net"])
-        vocab = Vocabulary.from_arrays(c.arrays)
-        params = dequantize_arrays(c)
-        structs = {n[len("struct."):]: v for n, v in c.arrays.items() if n.startswith("struct.")}
-        net = NeuralNet(config, vocab, params, structs)
-    except FormatError as e:
-        if e.path is None:
-            raise FormatError(str(e), path) from None
-        raise
-    except (KeyError, ValueError, TypeError) as e:
-        raise FormatError(f"not a valid quantised neural model ({e})", path) from None
-    return (net, c) if return_container else net
+    """A NeuralNet from an nplm neural file, float32 or quantised (NeuralNet.load
+    reads both)."""
+    from ..neural import NeuralNet
+    return NeuralNet.load(path, return_container=return_container)
 
 
 def quantize_file(src, dst, dtype):
