@@ -21,17 +21,8 @@ ctypedef fused real:
     float
     double
 
-cdef enum:
-    CTX_FULL = 0
-    CTX_DIAGONAL = 1
-    ACT_RELU = 0
-    ACT_TANH = 1
-    ACT_IDENTITY = 2
-    OUT_SOFTMAX = 0
-    OUT_CLASS = 1
-    OUT_TREE = 2
-    OBJ_MLE = 0
-    OBJ_NCE = 1
+from nplm._netdefs cimport (CTX_FULL, CTX_DIAGONAL, ACT_RELU, ACT_TANH, ACT_IDENTITY,
+                            OUT_SOFTMAX, OUT_CLASS, OUT_TREE, OBJ_MLE, OBJ_NCE)
 
 # Parameter slots, in this order everywhere (Python passes lists in the same order).
 PARAM_NAMES = ("emb", "ctx", "b0", "w1", "b1", "w2", "b2", "out_w", "out_b", "cls_w", "cls_b")

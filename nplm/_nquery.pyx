@@ -131,15 +131,10 @@ cdef extern from *:
     void nq_init_simd() noexcept nogil
     int nq_simd_level() noexcept nogil
 
+from nplm._netdefs cimport (CTX_FULL, CTX_DIAGONAL, ACT_RELU, ACT_TANH, ACT_IDENTITY,
+                            OUT_SOFTMAX, OUT_CLASS, OUT_TREE)
+
 cdef enum:
-    CTX_FULL = 0
-    CTX_DIAGONAL = 1
-    ACT_RELU = 0
-    ACT_TANH = 1
-    ACT_IDENTITY = 2
-    OUT_SOFTMAX = 0
-    OUT_CLASS = 1
-    OUT_TREE = 2
     # Normalisation modes.
     MODE_EXACT = 0          # full softmax / exact through class or tree factorisation
     MODE_UNNORMALIZED = 1   # self-normalised score (log-normaliser taken as 0)
