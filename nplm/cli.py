@@ -364,6 +364,9 @@ class Train:
                        help=f"stop after this many learning-rate halvings (default {t.max_halvings})")
         g.add_argument("--time-limit", type=float, default=t.time_limit,
                        help="stop after the epoch that passes this many minutes (default: none)")
+        g.add_argument("--average", type=float, default=t.average,
+                       help="validate and save a moving average of the weights with this time constant in "
+                            f"epochs; 0 for the raw weights (default {t.average})")
         g.add_argument("--threads", type=int, default=t.threads, help=f"CPU threads (default {t.threads})")
         g.add_argument("--seed", type=int, default=t.seed,
                        help="random seed; with --threads 1 the same seed gives the same model bytes")
@@ -392,7 +395,8 @@ class Train:
                          optimizer=args.optimizer, l2=args.l2, dropout=args.dropout,
                          input_dropout=args.input_dropout, threads=args.threads,
                          seed=args.seed, min_count=args.min_count, vocab_size=args.vocab_size,
-                         max_halvings=args.max_halvings, time_limit=args.time_limit * 60)
+                         max_halvings=args.max_halvings, time_limit=args.time_limit * 60,
+                         average=args.average)
         train(args.train, args.valid, args.out, config, tc, resume=args.resume,
               log=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
         return 0

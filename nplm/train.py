@@ -38,6 +38,8 @@ class TrainConfig:
     max_halvings: int = 4         # stop after this many learning-rate halvings
     time_limit: float = 0.0       # seconds, 0 = none; stops after the epoch that crosses it
     parallel: str = "hogwild"     # or "blas": split each minibatch over OpenMP/OpenBLAS threads
+    average: float = 0.25         # evaluate/keep an exponential moving average of the weights
+                                  # with this time constant in epochs (0: the raw weights)
 
     def validate(self):
         def need(cond, msg):
@@ -56,6 +58,8 @@ class TrainConfig:
         need(self.vocab_size >= 0, f"vocabulary size cap must be non-negative, not {self.vocab_size}")
         need(self.parallel in ("hogwild", "blas"), f"parallel must be 'hogwild' or 'blas', not {self.parallel!r}")
         need(self.max_halvings >= 0, f"max halvings must be non-negative, not {self.max_halvings}")
+        need(self.average >= 0 and math.isfinite(self.average),
+             f"averaging time constant must be a non-negative number of epochs, not {self.average}")
         return self
 
 
@@ -201,10 +205,29 @@ class Trainer:
         self.best = math.inf
         self.best_params = None
         self.history = []
+        # Polyak-style averaging: SGD's last iterate is noisy, the running mean of the
+        # recent iterates generalises better; validation, early stopping and the saved
+        # model use the average.
+        self.ema = [p.copy() for p in self.params] if tc.average > 0 else None
+        self._ema_tmp = None
 
     def _net_view(self, params):
         n = self.net
         return NeuralNet(n.config, n.vocab, dict(zip(PARAM_NAMES, params)), n.structs)
+
+    EMA_EVERY = 16     # minibatches of engine 0 between average updates
+
+    def _ema_step(self, alpha):
+        if self._ema_tmp is None:
+            self._ema_tmp = [np.empty_like(p) for p in self.params]
+        for p, e, t in zip(self.params, self.ema, self._ema_tmp):
+            np.subtract(p, e, out=t)
+            t *= alpha
+            e += t
+
+    def evaluated(self):
+        """The weights validation sees and training returns: the average, or the raw ones."""
+        return self.ema if self.ema is not None else self.params
 
     def valid_ppl(self, params=None):
         if self.corpus.valid is None:
@@ -239,6 +262,9 @@ class Trainer:
         losses = [0.0] * n_eng
         errors = []
         lr = self.lr
+        # one average update spans EMA_EVERY batches of every engine
+        ema_alpha = (min(1.0, self.EMA_EVERY * B * n_eng / (tc.average * N))
+                     if self.ema is not None else 0.0)
 
         def work(w):
             eng, noise = self.engines[w], self.noises[w]
@@ -252,6 +278,8 @@ class Trainer:
                         raise FloatingPointError(f"training diverged at epoch {self.epoch + 1} (loss {loss}); "
                                                  f"try a smaller learning rate than {lr}")
                     eng.update(lr, tc.l2, adagrad)
+                    if ema_alpha and w == 0 and bi % self.EMA_EVERY == self.EMA_EVERY - 1:
+                        self._ema_step(ema_alpha)
                     losses[w] += loss
                     seen[w] += hi - lo
                     if n_eng == 1 and bi % 20 == 0:
@@ -292,18 +320,23 @@ class Trainer:
         t_start = time.time()
         while self.epoch < tc.epochs:
             loss, speed = self.run_epoch()
-            ppl = self.valid_ppl()
+            ppl = self.valid_ppl(self.evaluated())
             note = ""
+            if self.ema is not None and self.corpus.valid is not None:
+                note = f" (raw weights {self.valid_ppl():.2f})"
             if self.corpus.valid is None or ppl < self.best:
                 self.best = ppl
-                self.best_params = [p.copy() for p in self.params]
+                self.best_params = [p.copy() for p in self.evaluated()]
             else:
                 # worse than the best epoch: go back to it and halve the step size
                 for p, b in zip(self.params, self.best_params):
                     p[...] = b
+                if self.ema is not None:
+                    for e, b in zip(self.ema, self.best_params):
+                        e[...] = b
                 self.lr /= 2
                 self.halvings += 1
-                note = f" (worse: back to best, learning rate halved to {self.lr:.3g})"
+                note += f" (worse: back to best, learning rate halved to {self.lr:.3g})"
             # (speed stays out of the saved history so that equal runs give equal bytes)
             self.history.append({"epoch": self.epoch, "loss": loss, "valid_ppl": ppl, "lr": self.lr})
             self.log(f"epoch {self.epoch}: train loss {loss:.4f}, valid ppl {ppl:.2f}, "
@@ -318,7 +351,7 @@ class Trainer:
                 break
             if stop_after is not None and self.epoch >= stop_after:
                 break
-        final = self.best_params if self.best_params is not None else self.params
+        final = self.best_params if self.best_params is not None else self.evaluated()
         return self._net_view([p.copy() for p in final])
 
     # -- checkpoints: the current model plus everything needed to continue
@@ -330,6 +363,8 @@ class Trainer:
         extra = {"opt." + n: a for n, a in zip(PARAM_NAMES, self.accum)}
         if self.best_params is not None:
             extra.update({"best." + n: a for n, a in zip(PARAM_NAMES, self.best_params)})
+        if self.ema is not None:
+            extra.update({"ema." + n: a for n, a in zip(PARAM_NAMES, self.ema)})
         net.save(path, extra_config={"checkpoint": state}, extra_arrays=extra)
 
     def load_checkpoint(self, path):
@@ -345,6 +380,12 @@ class Trainer:
             a[...] = c.arrays["opt." + n]
         if "best.emb" in c.arrays:
             self.best_params = [np.array(c.arrays["best." + n]) for n in PARAM_NAMES]
+        if self.ema is not None:
+            if "ema.emb" not in c.arrays:
+                raise FormatError("checkpoint has no weight average; resume with the averaging setting "
+                                  "it was made with", path)
+            for e, n in zip(self.ema, PARAM_NAMES):
+                e[...] = c.arrays["ema." + n]
         self.epoch, self.lr, self.halvings = state["epoch"], state["lr"], state["halvings"]
         self.best = math.inf if state["best"] is None else state["best"]
         self.history = state["history"]

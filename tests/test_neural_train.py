@@ -95,6 +95,44 @@ def test_resume_continues_exactly(tmp_path, output):
         np.testing.assert_array_equal(full.params[n], part.params[n])
 
 
+@needs_shared
+def test_weight_average_is_the_running_mean_of_the_iterates(tmp_path):
+    from nplm.train import Corpus, Trainer, output_structures
+
+    class Recording(Trainer):
+        EMA_EVERY = 1
+
+        def _ema_step(self, alpha):
+            self.seen.append(([p.copy() for p in self.params], alpha))
+            super()._ema_step(alpha)
+
+    tr, va = _split(tmp_path, TINY, 20)
+    cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(10,), output="softmax", objective="mle")
+    tc = TrainConfig(epochs=2, minibatch=16, threads=1, average=0.5)
+    corpus = Corpus(tr, va, 3)
+    net = NeuralNet.create(cfg, corpus.vocab, seed=1)
+    t = Recording(net, corpus, tc, log=lambda s: None, progress=False)
+    t.seen = []
+    start = [p.copy() for p in t.params]
+    t.run_epoch()
+    n_batches = -(-corpus.train[1].size // 16)
+    assert len(t.seen) == n_batches
+    alpha = t.seen[0][1]
+    assert alpha == pytest.approx(16 / (0.5 * corpus.train[1].size))
+    ref = [p.astype(np.float64) for p in start]
+    for params, _ in t.seen:
+        ref = [e + alpha * (p - e) for e, p in zip(ref, params)]
+    for e, r, raw in zip(t.ema, ref, t.params):
+        np.testing.assert_allclose(e, r, rtol=1e-4, atol=1e-6)
+    assert any(not np.allclose(e, raw) for e, raw in zip(t.ema, t.params))
+    # validation and the returned model use the average
+    ppl_avg, ppl_raw = t.valid_ppl(t.ema), t.valid_ppl(t.params)
+    assert ppl_avg != ppl_raw
+    final = t.train()
+    assert t.history[0]["valid_ppl"] == pytest.approx(t.valid_ppl(t.ema))
+    assert final.perplexity(*corpus.valid) == pytest.approx(t.best, rel=1e-6)
+
+
 def _write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
@@ -124,7 +162,7 @@ def test_bad_corpora(tmp_path):
 @pytest.mark.parametrize("bad,msg", [
     (dict(epochs=0), "epochs"), (dict(minibatch=-5), "minibatch"), (dict(learning_rate=-1.0), "learning rate"),
     (dict(optimizer="adam"), "optimizer"), (dict(dropout=1.0), "dropout"), (dict(threads=0), "threads"),
-    (dict(l2=-0.1), "L2")])
+    (dict(l2=-0.1), "L2"), (dict(average=-1.0), "averaging")])
 def test_bad_training_settings(bad, msg):
     with pytest.raises(ValueError, match=msg):
         TrainConfig(**bad).validate()
