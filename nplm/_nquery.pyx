@@ -36,6 +36,9 @@ cdef extern from "<pthread.h>" nogil:
 cdef extern from *:
     """
     #include <stdint.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <math.h>
     static inline uint64_t nq_mix(uint64_t h) {
         h ^= h >> 32; h *= 0xd6e8feb86659fd93ULL;
         h ^= h >> 32; h *= 0xd6e8feb86659fd93ULL;
@@ -45,11 +48,14 @@ cdef extern from *:
     static inline uint64_t nq_fastrange(uint64_t h, uint64_t n) {
         return (uint64_t)(((__uint128_t)h * n) >> 64);
     }
-    /* y[0:n_out] = b + x[0:n_in] W for one row-major W (n_in x n_out), skipping the
-       zero inputs (half of a ReLU layer's), and a 4-way dot product.  One context does
-       not fill a BLAS call.  Each is compiled twice, for AVX2+FMA and for plain
-       x86-64, and picked by the CPU's features at run time ("arch=" clones would
-       dispatch on the CPU model and miss AMD processors). */
+    /* Kernels for one context at a time, where a BLAS call has too little work:
+         nq_vecmat   y[0:n_out] = b + x[0:n_in] W  (W row-major n_in x n_out), skipping
+                     the zero inputs (half of a ReLU layer's);
+         nq_rowdots  out[i] = W[i] . h + bias[i] for `rows` rows of W (n wide);
+         nq_dot      a . b.
+       Each is compiled for AVX-512, AVX2+FMA and plain x86-64 and picked by the CPU's
+       features at run time ("arch=" clones would dispatch on the CPU model and miss
+       AMD processors). */
     #define NQ_VECMAT_BODY \
         int i, j; \
         for (j = 0; j < n_out; j++) y[j] = b[j]; \
@@ -73,11 +79,65 @@ cdef extern from *:
     static void nq_vecmat_plain(const float *x, int n_in, const float *W, int n_out,
                                 const float *b, float *__restrict__ y) { NQ_VECMAT_BODY }
     static float nq_dot_plain(const float *a, const float *b, int n) { NQ_DOT_BODY }
+    static void nq_rowdots_plain(const float *W, const float *h, int rows, int n,
+                                 const float *bias, float *out) {
+        for (int i = 0; i < rows; i++) out[i] = bias[i] + nq_dot_plain(W + (long)i * n, h, n);
+    }
+    static double nq_logsumexp_plain(const float *s, int n) {
+        float mx = -INFINITY;
+        double acc = 0;
+        for (int i = 0; i < n; i++) if (s[i] > mx) mx = s[i];
+        for (int i = 0; i < n; i++) acc += exp((double)s[i] - mx);
+        return mx + log(acc);
+    }
     #if defined(__GNUC__) && defined(__x86_64__)
+    #include <immintrin.h>
+    /* log sum exp with a vector expf (Cephes' polynomial, relative error ~2e-7, far
+       inside the 1e-5 the query tests allow): libm's exp one element at a time is
+       most of a class-factored query's cost.  Arguments are <= 0 after the shift by
+       the maximum; below -87 they are clamped (their terms are < 1e-37 of the max). */
+    #define NQ_EXP_POLY(V, FMA, MUL, ADD, SET1, R, P) \
+        P = SET1(1.9875691500E-4f); \
+        P = FMA(P, R, SET1(1.3981999507E-3f)); \
+        P = FMA(P, R, SET1(8.3334519073E-3f)); \
+        P = FMA(P, R, SET1(4.1665795894E-2f)); \
+        P = FMA(P, R, SET1(1.6666665459E-1f)); \
+        P = FMA(P, R, SET1(5.0000001201E-1f)); \
+        P = FMA(P, MUL(R, R), ADD(R, SET1(1.0f)));
+    __attribute__((target("avx2,fma")))
+    static inline __m256 nq_exp256(__m256 x) {
+        x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+        __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x), p;
+        r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+        NQ_EXP_POLY(8, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_set1_ps, r, p)
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    }
+    __attribute__((target("avx2,fma")))
+    static double nq_logsumexp_avx2(const float *s, int n) {
+        if (n < 8) return nq_logsumexp_plain(s, n);
+        __m256 vm = _mm256_loadu_ps(s);
+        int i = 8;
+        for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + i));
+        float buf[8], mx;
+        _mm256_storeu_ps(buf, vm);
+        mx = buf[0];
+        for (int k = 1; k < 8; k++) if (buf[k] > mx) mx = buf[k];
+        for (; i < n; i++) if (s[i] > mx) mx = s[i];
+        const __m256 vmx = _mm256_set1_ps(mx);
+        __m256 acc = _mm256_setzero_ps();
+        double tail = 0;
+        for (i = 0; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, nq_exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx)));
+        for (; i < n; i++) tail += exp((double)s[i] - mx);
+        _mm256_storeu_ps(buf, acc);
+        for (int k = 0; k < 8; k++) tail += buf[k];
+        return mx + log(tail);
+    }
     __attribute__((target("avx2,fma")))
     static void nq_vecmat_avx2(const float *x, int n_in, const float *W, int n_out,
                                const float *b, float *__restrict__ y) { NQ_VECMAT_BODY }
-    #include <immintrin.h>
     __attribute__((target("avx2,fma")))
     static float nq_dot_avx2(const float *a, const float *b, int n) {
         /* explicit vectors: without -ffast-math the compiler keeps a float
@@ -99,36 +159,175 @@ cdef extern from *:
         for (; i < n; i++) s += a[i] * b[i];
         return s;
     }
-    static int nq_has_avx2(void) {
+    __attribute__((target("avx2,fma")))
+    static void nq_rowdots_avx2(const float *W, const float *h, int rows, int n,
+                                const float *bias, float *out) {
+        for (int i = 0; i < rows; i++) out[i] = bias[i] + nq_dot_avx2(W + (long)i * n, h, n);
+    }
+
+    /* AVX-512.  vecmat keeps a block of up to 16 output vectors (256 floats) in
+       registers while it streams the rows of W for the nonzero inputs, which it
+       gathers first with a compress-store: a ReLU layer's zeros follow no pattern a
+       branch predictor could learn. */
+    #define NQ_BLOCK 1024
+    #define NQ_TAIL(n, j) ((__mmask16)((n) - (j) >= 16 ? 0xFFFF : ((1u << ((n) - (j))) - 1)))
+    #define NQ_VM_CASE(NV) case NV: { \
+            __m512 acc[NV]; __mmask16 mk[NV]; \
+            _Pragma("GCC unroll 16") for (int k = 0; k < NV; k++) { \
+                mk[k] = NQ_TAIL(n_out, j0 + 16 * k); \
+                acc[k] = _mm512_maskz_loadu_ps(mk[k], src + j0 + 16 * k); } \
+            for (int t = 0; t < nnz; t++) { \
+                const float *row = W + (long)idx[t] * n_out + j0; \
+                const __m512 xv = _mm512_set1_ps(val[t]); \
+                _Pragma("GCC unroll 16") for (int k = 0; k < NV; k++) \
+                    acc[k] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mk[k], row + 16 * k), acc[k]); } \
+            _Pragma("GCC unroll 16") for (int k = 0; k < NV; k++) \
+                _mm512_mask_storeu_ps(y + j0 + 16 * k, mk[k], acc[k]); \
+            break; }
+    __attribute__((target("avx512f,fma")))
+    static void nq_vecmat_avx512(const float *x, int n_in, const float *W, int n_out,
+                                 const float *b, float *__restrict__ y) {
+        int idx[NQ_BLOCK + 16];
+        float val[NQ_BLOCK + 16];
+        for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
+            const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
+            int nnz = 0;
+            for (int i = 0; i < ni; i += 16) {
+                const __mmask16 m = NQ_TAIL(ni, i);
+                const __m512 v = _mm512_maskz_loadu_ps(m, x + i0 + i);
+                const __mmask16 nz = _mm512_mask_cmp_ps_mask(m, v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+                const __m512i id = _mm512_add_epi32(_mm512_set1_epi32(i0 + i),
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+                /* compress in registers, then a plain store: a compress straight to
+                   memory is microcoded (very slow) on AMD Zen 4 */
+                _mm512_storeu_si512(idx + nnz, _mm512_maskz_compress_epi32(nz, id));
+                _mm512_storeu_ps(val + nnz, _mm512_maskz_compress_ps(nz, v));
+                nnz += __builtin_popcount((unsigned)nz);
+            }
+            const float *src = i0 == 0 ? b : y;
+            for (int j0 = 0; j0 < n_out; j0 += 256) {
+                const int nv = (n_out - j0 + 15) / 16 < 16 ? (n_out - j0 + 15) / 16 : 16;
+                switch (nv) {
+                    NQ_VM_CASE(1) NQ_VM_CASE(2) NQ_VM_CASE(3) NQ_VM_CASE(4)
+                    NQ_VM_CASE(5) NQ_VM_CASE(6) NQ_VM_CASE(7) NQ_VM_CASE(8)
+                    NQ_VM_CASE(9) NQ_VM_CASE(10) NQ_VM_CASE(11) NQ_VM_CASE(12)
+                    NQ_VM_CASE(13) NQ_VM_CASE(14) NQ_VM_CASE(15) NQ_VM_CASE(16)
+                }
+            }
+        }
+    }
+    __attribute__((target("avx512f,fma")))
+    static inline __m512 nq_exp512(__m512 x) {
+        x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+        __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x), p;
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+        NQ_EXP_POLY(16, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_set1_ps, r, p)
+        return _mm512_scalef_ps(p, n);
+    }
+    __attribute__((target("avx512f,fma")))
+    static double nq_logsumexp_avx512(const float *s, int n) {
+        if (n <= 0) return -INFINITY;
+        __m512 vm = _mm512_set1_ps(-INFINITY);
+        for (int i = 0; i < n; i += 16)
+            vm = _mm512_mask_max_ps(vm, NQ_TAIL(n, i), vm, _mm512_maskz_loadu_ps(NQ_TAIL(n, i), s + i));
+        const float mx = _mm512_reduce_max_ps(vm);
+        if (mx == -INFINITY) return -INFINITY;
+        const __m512 vmx = _mm512_set1_ps(mx);
+        __m512 acc = _mm512_setzero_ps();
+        for (int i = 0; i < n; i += 16) {
+            const __mmask16 m = NQ_TAIL(n, i);
+            acc = _mm512_mask_add_ps(acc, m, acc, nq_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), vmx)));
+        }
+        return mx + log((double)_mm512_reduce_add_ps(acc));
+    }
+    __attribute__((target("avx512f,fma")))
+    static float nq_dot_avx512(const float *a, const float *b, int n) {
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        int i = 0;
+        for (; i + 32 <= n; i += 32) {
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+        }
+        for (; i < n; i += 16) {
+            const __mmask16 m = NQ_TAIL(n, i);
+            acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
+        }
+        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    }
+    __attribute__((target("avx512f,fma")))
+    static void nq_rowdots_avx512(const float *W, const float *h, int rows, int n,
+                                  const float *bias, float *out) {
+        /* four rows at a time share each load of h and one reduction tail */
+        int r = 0;
+        for (; r + 4 <= rows; r += 4) {
+            const float *w0 = W + (long)r * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < n; i += 16) {
+                const __mmask16 m = NQ_TAIL(n, i);
+                const __m512 hv = _mm512_maskz_loadu_ps(m, h + i);
+                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w0 + i), hv, a0);
+                a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w1 + i), hv, a1);
+                a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w2 + i), hv, a2);
+                a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w3 + i), hv, a3);
+            }
+            out[r] = bias[r] + _mm512_reduce_add_ps(a0);
+            out[r + 1] = bias[r + 1] + _mm512_reduce_add_ps(a1);
+            out[r + 2] = bias[r + 2] + _mm512_reduce_add_ps(a2);
+            out[r + 3] = bias[r + 3] + _mm512_reduce_add_ps(a3);
+        }
+        for (; r < rows; r++) out[r] = bias[r] + nq_dot_avx512(W + (long)r * n, h, n);
+    }
+    static int nq_simd_level(void) {
         static int cached = -1;
         if (cached < 0) {
             __builtin_cpu_init();
-            cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+            cached = __builtin_cpu_supports("avx512f") ? 3
+                   : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 2 : 0;
+            const char *env = getenv("NPLM_SIMD");    /* "avx2" or "none": test the other paths */
+            if (env && !strcmp(env, "avx2") && cached > 2) cached = 2;
+            if (env && !strcmp(env, "none")) cached = 0;
         }
         return cached;
     }
     #else
     #define nq_vecmat_avx2 nq_vecmat_plain
     #define nq_dot_avx2 nq_dot_plain
-    static int nq_has_avx2(void) { return 0; }
+    #define nq_rowdots_avx2 nq_rowdots_plain
+    #define nq_vecmat_avx512 nq_vecmat_plain
+    #define nq_dot_avx512 nq_dot_plain
+    #define nq_rowdots_avx512 nq_rowdots_plain
+    #define nq_logsumexp_avx2 nq_logsumexp_plain
+    #define nq_logsumexp_avx512 nq_logsumexp_plain
+    static int nq_simd_level(void) { return 0; }
     #endif
     static void (*nq_vecmat_impl)(const float *, int, const float *, int, const float *, float *) = 0;
     static float (*nq_dot_impl)(const float *, const float *, int) = 0;
+    static void (*nq_rowdots_impl)(const float *, const float *, int, int, const float *, float *) = 0;
+    static double (*nq_logsumexp_impl)(const float *, int) = 0;
     static void nq_init_simd(void) {
-        int fast = nq_has_avx2();
-        nq_vecmat_impl = fast ? nq_vecmat_avx2 : nq_vecmat_plain;
-        nq_dot_impl = fast ? nq_dot_avx2 : nq_dot_plain;
+        int level = nq_simd_level();
+        nq_logsumexp_impl = level == 3 ? nq_logsumexp_avx512 : level == 2 ? nq_logsumexp_avx2 : nq_logsumexp_plain;
+        nq_vecmat_impl = level == 3 ? nq_vecmat_avx512 : level == 2 ? nq_vecmat_avx2 : nq_vecmat_plain;
+        nq_dot_impl = level == 3 ? nq_dot_avx512 : level == 2 ? nq_dot_avx2 : nq_dot_plain;
+        nq_rowdots_impl = level == 3 ? nq_rowdots_avx512 : level == 2 ? nq_rowdots_avx2 : nq_rowdots_plain;
     }
     static inline void nq_vecmat(const float *x, int n_in, const float *W, int n_out,
                                  const float *b, float *y) { nq_vecmat_impl(x, n_in, W, n_out, b, y); }
     static inline float nq_dot(const float *a, const float *b, int n) { return nq_dot_impl(a, b, n); }
-    static int nq_simd_level(void) { return nq_has_avx2() ? 2 : 0; }
+    static inline double nq_logsumexp(const float *s, int n) { return nq_logsumexp_impl(s, n); }
+    static inline void nq_rowdots(const float *W, const float *h, int rows, int n, const float *bias,
+                                  float *out) { nq_rowdots_impl(W, h, rows, n, bias, out); }
     """
     uint64_t nq_mix(uint64_t h) noexcept nogil
     uint64_t nq_fastrange(uint64_t h, uint64_t n) noexcept nogil
     void nq_vecmat(const float *x, int n_in, const float *W, int n_out, const float *b, float *y) noexcept nogil
     float nq_dot(const float *a, const float *b, int n) noexcept nogil
+    void nq_rowdots(const float *W, const float *h, int rows, int n, const float *bias, float *out) noexcept nogil
+    double nq_logsumexp(const float *s, int n) noexcept nogil
     void nq_init_simd() noexcept nogil
+    void __builtin_prefetch(const void *p) noexcept nogil
     int nq_simd_level() noexcept nogil
 
 from nplm._netdefs cimport (CTX_FULL, CTX_DIAGONAL, ACT_RELU, ACT_TANH, ACT_IDENTITY,
@@ -144,7 +343,7 @@ cdef enum:
     EOS_ID = 2
 
 nq_init_simd()
-SIMD = "avx2+fma" if nq_simd_level() == 2 else "x86-64"
+SIMD = {3: "avx512", 2: "avx2+fma"}.get(nq_simd_level(), "x86-64")
 
 MODES = {"exact": MODE_EXACT, "unnormalized": MODE_UNNORMALIZED, "fallback": MODE_FALLBACK}
 cdef double LOG10E = 0.43429448190325176
@@ -179,14 +378,7 @@ cdef inline double _log_sigmoid(double x) noexcept nogil:
 
 
 cdef inline double _logsumexp(const float *s, int n) noexcept nogil:
-    cdef double mx = -INFINITY, acc = 0
-    cdef int i
-    for i in range(n):
-        if s[i] > mx:
-            mx = s[i]
-    for i in range(n):
-        acc += exp(s[i] - mx)
-    return mx + log(acc)
+    return nq_logsumexp(s, n)
 
 
 cdef inline void _gemm_rm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
@@ -364,6 +556,12 @@ cdef class NeuralCore(LMCore):
         if self.ctx_kind == CTX_FULL:
             if self.T != NULL:
                 for b in range(B):
+                    # The table is too big for the caches: ask for every line of the
+                    # m rows at once so their DRAM fetches overlap.
+                    for j in range(m):
+                        row = self.T + (<int64_t>j * self.V + ctx[b * m + j]) * r0
+                        for i in range(0, r0, 16):
+                            __builtin_prefetch(row + i)
                     a = A0 + <int64_t>b * r0
                     memcpy(a, self.b0, r0 * sizeof(float))
                     for j in range(m):
@@ -426,9 +624,7 @@ cdef class NeuralCore(LMCore):
     cdef double _softmax_logz(self, const float *h, float *scores) noexcept nogil:
         """log sum_w exp(out_w[w] . h + out_b[w]) over the vocabulary.  One vector
         is too little work to wake BLAS threads for; plain dot products are faster."""
-        cdef int i
-        for i in range(self.V):
-            scores[i] = nq_dot(self.out_w + <int64_t>i * self.r, h, self.r) + self.out_b[i]
+        nq_rowdots(self.out_w, h, self.V, self.r, self.out_b, scores)
         return _logsumexp(scores, self.V)
 
     cdef double _logp(self, const float *h, WordId w, double logz, float *scores) noexcept nogil:
@@ -448,13 +644,11 @@ cdef class NeuralCore(LMCore):
             lw = self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]
             if self.mode == MODE_UNNORMALIZED:
                 return s + lw
-            for i in range(self.C):
-                scores[i] = self._dot(self.cls_w + <int64_t>i * self.r, h) + self.cls_b[i]
+            nq_rowdots(self.cls_w, h, self.C, self.r, self.cls_b, scores)
             lc = s - _logsumexp(scores, self.C)
             lo = self.class_start[c]
             hi = self.class_start[c + 1]
-            for i in range(lo, hi):
-                scores[i - lo] = self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]
+            nq_rowdots(self.out_w + <int64_t>lo * self.r, h, hi - lo, self.r, self.out_b + lo, scores)
             return lc + lw - _logsumexp(scores, hi - lo)
         # tree: code 1 takes sigmoid(+score), code 0 sigmoid(-score)
         L = self.lengths[w]
@@ -538,16 +732,14 @@ cdef class NeuralCore(LMCore):
         cdef int c = self.word_class[w], i, lo, hi
         cdef double lse
         if isnan(cls[0]):
-            for i in range(self.C):
-                self.scores[i] = self._dot(self.cls_w + <int64_t>i * self.r, h) + self.cls_b[i]
+            nq_rowdots(self.cls_w, h, self.C, self.r, self.cls_b, self.scores)
             lse = _logsumexp(self.scores, self.C)
             for i in range(self.C):
                 cls[i] = <float>(self.scores[i] - lse)
         if isnan(wz[c]):
             lo = self.class_start[c]
             hi = self.class_start[c + 1]
-            for i in range(lo, hi):
-                self.scores[i - lo] = self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]
+            nq_rowdots(self.out_w + <int64_t>lo * self.r, h, hi - lo, self.r, self.out_b + lo, self.scores)
             wz[c] = <float>_logsumexp(self.scores, hi - lo)
         i = self.word_pos[w]
         return cls[c] + (self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]) - wz[c]
