@@ -151,3 +151,74 @@ def test_quantised_models_load_through_model(saved, tmp_path, dtype, tol):
     np.testing.assert_allclose(b.score_sentences(lines), a.score_sentences(lines), atol=tol * 10)
     s = _state_after(b, ["w2", "w3"])
     assert (10 ** b.log10_distribution(s).astype(np.float64)).sum() == pytest.approx(1.0, abs=1e-5)
+
+
+_SIMD_SCRIPT = r"""
+import sys, numpy as np, nplm, nplm.neural_model as nm
+from nplm.vocab import BOS, NULL
+if sys.argv[3] == "direct":
+    nm.PRECOMPUTE_BYTES = 0          # no first-layer table: the input vecmat runs
+path, out = sys.argv[1], sys.argv[2]
+import nplm._nquery as q
+rows = {"exact": [], "unnormalized": []}
+for mode in rows:
+    m = nplm.Model(path, normalization=mode)
+    rng = np.random.default_rng(3)
+    words = m.vocab.words()
+    for _ in range(12):
+        s, o = nplm.State(), nplm.State()
+        m.BeginSentenceWrite(s)
+        for w in rng.choice(words[4:], 3):
+            m.BaseScore(s, str(w), o)
+            s, o = o, s
+        rows[mode].append(m.log10_distribution(s).astype(np.float64) if mode == "exact" else
+                          np.array([m.BaseScore(s, str(w), o) for w in words[2:]]))
+np.savez(out, **{k: np.array(v) for k, v in rows.items()})
+print(q.SIMD)
+"""
+
+
+@pytest.mark.parametrize("table", ["table", "direct"])
+def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
+    """The AVX-512, AVX2 and plain kernels (picked by CPU features, forced down with
+    NPLM_SIMD) agree on a network wide enough for every blocking branch: more than 256
+    outputs and, without the first-layer table, more than 1024 inputs to one layer."""
+    import os
+    import subprocess
+    import sys
+    from nplm.neural import NeuralConfig, NeuralNet
+    from neural_fixtures import COUNTS, WORDS
+    from nplm.vocab import Vocabulary
+    cfg = NeuralConfig(order=4, embedding_dim=400, hidden=(300, 270), context="full", output="softmax",
+                       objective="mle")
+    net = NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=2)
+    rng = np.random.default_rng(5)
+    for v in net.params.values():
+        if v.size:
+            v[...] = rng.normal(0, 0.05, v.shape).astype(np.float32)
+    path = tmp_path / "wide.nplm"
+    net.save(str(path))
+    script = tmp_path / "probe.py"
+    script.write_text(_SIMD_SCRIPT)
+    results, levels = {}, []
+    for level in ("", "avx2", "none"):
+        out = tmp_path / f"r{level or 'best'}.npz"
+        root = os.path.dirname(os.path.dirname(nplm.__file__))
+        env = dict(os.environ, NPLM_SIMD=level,
+                   PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        done = subprocess.run([sys.executable, str(script), str(path), str(out), table], env=env,
+                              capture_output=True, text=True, check=True)
+        levels.append(done.stdout.strip())
+        results[level] = dict(np.load(out))
+    assert levels[2] == "x86-64" and levels[1] in ("avx2+fma", "x86-64")
+    for level in ("avx2", "none"):
+        for mode in ("exact", "unnormalized"):
+            np.testing.assert_allclose(results[level][mode], results[""][mode], atol=2e-5)
+    # and the exact rows are the numpy forward pass
+    m = nplm.Model(str(path))
+    rng = np.random.default_rng(3)
+    words = m.vocab.words()
+    for i in range(12):
+        hist = [str(w) for w in rng.choice(words[4:], 3)]
+        ref = numpy_log_dist(net, _ctx(net, hist)) / LN10
+        np.testing.assert_allclose(results[""]["exact"][i], ref, atol=2e-5)
