@@ -342,6 +342,9 @@ class Train:
                        help="number of word classes for --output class (default: about sqrt(V))")
         g.add_argument("--clustering", choices=["brown", "frequency"], default=n.clustering,
                        help="how to form the classes (default %(default)s)")
+        g.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=n.tie_embeddings,
+                       help="one table for input and output word vectors (needs the last hidden layer as "
+                            "wide as the embeddings; default %(default)s)")
         g.add_argument("--variable-history", action="store_true",
                        help="train on randomly truncated contexts too, so one net serves every order")
         g = p.add_argument_group("training")
@@ -390,7 +393,7 @@ class Train:
                               context=args.context, activation=args.activation, output=args.output,
                               objective=args.objective, noise_samples=args.noise_samples,
                               classes=args.classes, clustering=args.clustering,
-                              variable_history=args.variable_history)
+                              variable_history=args.variable_history, tie_embeddings=args.tie_embeddings)
         tc = TrainConfig(epochs=args.epochs, minibatch=args.minibatch, learning_rate=args.learning_rate,
                          optimizer=args.optimizer, l2=args.l2, dropout=args.dropout,
                          input_dropout=args.input_dropout, threads=args.threads,

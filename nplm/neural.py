@@ -60,6 +60,7 @@ class NeuralConfig:
     classes: int = 0            # 0: about sqrt(V)
     clustering: str = "frequency"
     variable_history: bool = False
+    tie_embeddings: bool = False  # one table for input and output word vectors (Press & Wolf 2017)
 
     def validate(self):
         """Raise ValueError naming the first nonsense setting."""
@@ -84,6 +85,13 @@ class NeuralConfig:
         need(self.classes >= 0, f"number of classes must be positive (or 0 for automatic), not {self.classes}")
         need(self.clustering in ("brown", "frequency"),
              f"clustering must be 'brown' or 'frequency', not {self.clustering!r}")
+        if self.tie_embeddings:
+            need(self.output in ("softmax", "class"),
+                 "tied embeddings need a softmax or class output (a tree's rows are inner nodes, not words)")
+            r = self.layer_sizes[1][-1] if self.layer_sizes[1] else self.layer_sizes[0]
+            need(r == self.embedding_dim,
+                 f"tied embeddings need the last hidden layer ({r}) to be as wide as the embeddings "
+                 f"({self.embedding_dim})")
         return self
 
     @property
@@ -207,6 +215,8 @@ class NeuralNet:
         else:
             p["cls_w"] = np.zeros((0, 0), np.float32)
             p["cls_b"] = np.zeros(0, np.float32)
+        if config.tie_embeddings:
+            p["out_w"] = np.ascontiguousarray(p["emb"][structs["class_words"]])
         return cls(config, vocab, p, structs)
 
     def _check(self):
@@ -284,6 +294,13 @@ class NeuralNet:
         grads = [np.zeros(p.shape, dtype) for p in params]
         if accum is None:
             accum = [np.zeros(p.shape, dtype) for p in params]
+        # A parameter array passed twice (tied embeddings) shares its gradient and
+        # optimiser state too: both layers' gradients then add up in one buffer.
+        for i, p in enumerate(params):
+            for j in range(i):
+                if params[j] is p:
+                    grads[i] = grads[j]
+                    accum[i] = accum[j]
         B, m, d, V = bmax, dims["m"], dims["d"], dims["V"]
         r0, h1, h2, r, k, C = dims["r0"], dims["h1"], dims["h2"], dims["r"], dims["k"], dims["C"]
         ncols = max(V, C, k, dims["max_len"], 1)

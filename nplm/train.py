@@ -185,6 +185,14 @@ class Trainer:
         self.net, self.corpus, self.tc, self.log, self.progress = net, corpus, tc, log, progress
         # training works on private writeable copies; net.params are replaced at the end
         self.params = [np.array(net.params[n], dtype=np.float32, copy=True) for n in PARAM_NAMES]
+        # Tied embeddings: one table in output-row order serves as both layers; the
+        # engine reads context words through word_pos (the identity for softmax output).
+        self.in_map = None
+        if net.config.tie_embeddings:
+            i_emb, i_out = PARAM_NAMES.index("emb"), PARAM_NAMES.index("out_w")
+            self.params[i_emb] = self.params[i_out]
+            if net.config.output == "class":
+                self.in_map = np.ascontiguousarray(net.structs["word_pos"], np.int32)
         B = tc.minibatch
         # Hogwild (Recht et al. 2011): one single-threaded engine per thread, all sharing the
         # parameters and AdaGrad state, each updating them without locks.  It beats
@@ -213,7 +221,12 @@ class Trainer:
 
     def _net_view(self, params):
         n = self.net
-        return NeuralNet(n.config, n.vocab, dict(zip(PARAM_NAMES, params)), n.structs)
+        p = dict(zip(PARAM_NAMES, params))
+        if n.config.tie_embeddings:
+            # word-id order for the input side, as every model file stores it
+            p["emb"] = p["out_w"] if self.in_map is None else np.ascontiguousarray(
+                p["out_w"][n.structs["word_pos"]])
+        return NeuralNet(n.config, n.vocab, p, n.structs)
 
     EMA_EVERY = 16     # minibatches of engine 0 between average updates
 
@@ -245,6 +258,8 @@ class Trainer:
         tgt = np.ascontiguousarray(tgt_all[perm])
         if self.net.config.variable_history:
             ctx = truncate_histories(ctx, rng)
+        if self.in_map is not None:
+            ctx = self.in_map[ctx]
         for w, nz in enumerate(self.noises):
             if nz is not None:
                 nz.state[0] = np.uint64((tc.seed * 1000003 + self.epoch * 101 + w) % (1 << 63))

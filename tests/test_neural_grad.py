@@ -25,9 +25,13 @@ def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12, input_dropout=0.0):
     """Largest relative difference between the analytic gradient and central differences."""
     rng = np.random.default_rng(seed)
     params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
-    eng, grads, _ = net.engine(B, nthreads=1, dtype=np.float64, params=params)
     V, m = len(net.vocab), net.order - 1
     ctx = rng.integers(0, V, (B, m)).astype(np.int32)
+    if net.config.tie_embeddings:
+        # as the trainer runs it: one table in output-row order, contexts through word_pos
+        params[PARAM_NAMES.index("emb")] = params[PARAM_NAMES.index("out_w")]
+        ctx = net.structs["word_pos"][ctx].astype(np.int32)
+    eng, grads, _ = net.engine(B, nthreads=1, dtype=np.float64, params=params)
     tgt = rng.integers(0, V, B).astype(np.int32)
     noise = _noise(net, rng)
     eng.step(ctx, tgt, noise, dropout, 99, True, 0.5, input_dropout)
@@ -72,6 +76,14 @@ def test_gradients_activation_and_dropout(activation, output):
 def test_gradients_input_dropout(context):
     net = tiny_net(seed=6, context=context, hidden=(6,), output="class", objective="mle")
     assert gradient_error(net, input_dropout=0.5, seed=6) < 1e-5
+
+
+@pytest.mark.parametrize("output", OUTPUTS[:4])
+def test_gradients_tied_embeddings(output):
+    net = tiny_net(seed=8, embedding_dim=5, hidden=(6, 5), output=output[0], objective=output[1],
+                   tie_embeddings=True)
+    assert gradient_error(net, seed=8) < 1e-5
+    assert gradient_error(net, dropout=0.3, input_dropout=0.2, seed=9) < 1e-5
 
 
 def test_gradient_check_detects_errors():

@@ -61,6 +61,39 @@ def test_small_model_beats_unigram(tmp_path, output, objective):
 
 
 @needs_shared
+@pytest.mark.parametrize("output,objective", [("class", "mle"), ("softmax", "nce")])
+def test_tied_embeddings_train_and_save_one_table(tmp_path, output, objective):
+    import nplm
+    tr, va = _split(tmp_path, PTB5K, 500)
+    cfg = NeuralConfig(order=4, embedding_dim=24, hidden=(48, 24), output=output, objective=objective,
+                       noise_samples=20, clustering="frequency", tie_embeddings=True)
+    tc = TrainConfig(epochs=3, minibatch=128, learning_rate=0.1, dropout=0.0, threads=2)
+    net = train(tr, va, tmp_path / "t.nplm", cfg, tc, log=lambda s: None, progress=False)
+    from nplm.train import Corpus
+    corpus = Corpus(tr, va, 4, vocab=net.vocab)
+    ppl = net.perplexity(*corpus.valid)
+    assert ppl < 0.75 * unigram_perplexity(tr, va, net.vocab)
+    back = NeuralNet.load(tmp_path / "t.nplm")
+    assert back.config.tie_embeddings
+    # the input table is the output table in word-id order
+    np.testing.assert_array_equal(back.params["emb"], back.params["out_w"][back.structs["word_pos"]])
+    # and the query side scores it like the trainer did
+    m = nplm.Model(str(tmp_path / "t.nplm"), normalization="exact" if output == "softmax" else None)
+    lines = va.read_text().splitlines()
+    total = sum(m.score(l) for l in lines)
+    n = sum(len(l.split()) + 1 for l in lines)
+    assert 10 ** (-total / n) == pytest.approx(ppl, rel=1e-4)
+
+
+@pytest.mark.parametrize("cfg,msg", [
+    (dict(output="tree", hidden=(8,), embedding_dim=8), "tree"),
+    (dict(output="class", hidden=(16,), embedding_dim=8), "as wide as the embeddings")])
+def test_tied_embeddings_refuse_impossible_shapes(cfg, msg):
+    with pytest.raises(ValueError, match=msg):
+        NeuralConfig(tie_embeddings=True, objective="mle", **cfg).validate()
+
+
+@needs_shared
 def test_same_seed_one_thread_same_bytes(tmp_path):
     tr, va = _split(tmp_path, TINY, 20)
     cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(12, 6), output="softmax", objective="nce",
