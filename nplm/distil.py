@@ -494,7 +494,9 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
                 seen at least ``top_k_min_count`` times; candidates: every word after a
                 one-word context, else the words the text shows after the context's
                 last n-2 words, so the search stays linear in the listed n-grams);
-    lower_teacher: model giving the probabilities of orders < ``order`` (default: teacher);
+    lower_teacher: model giving the probabilities of orders < ``order`` (default: teacher),
+                except for n-grams that start with ``<s>``: their context is a whole
+                history, so they keep the teacher's probability;
     prune_to:   relative-entropy pruning to at most this many n-grams of orders >= 2.
     """
     teacher = _load(teacher)
@@ -554,10 +556,16 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
         from tqdm import tqdm
         it = tqdm(it, desc="teacher scores", unit="order")
     for n in it:
-        if n == order:
+        if n == order or lower is teacher:
             logprob[n] = _score(teacher, s.rows(n), threads).astype(np.float64)
         else:
-            logprob[n] = _score(lower, s.rows(n), threads, lower_map).astype(np.float64)
+            # A lower-order n-gram is a back-off distribution, except one that starts
+            # at <s>: its context is the whole history, so the teacher knows best.
+            r = s.rows(n)
+            logprob[n] = _score(lower, r, threads, lower_map).astype(np.float64)
+            start = r[:, 0] == bos
+            if n > 1 and start.any():
+                logprob[n][start] = _score(teacher, np.ascontiguousarray(r[start]), threads)
     predictable = np.ones(V, dtype=bool)
     predictable[bos] = False
     if null is not None:
