@@ -50,15 +50,15 @@ WORK_NAMES = _nn.WORK_NAMES
 class NeuralConfig:
     """Shape of the network.  The defaults are the recommended PTB model."""
     order: int = 5
-    embedding_dim: int = 128
-    hidden: tuple = (512,)
-    context: str = "full"
+    embedding_dim: int = 1000
+    hidden: tuple = ()
+    context: str = "diagonal"   # Baltescu & Blunsom's pragmatic choice: wide and cheap
     activation: str = "relu"
     output: str = "class"
-    objective: str = "mle"
-    noise_samples: int = 100
+    objective: str = "auto"     # nce, or mle for a tree output (NCE does not apply there)
+    noise_samples: int = 10
     classes: int = 0            # 0: about sqrt(V)
-    clustering: str = "frequency"
+    clustering: str = "brown"
     variable_history: bool = False
     tie_embeddings: bool = False  # one table for input and output word vectors (Press & Wolf 2017)
 
@@ -77,6 +77,8 @@ class NeuralConfig:
         need(self.context in _CTX, f"context must be one of {sorted(_CTX)}, not {self.context!r}")
         need(self.activation in _ACT, f"activation must be one of {sorted(_ACT)}, not {self.activation!r}")
         need(self.output in _OUT, f"output must be one of {sorted(_OUT)}, not {self.output!r}")
+        if self.objective == "auto":
+            self.objective = "mle" if self.output == "tree" else "nce"
         need(self.objective in _OBJ, f"objective must be one of {sorted(_OBJ)}, not {self.objective!r}")
         need(not (self.output == "tree" and self.objective == "nce"),
              "tree output is normalised by construction; train it with objective 'mle'")

@@ -65,8 +65,8 @@ def test_small_model_beats_unigram(tmp_path, output, objective):
 def test_tied_embeddings_train_and_save_one_table(tmp_path, output, objective):
     import nplm
     tr, va = _split(tmp_path, PTB5K, 500)
-    cfg = NeuralConfig(order=4, embedding_dim=24, hidden=(48, 24), output=output, objective=objective,
-                       noise_samples=20, clustering="frequency", tie_embeddings=True)
+    cfg = NeuralConfig(order=4, embedding_dim=24, hidden=(48, 24), context="full", output=output,
+                       objective=objective, noise_samples=20, clustering="frequency", tie_embeddings=True)
     # one thread: a deterministic run, so the quality bound cannot flake
     tc = TrainConfig(epochs=3, minibatch=128, learning_rate=0.1, dropout=0.0, threads=1)
     net = train(tr, va, tmp_path / "t.nplm", cfg, tc, log=lambda s: None, progress=False)
