@@ -839,6 +839,8 @@ cdef class NeuralCore(LMCore):
         if have_given:
             given = np.ascontiguousarray(softmax_logz, dtype=np.float64)
         cdef bint need_z = self.out_kind == OUT_SOFTMAX and self.mode == MODE_EXACT and not have_given
+        if self.out_kind == OUT_CLASS and self.mode == MODE_EXACT:
+            return self._class_log_probs(c, wv, out)
         cdef int B = 128, lo, nb, b, i
         X = np.empty(B * self.m * self.d + 1, np.float32)
         A0 = np.empty(B * self.r0 + 1, np.float32)
@@ -866,6 +868,80 @@ cdef class NeuralCore(LMCore):
                     elif have_given:
                         logz = given[lo + b]
                     o[lo + b] = self._logp(H + <int64_t>b * self.r, wv[lo + b], logz, &sv[0])
+                lo += B
+        return out
+
+    def _class_log_probs(self, const int32_t[:, ::1] c, const int32_t[::1] wv, out):
+        """Exact class-factored log p for a batch, by BLAS: one (B x C) product gives
+        every row's class distribution, and the rows are grouped by their word's class
+        so each class's word vectors meet all of its rows in one product (blocks of
+        2048 rows: smaller ones leave most classes with too few rows for BLAS)."""
+        cdef int N = c.shape[0], B = 2048, lo, nb, b, i, k, cl, n_c, width, r = self.r, C = self.C
+        cdef int max_width = 0
+        for k in range(C):
+            max_width = max(max_width, self.class_start[k + 1] - self.class_start[k])
+        X = np.empty(B * self.m * self.d + 1, np.float32)
+        A0 = np.empty(B * self.r0 + 1, np.float32)
+        A1 = np.empty(B * max(self.h1, 1), np.float32)
+        A2 = np.empty(B * max(self.h2, 1), np.float32)
+        S = np.empty(<int64_t>B * max(C, max_width) + 16, np.float32)
+        G = np.empty(<int64_t>B * r + 16, np.float32)
+        rows = np.empty(B, np.int32)
+        starts = np.empty(C + 2, np.int32)
+        lc = np.empty(B, np.float64)
+        cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S, gv = G
+        cdef int32_t[::1] rv = rows, st = starts
+        cdef double[::1] lcv = lc, o = out
+        cdef float *H
+        cdef float *srow
+        with nogil:
+            lo = 0
+            while lo < N:
+                nb = min(B, N - lo)
+                self._hidden_block(&c[lo, 0], nb, &xv[0], &a0[0], &a1[0], &a2[0], &H)
+                # log p(class | h) of each row's word
+                _gemm_rm(nb, C, r, H, r, self.cls_w, r, &sv[0], C, True)
+                for b in range(nb):
+                    srow = &sv[0] + <int64_t>b * C
+                    for k in range(C):
+                        srow[k] += self.cls_b[k]
+                    cl = self.word_class[wv[lo + b]]
+                    lcv[b] = srow[cl] - _logsumexp(srow, C)
+                # group the rows by class (counting sort), then one product per class
+                memset(&st[0], 0, (C + 2) * sizeof(int32_t))
+                for b in range(nb):
+                    st[self.word_class[wv[lo + b]] + 2] += 1
+                for k in range(C):
+                    st[k + 2] += st[k + 1]
+                for b in range(nb):
+                    cl = self.word_class[wv[lo + b]]
+                    rv[st[cl + 1]] = b
+                    st[cl + 1] += 1
+                for cl in range(C):
+                    n_c = st[cl + 1] - st[cl]
+                    if n_c == 0:
+                        continue
+                    width = self.class_start[cl + 1] - self.class_start[cl]
+                    if n_c >= 4:
+                        for i in range(n_c):
+                            memcpy(&gv[0] + <int64_t>i * r, H + <int64_t>rv[st[cl] + i] * r, r * sizeof(float))
+                        _gemm_rm(n_c, width, r, &gv[0], r, self.out_w + <int64_t>self.class_start[cl] * r, r,
+                                 &sv[0], width, True)
+                        for i in range(n_c):
+                            srow = &sv[0] + <int64_t>i * width
+                            for k in range(width):
+                                srow[k] += self.out_b[self.class_start[cl] + k]
+                    else:
+                        # too few rows for a BLAS call to pay: the four-row dot kernel
+                        for i in range(n_c):
+                            nq_rowdots(self.out_w + <int64_t>self.class_start[cl] * r,
+                                       H + <int64_t>rv[st[cl] + i] * r, width, r,
+                                       self.out_b + self.class_start[cl], &sv[0] + <int64_t>i * width)
+                    for i in range(n_c):
+                        b = rv[st[cl] + i]
+                        srow = &sv[0] + <int64_t>i * width
+                        k = self.word_pos[wv[lo + b]] - self.class_start[cl]
+                        o[lo + b] = lcv[b] + srow[k] - _logsumexp(srow, width)
                 lo += B
         return out
 

@@ -222,3 +222,24 @@ def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
         hist = [str(w) for w in rng.choice(words[4:], 3)]
         ref = numpy_log_dist(net, _ctx(net, hist)) / LN10
         np.testing.assert_allclose(results[""]["exact"][i], ref, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["class-full-1", "class-diag-2"])
+def test_batched_class_scoring_matches_numpy_across_blocks(tmp_path, kind):
+    """The batch path groups rows by class in blocks of 2048 (BLAS for crowded classes,
+    dot products for the rest): every row, across block boundaries, is the numpy value."""
+    net = make_net(kind)
+    path = tmp_path / "c.nplm"
+    net.save(str(path))
+    m = nplm.Model(str(path))
+    rng = np.random.default_rng(11)
+    V, n = len(net.vocab), 4500
+    ctx = rng.integers(0, V, (n, net.order - 1)).astype(np.int32)
+    words = rng.integers(2, V, n).astype(np.int32)          # any word but <unk>, <s>
+    words[words == NULL] = 5
+    got = m.core.log_probs(ctx, words)
+    for i in list(range(0, n, 97)) + [2046, 2047, 2048, 2049, n - 1]:
+        ref = numpy_log_dist(net, ctx[i])[words[i]]
+        assert got[i] == pytest.approx(ref, abs=5e-5), i
+    # a handful of rows leaves every class below the BLAS threshold: the dot-product branch
+    np.testing.assert_allclose(m.core.log_probs(ctx[:6], words[:6]), got[:6], atol=5e-5)
