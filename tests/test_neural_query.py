@@ -243,3 +243,26 @@ def test_batched_class_scoring_matches_numpy_across_blocks(tmp_path, kind):
         assert got[i] == pytest.approx(ref, abs=5e-5), i
     # a handful of rows leaves every class below the BLAS threshold: the dot-product branch
     np.testing.assert_allclose(m.core.log_probs(ctx[:6], words[:6]), got[:6], atol=5e-5)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "identity", "relu"])
+def test_first_layer_table_with_every_activation(tmp_path, activation):
+    """The first layer read from the precomputed table applies each activation (ReLU
+    inside the summing kernel, tanh after it, identity not at all)."""
+    from nplm.neural import NeuralConfig, NeuralNet
+    from nplm.vocab import Vocabulary
+    from neural_fixtures import COUNTS, WORDS
+    cfg = NeuralConfig(order=4, embedding_dim=8, hidden=(20, 6), context="full", output="softmax",
+                       objective="mle", activation=activation)
+    net = NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=4)
+    rng = np.random.default_rng(4)
+    for v in net.params.values():
+        if v.size:
+            v[...] = rng.normal(0, 0.4, v.shape).astype(np.float32)
+    path = tmp_path / "t.nplm"
+    net.save(str(path))
+    m = nplm.Model(str(path))
+    for hist in (["w1", "w2", "w3"], ["w7"], []):
+        s = _state_after(m, hist)
+        np.testing.assert_allclose(m.log10_distribution(s).astype(np.float64),
+                                   numpy_log_dist(net, _ctx(net, hist)) / LN10, atol=2e-5)
