@@ -358,6 +358,7 @@ cdef extern from *:
     void __builtin_prefetch(const void *p) noexcept nogil
     int nq_simd_level() noexcept nogil
 
+from cython.parallel cimport prange
 from nplm._netdefs cimport (CTX_FULL, CTX_DIAGONAL, ACT_RELU, ACT_TANH, ACT_IDENTITY,
                             OUT_SOFTMAX, OUT_CLASS, OUT_TREE)
 
@@ -897,7 +898,7 @@ cdef class NeuralCore(LMCore):
         cdef bint need_z = self.out_kind == OUT_SOFTMAX and self.mode == MODE_EXACT and not have_given
         if self.out_kind == OUT_CLASS and self.mode == MODE_EXACT:
             return self._class_log_probs(c, wv, out)
-        cdef int B = 128, lo, nb, b, i
+        cdef int B = 512 if need_z else 128, lo, nb, b, i
         X = np.empty(B * self.m * self.d + 1, np.float32)
         A0 = np.empty(B * self.r0 + 1, np.float32)
         A1 = np.empty(B * max(self.h1, 1), np.float32)
@@ -913,17 +914,19 @@ cdef class NeuralCore(LMCore):
                 nb = min(B, N - lo)
                 self._hidden_block(&c[lo, 0], nb, &xv[0], &a0[0], &a1[0], &a2[0], &H)
                 if need_z:
+                    # softmax output: one product for the block's scores, then the rows'
+                    # normalisers in parallel (the softmax _logp touches no scratch)
                     _gemm_rm(nb, self.V, self.r, H, self.r, self.out_w, self.r, &sv[0], self.V, True)
-                for b in range(nb):
-                    logz = 0
-                    if need_z:
+                    for b in prange(nb, schedule='static'):
                         row = &sv[0] + <int64_t>b * self.V
                         for i in range(self.V):
-                            row[i] += self.out_b[i]
+                            row[i] = row[i] + self.out_b[i]
                         logz = _logsumexp(row, self.V)
-                    elif have_given:
-                        logz = given[lo + b]
-                    o[lo + b] = self._logp(H + <int64_t>b * self.r, wv[lo + b], logz, &sv[0])
+                        o[lo + b] = self._logp(H + <int64_t>b * self.r, wv[lo + b], logz, NULL)
+                else:
+                    for b in range(nb):
+                        logz = given[lo + b] if have_given else 0
+                        o[lo + b] = self._logp(H + <int64_t>b * self.r, wv[lo + b], logz, &sv[0])
                 lo += B
         return out
 

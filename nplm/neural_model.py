@@ -169,7 +169,6 @@ def softmax_logz(core, net, contexts, block=512):
 def batch_log10(model, contexts, words, ctx_len):
     """log10 probabilities and n-gram lengths of (context, word) rows in the model's mode."""
     core = model.core
-    softmax = model._data.net.config.output == "softmax"
     if model.normalization == "fallback":
         ks, zs = core.fallback_orders(contexts)
         trunc = contexts.copy()
@@ -181,10 +180,9 @@ def batch_log10(model, contexts, words, ctx_len):
             zs[missing] = softmax_logz(core, model._data.net, trunc[missing])
         lp = core.log_probs(trunc, words, softmax_logz=zs)
         lengths = ks + 1
-    elif softmax and model.normalization == "exact":
-        lp = core.log_probs(contexts, words, softmax_logz=softmax_logz(core, model._data.net, contexts))
-        lengths = ctx_len + 1
     else:
+        # exact softmax: the core computes each block's scores by sgemm and their
+        # normalisers in parallel (faster than softmax_logz's numpy passes)
         lp = core.log_probs(contexts, words)
         lengths = ctx_len + 1
     return lp / np.log(10.0), lengths
