@@ -339,6 +339,24 @@ def _set(obj, path, value):
     return None
 
 
+def _header_meta(raw):
+    """The JSON header of a container image."""
+    hlen = _fixed_header(raw)[3]
+    return json.loads(raw[container._FIXED.size:container._FIXED.size + hlen])
+
+
+def _apply_edits(meta, edits):
+    """Each (index, value) edit replaces the index-th leaf (modulo the leaf count) of the
+    JSON document; returns the edited document (the root itself may be replaced)."""
+    for index, value in edits:
+        leaves = list(_json_paths(meta))
+        path, _ = leaves[index % len(leaves)]
+        replaced = _set(meta, path, copy.deepcopy(value))
+        if replaced is not None:
+            meta = replaced
+    return meta
+
+
 json_edit = st.tuples(st.integers(0, 1 << 20),
                       st.one_of(st.sampled_from(HOSTILE_INTS),
                                 st.sampled_from([None, "", "<f4", "|O", "<f16", [], {}, [-1], [2**40, 2**40],
@@ -357,15 +375,7 @@ def binary_case(tmp, raw, reference, answer_fn, muts=None, edits=None, fixed=Non
         except struct.error:
             return
     if edits:
-        hlen = _fixed_header(raw)[3]
-        meta = json.loads(raw[container._FIXED.size:container._FIXED.size + hlen])
-        for index, value in edits:
-            leaves = list(_json_paths(meta))
-            path, _ = leaves[index % len(leaves)]
-            replaced = _set(meta, path, copy.deepcopy(value))
-            if replaced is not None:
-                meta = replaced
-        image = _rewrite_header(raw, meta)
+        image = _rewrite_header(raw, _apply_edits(_header_meta(raw), edits))
     if muts:
         image = mutate(image, muts)
     path = tmp / "damaged.nplm"
@@ -513,13 +523,7 @@ def test_fuzz_interpolation_spec(work, spec_bytes, muts):
 @FUZZ
 @given(edits=st.lists(json_edit, min_size=1, max_size=3))
 def test_fuzz_interpolation_spec_fields(work, spec_bytes, edits):
-    meta = json.loads(spec_bytes)
-    for index, value in edits:
-        leaves = list(_json_paths(meta))
-        path, _ = leaves[index % len(leaves)]
-        replaced = _set(meta, path, copy.deepcopy(value))
-        if replaced is not None:
-            meta = replaced
+    meta = _apply_edits(json.loads(spec_bytes), edits)
     target = work / "fuzz-fields.json"
     target.write_text(json.dumps(meta))
     config = nplm.Config()
@@ -621,15 +625,7 @@ def test_fuzz_quantised_neural(work, quantised, muts, edits):
     raw = quantised[0]
     image = raw
     if edits:
-        hlen = _fixed_header(raw)[3]
-        meta = json.loads(raw[container._FIXED.size:container._FIXED.size + hlen])
-        for index, value in edits:
-            leaves = list(_json_paths(meta))
-            path, _ = leaves[index % len(leaves)]
-            replaced = _set(meta, path, copy.deepcopy(value))
-            if replaced is not None:
-                meta = replaced
-        image = _rewrite_header(raw, meta)
+        image = _rewrite_header(raw, _apply_edits(_header_meta(raw), edits))
     path = work / "q-damaged.nplm"
     path.write_bytes(mutate(image, muts))
     net = outcome(quantize.load_neural, path)
@@ -645,8 +641,7 @@ CONFIG_VALUES = [None, -1, 0, 1, 2**31, 2**64, 1.5, float("nan"), True, "", "x",
 
 
 def _config_cases(raw):
-    hlen = _fixed_header(raw)[3]
-    meta = json.loads(raw[container._FIXED.size:container._FIXED.size + hlen])
+    meta = _header_meta(raw)
     paths = [p for p, _ in _json_paths(meta["config"])]
     return meta, [("config",) + p for p in paths]
 
