@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from .errors import FormatError
+from .tables import row_groups
 from .textio import open_binary, same_file
 
 FORMATS = ("arpa", "binary", "neural", "float16", "int8", "isi")
@@ -123,20 +124,6 @@ def convert(src, dst, to=None, text=None, messages=None):
 # ---------------------------------------------------------------------------------
 # Back-off binary -> NGramTables.
 
-def _row_groups(a, b):
-    """Group ids such that equal rows of ``a`` and ``b`` (same width) share one."""
-    both = np.concatenate([a, b])
-    if both.shape[1] == 0:
-        return np.zeros(len(a), np.int64), np.zeros(len(b), np.int64)
-    order = np.lexsort(both.T[::-1])
-    s = both[order]
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = (s[1:] != s[:-1]).any(axis=1)
-    ids = np.empty(len(s), np.int64)
-    ids[order] = np.cumsum(new) - 1
-    return ids[:len(a)], ids[len(a):]
-
-
 def _live_entries(a, n, order):
     if n < order:
         return int((a[f"mid{n}"][:, 0] != 0).sum())
@@ -164,7 +151,7 @@ def tables_from_binary(path, threads=2):
             cand = np.arange(V, dtype=np.int32)
             wg = np.zeros(V, np.int64)
         else:
-            pg, wg = _row_groups(P[:, 1:], P[:, :-1])
+            pg, wg = row_groups(P[:, 1:], P[:, :-1])
             cand = P[:, -1]
         po, wo = np.argsort(pg, kind="stable"), np.argsort(wg, kind="stable")
         P, pg = np.ascontiguousarray(P[po]), pg[po]

@@ -41,7 +41,7 @@ import math
 import numpy as np
 
 from .errors import FormatError
-from .tables import NGramTables
+from .tables import NGramTables, row_groups
 
 try:
     from . import _distil
@@ -427,18 +427,6 @@ def _per_order(value, order, name):
     return {n: int(v) for n, v in zip(range(2, order + 1), value)}
 
 
-def _row_groups(a, b):
-    """Group ids such that equal rows of ``a`` and ``b`` (same width) share one."""
-    both = np.concatenate([a, b])
-    order = np.lexsort(both.T[::-1])
-    s = both[order]
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = (s[1:] != s[:-1]).any(axis=1)
-    ids = np.empty(len(s), np.int64)
-    ids[order] = np.cumsum(new) - 1
-    return ids[:len(a)], ids[len(a):]
-
-
 def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 << 21):
     """The ``k`` most probable words (by ``model``) after each context row of ``ctx``.
     Candidates: the words seen after the context's last m-1 words (rows of
@@ -451,7 +439,7 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
         per = np.full(len(ctx), len(candidates), np.int64)
         cand_of = None
     else:
-        cg, lg = _row_groups(ctx[:, 1:], lower_rows[:, :-1])
+        cg, lg = row_groups(ctx[:, 1:], lower_rows[:, :-1])
         lo_order = np.argsort(lg, kind="stable")
         lg_sorted = lg[lo_order]
         starts = np.searchsorted(lg_sorted, cg, "left")

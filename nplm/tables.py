@@ -51,3 +51,17 @@ class NGramTables:
                 raise ValueError(f"ids[{k}] must be int32 of shape (n, {k + 1})")
             if p.dtype != np.float32 or b.dtype != np.float32 or len(b) != len(p):
                 raise ValueError(f"logprob[{k}]/backoff[{k}] must be float32 of equal length")
+
+
+def row_groups(a, b):
+    """Group ids such that equal rows of ``a`` and ``b`` (same width) share one."""
+    both = np.concatenate([a, b])
+    if both.shape[1] == 0:
+        return np.zeros(len(a), np.int64), np.zeros(len(b), np.int64)
+    order = np.lexsort(both.T[::-1])
+    s = both[order]
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = (s[1:] != s[:-1]).any(axis=1)
+    ids = np.empty(len(s), np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids[:len(a)], ids[len(a):]
