@@ -31,10 +31,16 @@ def make_net(kind, order=4, seed=0):
         t = huffman_tree(COUNTS)
         tree = (t.points, t.codes, t.lengths)
     net = NeuralNet.create(cfg, vocab, word_class=wc, tree=tree, seed=seed)
-    rng = np.random.default_rng(seed + 1)
-    for name, v in net.params.items():
+    return randomise(net, seed + 1)
+
+
+def randomise(net, seed, scale=0.4):
+    """Every parameter drawn from N(0, scale), away from the initialisation's zeros and
+    symmetries so every code path sees real numbers; returns the net."""
+    rng = np.random.default_rng(seed)
+    for v in net.params.values():
         if v.size:
-            v[...] = rng.normal(0, 0.4, v.shape).astype(np.float32)
+            v[...] = rng.normal(0, scale, v.shape).astype(np.float32)
     return net
 
 

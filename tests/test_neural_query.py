@@ -187,15 +187,11 @@ def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
     import subprocess
     import sys
     from nplm.neural import NeuralConfig, NeuralNet
-    from neural_fixtures import COUNTS, WORDS
+    from neural_fixtures import COUNTS, WORDS, randomise
     from nplm.vocab import Vocabulary
     cfg = NeuralConfig(order=4, embedding_dim=400, hidden=(300, 270), context="full", output="softmax",
                        objective="mle")
-    net = NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=2)
-    rng = np.random.default_rng(5)
-    for v in net.params.values():
-        if v.size:
-            v[...] = rng.normal(0, 0.05, v.shape).astype(np.float32)
+    net = randomise(NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=2), 5, scale=0.05)
     path = tmp_path / "wide.nplm"
     net.save(str(path))
     script = tmp_path / "probe.py"
@@ -251,14 +247,10 @@ def test_first_layer_table_with_every_activation(tmp_path, activation):
     inside the summing kernel, tanh after it, identity not at all)."""
     from nplm.neural import NeuralConfig, NeuralNet
     from nplm.vocab import Vocabulary
-    from neural_fixtures import COUNTS, WORDS
+    from neural_fixtures import COUNTS, WORDS, randomise
     cfg = NeuralConfig(order=4, embedding_dim=8, hidden=(20, 6), context="full", output="softmax",
                        objective="mle", activation=activation)
-    net = NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=4)
-    rng = np.random.default_rng(4)
-    for v in net.params.values():
-        if v.size:
-            v[...] = rng.normal(0, 0.4, v.shape).astype(np.float32)
+    net = randomise(NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=4), 4)
     path = tmp_path / "t.nplm"
     net.save(str(path))
     m = nplm.Model(str(path))
