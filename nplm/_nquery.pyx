@@ -529,7 +529,9 @@ cdef class NeuralCore(LMCore):
         fv = flat["b2"]; self.b2 = &fv[0]
         # One context's dense layers stream whole weight rows: copies with rows padded
         # to 64 bytes keep every vector load inside one cache line (25% faster here).
-        ptr, self.ld0 = self._padded(flat["ctx"], self.m * self.d if self.ctx_kind == CTX_FULL else 0, self.r0)
+        # (the context matrix only when no first-layer table replaces it)
+        ptr, self.ld0 = self._padded(flat["ctx"], self.m * self.d if self.ctx_kind == CTX_FULL and T is None
+                                     else 0, self.r0)
         self.ctxw_p = <const float *><Py_ssize_t>ptr
         ptr, self.ld1 = self._padded(flat["w1"], self.r0 if self.n_dense >= 1 else 0, self.h1)
         self.w1_p = <const float *><Py_ssize_t>ptr
@@ -851,6 +853,11 @@ cdef class NeuralCore(LMCore):
 
     # ------------------------------------------------------------ batches
 
+    cdef tuple _forward_scratch(self, int B):
+        """Work arrays X, A0, A1, A2 of _hidden_block for blocks of B contexts."""
+        return (np.empty(B * self.m * self.d + 1, np.float32), np.empty(B * self.r0 + 1, np.float32),
+                np.empty(B * max(self.h1, 1), np.float32), np.empty(B * max(self.h2, 1), np.float32))
+
     def hidden(self, ctx):
         """Hidden states (N, r) float32 of contexts (N, m) int32, oldest first."""
         cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
@@ -862,10 +869,7 @@ cdef class NeuralCore(LMCore):
         out = np.empty((N, self.r), np.float32)
         cdef float[:, ::1] o = out
         cdef int B = 256, lo, nb
-        X = np.empty(B * self.m * self.d + 1, np.float32)
-        A0 = np.empty(B * self.r0 + 1, np.float32)
-        A1 = np.empty(B * max(self.h1, 1), np.float32)
-        A2 = np.empty(B * max(self.h2, 1), np.float32)
+        X, A0, A1, A2 = self._forward_scratch(B)
         cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2
         cdef float *H
         with nogil:
@@ -899,10 +903,7 @@ cdef class NeuralCore(LMCore):
         if self.out_kind == OUT_CLASS and self.mode == MODE_EXACT:
             return self._class_log_probs(c, wv, out)
         cdef int B = 512 if need_z else 128, lo, nb, b, i
-        X = np.empty(B * self.m * self.d + 1, np.float32)
-        A0 = np.empty(B * self.r0 + 1, np.float32)
-        A1 = np.empty(B * max(self.h1, 1), np.float32)
-        A2 = np.empty(B * max(self.h2, 1), np.float32)
+        X, A0, A1, A2 = self._forward_scratch(B)
         S = np.empty(<int64_t>B * max(self.V, self.C) + 16, np.float32)
         cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S
         cdef float *H
@@ -939,10 +940,7 @@ cdef class NeuralCore(LMCore):
         cdef int max_width = 0
         for k in range(C):
             max_width = max(max_width, self.class_start[k + 1] - self.class_start[k])
-        X = np.empty(B * self.m * self.d + 1, np.float32)
-        A0 = np.empty(B * self.r0 + 1, np.float32)
-        A1 = np.empty(B * max(self.h1, 1), np.float32)
-        A2 = np.empty(B * max(self.h2, 1), np.float32)
+        X, A0, A1, A2 = self._forward_scratch(B)
         S = np.empty(<int64_t>B * max(C, max_width) + 16, np.float32)
         G = np.empty(<int64_t>B * r + 16, np.float32)
         rows = np.empty(B, np.int32)
