@@ -410,6 +410,31 @@ class Train:
         return 0
 
 
+@command("sample", "Sample sentences from a neural model (for distillation: nplm distil --sample-text)")
+class Sample:
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("model", help="neural nplm model (any output kind; drawn from its exact distribution)")
+        p.add_argument("--tokens", type=int, required=True,
+                       help="how many tokens to draw (words plus one </s> per sentence)")
+        p.add_argument("--out", required=True, help="output text, one sentence per line (written atomically)")
+        p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+        p.add_argument("--max-length", type=int, default=100,
+                       help="cut a sentence after this many words (default 100)")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    @staticmethod
+    def run(args):
+        from .sample import sample_to_file
+        from .textio import same_file
+        if same_file(args.model, args.out):
+            return _error(f"--out {args.out} would overwrite the model")
+        n_sent, n_tok = sample_to_file(args.model, args.out, args.tokens, seed=args.seed,
+                                       max_len=args.max_length, progress=not args.quiet)
+        print(f"{n_sent} sentences, {n_tok} tokens written to {args.out}", file=sys.stderr)
+        return 0
+
+
 @command("precompute", "Store softmax normalisers of frequent contexts for fallback normalisation")
 class Precompute:
     @staticmethod
@@ -444,6 +469,11 @@ class Distil:
                             "when the name ends in .nplm/.bin")
         p.add_argument("--min-count", type=int, nargs="+", metavar="N",
                        help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
+        p.add_argument("--sample-text", metavar="FILE",
+                       help="also list the n-grams of this text sampled from the teacher (nplm sample): "
+                            "the likely unseen n-grams a training text cannot list")
+        p.add_argument("--sample-min-count", type=int, nargs="+", metavar="N",
+                       help="count thresholds for the sampled text's n-grams of orders 2..N (default 1)")
         p.add_argument("--top-k", type=int, default=0,
                        help="also list each text context's K most probable continuations")
         p.add_argument("--top-k-min-count", type=int, default=2,
@@ -451,6 +481,10 @@ class Distil:
         p.add_argument("--lower", help="model giving the probabilities of orders below --order")
         p.add_argument("--prune-to", type=int, metavar="NGRAMS",
                        help="relative-entropy pruning to at most this many n-grams of orders >= 2")
+        p.add_argument("--continuation", action="store_true",
+                       help="shape the lower orders for backing off: the teacher's expected leftover mass "
+                            "of longer contexts (Kneser-Ney's idea, computed from the teacher); pays "
+                            "with --sample-text")
         p.add_argument("--threads", type=int, default=1,
                        help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
@@ -458,12 +492,14 @@ class Distil:
     @staticmethod
     def run(args):
         from .distil import distil_to_file
-        if args.text is None and args.ngrams is None:
-            return _error("give --text and/or --ngrams: the n-grams to list")
+        if args.text is None and args.ngrams is None and args.sample_text is None:
+            return _error("give --text, --ngrams and/or --sample-text: the n-grams to list")
         tables = distil_to_file(args.model, args.arpa, args.order, args.text, ngrams=args.ngrams,
-                                min_count=args.min_count, top_k=args.top_k,
+                                min_count=args.min_count, sample_text=args.sample_text,
+                                sample_min_count=args.sample_min_count, top_k=args.top_k,
                                 top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
-                                prune_to=args.prune_to, threads=args.threads, progress=not args.quiet)
+                                prune_to=args.prune_to, continuation=args.continuation, threads=args.threads,
+                                progress=not args.quiet)
         print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)
         return 0
 

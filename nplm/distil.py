@@ -2,9 +2,11 @@
 
 Which n-grams are listed: every word of the teacher's vocabulary as a unigram, plus
 the n-grams of a text (or of an existing back-off model), each order with its own
-count threshold, optionally plus every frequent context's ``top_k`` most probable
-continuations (among the words seen after its shorter context).  The set is then closed under prefixes and suffixes, so every listed
-n-gram's context and lower-order n-gram are listed too (KenLM needs the former;
+count threshold, optionally plus the n-grams of a text sampled from the teacher
+(``nplm sample``; the unseen n-grams where a network's generalisation lives) and
+every frequent context's ``top_k`` most probable continuations (among the words seen
+after its shorter context).  The set is then closed under prefixes and suffixes, so
+every listed n-gram's context and lower-order n-gram are listed too (KenLM needs the former;
 exact back-off weights need the latter).
 
 Where the numbers come from: the probability of a listed n-gram (h, w) is the
@@ -470,14 +472,19 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
     return np.concatenate(out) if out else np.zeros((0, m + 1), np.int32)
 
 
-def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, top_k_min_count=2,
-           lower_teacher=None, prune_to=None, threads=1, progress=False):
+def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_text=None,
+           sample_min_count=None, top_k=0, top_k_min_count=2, lower_teacher=None, prune_to=None,
+           continuation=False, threads=1, progress=False):
     """Distil ``teacher`` (an nplm.Model or a model path) into NGramTables of ``order``.
 
     text:       training text whose n-grams are listed (one sentence per line);
     ngrams:     or/and a back-off model (NGramTables or ARPA path) whose n-grams are listed;
     min_count:  per-order count thresholds for the text's n-grams (int, or list for
                 orders 2..N, the last repeated);
+    sample_text: text sampled from the teacher (``nplm sample``), whose n-grams are
+                listed too, with their own thresholds ``sample_min_count`` (default 1):
+                the unseen n-grams a neural teacher finds likely, which the training
+                text cannot list (Deoras et al. 2011);
     top_k:      also list each text context's k most probable continuations (contexts
                 seen at least ``top_k_min_count`` times; candidates: every word after a
                 one-word context, else the words the text shows after the context's
@@ -485,7 +492,11 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
     lower_teacher: model giving the probabilities of orders < ``order`` (default: teacher),
                 except for n-grams that start with ``<s>``: their context is a whole
                 history, so they keep the teacher's probability;
-    prune_to:   relative-entropy pruning to at most this many n-grams of orders >= 2.
+    prune_to:   relative-entropy pruning to at most this many n-grams of orders >= 2;
+    continuation: after pruning, replace the probabilities of orders < ``order`` (True;
+                or of orders 1..k for an int k) by the teacher's expected leftover
+                mass of their longer contexts, the shape a back-off distribution
+                needs (nplm/continuation.py).
     """
     teacher = _load(teacher)
     lower = _load(lower_teacher) if lower_teacher is not None else teacher
@@ -501,21 +512,28 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
     null = wid.get("<null>")
     lower_map = _vocab_map(words, lower) if lower is not teacher else None
     thresholds = _per_order(min_count, order, "min_count")
+    sample_thresholds = _per_order(sample_min_count, order, "sample_min_count")
     rows = {n: [] for n in range(2, order + 1)}
     counted = None
+    forbidden = {"<s>", "</s>", "<null>"}
     if text is not None:
-        forbidden = {"<s>", "</s>", "<null>"}
         counted = count_text(text, teacher.vocab, order, V, bos, eos, forbidden, progress)
         for n in range(2, order + 1):
             r, c = counted[n]
             rows[n].append(r[c >= thresholds[n]])
+    if sample_text is not None:
+        sampled = count_text(sample_text, teacher.vocab, order, V, bos, eos, forbidden, progress)
+        for n in range(2, order + 1):
+            r, c = sampled[n]
+            rows[n].append(r[c >= sample_thresholds[n]])
+        del sampled
     if ngrams is not None:
         from .arpa import read_arpa
         tables = read_arpa(ngrams) if not isinstance(ngrams, NGramTables) else ngrams
         m = np.array([wid.get(w, 0) for w in tables.vocab], dtype=np.int32)
         for n in range(2, min(order, tables.order) + 1):
             rows[n].append(m[tables.ids[n - 1]])
-    if text is None and ngrams is None:
+    if text is None and ngrams is None and sample_text is None:
         raise ValueError("give a text or a back-off model whose n-grams to list")
     if top_k:
         if counted is None:
@@ -538,22 +556,23 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
             rows[n].append(_top_continuations(teacher, ctx, lower_rows, cand.astype(np.int32), top_k, threads))
     s = build_structure(V, {n: np.concatenate(rows[n]) if rows[n] else np.zeros((0, n), np.int32)
                             for n in range(2, order + 1)})
-    logprob = {}
+    def score(r):
+        """Teacher log10 p(last | rest) of rows of r.shape[1] words: the lower
+        teacher below the top order, except for n-grams that start at <s> (their
+        context is a whole history, so the teacher knows best)."""
+        if r.shape[1] == order or lower is teacher:
+            return _score(teacher, r, threads).astype(np.float64)
+        out = _score(lower, r, threads, lower_map).astype(np.float64)
+        start = r[:, 0] == bos
+        if r.shape[1] > 1 and start.any():
+            out[start] = _score(teacher, np.ascontiguousarray(r[start]), threads)
+        return out
+
     it = range(1, s.order + 1)
     if progress:
         from tqdm import tqdm
         it = tqdm(it, desc="teacher scores", unit="order")
-    for n in it:
-        if n == order or lower is teacher:
-            logprob[n] = _score(teacher, s.rows(n), threads).astype(np.float64)
-        else:
-            # A lower-order n-gram is a back-off distribution, except one that starts
-            # at <s>: its context is the whole history, so the teacher knows best.
-            r = s.rows(n)
-            logprob[n] = _score(lower, r, threads, lower_map).astype(np.float64)
-            start = r[:, 0] == bos
-            if n > 1 and start.any():
-                logprob[n][start] = _score(teacher, np.ascontiguousarray(r[start]), threads)
+    logprob = {n: score(s.rows(n)) for n in it}
     predictable = np.ones(V, dtype=bool)
     predictable[bos] = False
     if null is not None:
@@ -562,6 +581,15 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, top_k=0, t
     bows, p = compute_backoffs(s, logprob, predictable)
     if prune_to is not None:
         s, logprob = prune_structure(s, logprob, p, int(prune_to), bos, eos)
+        bows, p = compute_backoffs(s, logprob, predictable)
+    if continuation and s.order > 1:
+        # reshape the lower orders of the final table for backing off (nplm/continuation.py)
+        from . import continuation as cont
+        top = s.order - 1 if continuation is True else min(int(continuation), s.order - 1)
+        shaped = {1: cont.unigrams(score, s, logprob, bos, eos, predictable, progress)}
+        for n in range(2, top + 1):
+            shaped[n] = cont.level(score, s, logprob, n, bos, eos, progress=progress)
+        logprob.update(shaped)
         bows, p = compute_backoffs(s, logprob, predictable)
     logprob[1][bos] = bos_lp
     return _to_tables(s, words, logprob, bows, null)
@@ -598,7 +626,7 @@ def distil_to_file(teacher, out, order, text=None, **kwargs):
     extension) or, for a path ending in .nplm/.bin, an nplm back-off binary.
     Refuses to overwrite the teacher or the text."""
     from .textio import same_file
-    for src in (teacher, text, kwargs.get("ngrams"), kwargs.get("lower_teacher")):
+    for src in (teacher, text, kwargs.get("ngrams"), kwargs.get("lower_teacher"), kwargs.get("sample_text")):
         if isinstance(src, (str, bytes)) or hasattr(src, "__fspath__"):
             if same_file(src, out):
                 raise ValueError(f"refusing to overwrite the input {src!r}")

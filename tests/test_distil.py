@@ -449,3 +449,81 @@ def test_network_fast_path_equals_the_query_core(tmp_path):
         _distil.score_rows(model.core, rows, core)
         fast = distil._score(model, rows, 1)
         assert np.max(np.abs(core - fast)) < 2e-5, n
+
+
+def test_continuation_shapes_equal_a_brute_force_sum(tiny):
+    """The back-off-shaped lower orders (nplm/continuation.py) against the formula
+    summed in plain Python over the whole vocabulary and every longer context:
+    p(w | g) = (sum_e P(e) p_T(w | e) [(e, w) unlisted] + D(g) p_T(w | g))
+               / (sum_e P(e) M(e) + D(g)),   D(g) = P(g) - sum_e P(e)."""
+    from nplm import continuation as cont
+    teacher, text, held, d = tiny
+    V = len(teacher.vocab)
+    bos, eos = teacher.vocab.id("<s>"), teacher.vocab.id("</s>")
+    counted = distil.count_text(str(text), teacher.vocab, 3, V, bos, eos)
+    s = distil.build_structure(V, {2: counted[2][0], 3: counted[3][0][counted[3][1] >= 2]})
+    score = lambda r: distil._score(teacher, np.ascontiguousarray(r, np.int32), 1).astype(np.float64)
+    lp = {n: score(s.rows(n)) for n in (1, 2, 3)}
+    pred = np.ones(V, bool)
+    pred[bos] = False
+    ln = {n: 10.0 ** lp[n] for n in lp}
+    P1 = ln[1].copy()
+    P1[bos] = ln[1][eos]
+
+    def full(ctx):
+        st = teacher.core.state_for(list(ctx))
+        return 10.0 ** teacher.log10_distribution(st).astype(np.float64)
+
+    # unigrams: every word u is a context, every word a candidate
+    listed2 = {}
+    for (u, w) in s.rows(2).tolist():
+        listed2.setdefault(u, set()).add(w)
+    q = np.zeros(V)
+    for u in range(V):
+        if u == eos or (not pred[u] and u != bos):
+            continue
+        dist = full([u])
+        for w in range(V):
+            if pred[w] and w not in listed2.get(u, ()):
+                q[w] += P1[u] * dist[w]
+    got1 = cont.unigrams(score, s, lp, bos, eos, pred)
+    assert np.allclose(10.0 ** got1[pred], q[pred] / q[pred].sum(), rtol=1e-4, atol=1e-12)
+    # bigrams: contexts e = (x, g) listed as bigrams, candidates the words listed after g
+    got2 = cont.level(score, s, lp, 2, bos, eos, max_extensions=10 ** 6)
+    listed3 = {}
+    for (x, g, w), p3 in zip(s.rows(3).tolist(), ln[3]):
+        listed3.setdefault((x, g), {})[w] = p3
+    rows2 = s.rows(2).tolist()
+    P2 = {tuple(r): P1[r[0]] * p for r, p in zip(rows2, ln[2])}
+    checked = 0
+    for j, (g, w) in enumerate(rows2):
+        ext = [e for e in P2 if e[1] == g and e[0] != eos and P2[e] > 0]
+        if g == eos or not ext:
+            assert got2[j] == lp[2][j]          # nothing backs off into it: teacher kept
+            continue
+        direct = max(P1[g] - sum(P2[e] for e in ext), 0.0)
+        num = sum(P2[e] * 10.0 ** score(np.array([[e[0], e[1], w]]))[0]
+                  for e in ext if w not in listed3.get(e, {})) + direct * ln[2][j]
+        den = sum(P2[e] * (1 - sum(listed3.get(e, {}).values())) for e in ext) + direct
+        want = max(num / den, 1e-7 * ln[2][j])
+        assert abs(10.0 ** got2[j] - want) <= 1e-6 + 1e-4 * want, (g, w, 10.0 ** got2[j], want)
+        checked += 1
+        if checked >= 150:
+            break
+    assert checked >= 100
+
+
+def test_continuation_table_is_normalised_and_loads_in_kenlm(tiny, tmp_path):
+    teacher, text, held, d = tiny
+    out = tmp_path / "cont.arpa"
+    tables = distil.distil_to_file(teacher, out, 3, text=str(text), continuation=True, prune_to=2000)
+    plain = distil.distil(teacher, 3, text=str(text), prune_to=2000)
+    assert tables.counts == plain.counts
+    assert not np.allclose(tables.logprob[0], plain.logprob[0])     # reshaped
+    km, nm = kenlm.Model(str(out)), _model(out)
+    ids = np.array([nm.vocab.id(w) for w in tables.vocab if w != "<s>"])
+    for words, _ in _context_states(km, tables)[:200]:
+        st = nm.core.state_for([nm.vocab.id(w) for w in words])
+        assert abs(np.sum(10.0 ** nm.log10_distribution(st)[ids].astype(np.float64)) - 1) < 1e-5
+    for line in held.read_text().splitlines()[:20]:
+        assert abs(km.score(line) - nm.score(line)) < 1e-4

@@ -1,0 +1,144 @@
+"""Lower orders shaped for backing off, estimated from the teacher (for distillation).
+
+A back-off table gives a word w that context h does not list the probability
+bow(h) p(w | h'), so p(. | h') has two jobs: it is the distribution after the short
+context h' when nothing longer is listed, and the shape of the mass that longer
+contexts leave to unlisted words.  A teacher's own short-context distribution does
+the first job and fails the second: the words it favours are the ones most longer
+contexts already list, so the leftover mass lands on them instead of on the words
+that really follow unlisted.  Kneser-Ney's continuation counts correct this for an
+n-gram model; here the same idea is computed from the teacher.  The order-n entry
+(g, w) becomes the expected leftover mass of its one-word-longer contexts e = (x, g):
+
+    p(w | g) = sum_e P(e) p_T(w | e) [(e, w) not listed] / sum_e P(e) M(e)
+
+with M(e) = 1 - sum_{w listed after e} p_T(w | e) the mass e leaves, and P(e) the
+teacher's chain probability of e.  The first job enters the same sum: histories
+ending in g whose longer context is not listed at all (probability P(g) - sum_e P(e))
+use p(w | g) directly, so they add that share of the teacher's own p_T(w | g) to the
+numerator and to the denominator; so do contexts e that list nothing.  For the
+unigrams g is empty and every word is a candidate (the teacher's full distribution
+after each one-word context); for n >= 2 the candidates are the words listed after
+g, and the most probable ``max_extensions`` contexts e of each g stand for all of
+them, so the work stays linear in the listed n-grams.
+"""
+import numpy as np
+
+
+def _chain_logP(s, lp, bos, eos):
+    """log10 P(n-gram) by the chain rule over the table's (teacher) probabilities,
+    P(<s>) taken as P(</s>): one sentence start per sentence end."""
+    logP = {1: lp[1].astype(np.float64).copy()}
+    logP[1][bos] = lp[1][eos]
+    for n in range(2, s.order):
+        logP[n] = logP[n - 1][s.prefix[n]] + lp[n]
+    return logP
+
+
+def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64):
+    """log10 unigram probabilities for backing off (float64, V):
+    q(w) ~ sum_u P(u) p_T(w | u) [(u, w) not listed]."""
+    V = s.V
+    P = np.power(10.0, _chain_logP(s, lp, bos, eos)[1])
+    P[eos] = 0.0                            # never a context
+    P[~predictable & (np.arange(V) != bos)] = 0.0
+    ctx, words = s.prefix[2], s.word[2]     # sorted by context
+    bounds = np.searchsorted(ctx, np.arange(V + 1))
+    q = np.zeros(V)
+    us = np.flatnonzero(P > 0).astype(np.int32)
+    allw = np.arange(V, dtype=np.int32)
+    it = range(0, len(us), chunk)
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(it, desc="continuation 1-grams", unit="chunk")
+    for lo in it:
+        u = us[lo:lo + chunk]
+        rows = np.column_stack([np.repeat(u, V), np.tile(allw, len(u))]).astype(np.int32)
+        d = np.power(10.0, score(rows).astype(np.float64)).reshape(len(u), V)
+        for k, uk in enumerate(u):
+            d[k, words[bounds[uk]:bounds[uk + 1]]] = 0.0
+        q += P[u] @ d
+    q[~predictable] = 0.0
+    out = lp[1].astype(np.float64).copy()
+    total = q.sum()
+    if total > 0:
+        out[predictable] = np.log10(np.maximum(q[predictable] / total, 1e-99))
+    return out
+
+
+def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 << 21):
+    """log10 probabilities of the order-n entries (2 <= n < order) for backing off
+    (float64); entries whose context has no longer context listed keep lp[n]."""
+    logP = _chain_logP(s, lp, bos, eos)
+    count_n = s.count(n)
+    # M(e): mass each order-n n-gram e leaves as a context of order n+1
+    p_up = np.power(10.0, lp[n + 1].astype(np.float64))
+    M = np.maximum(1.0 - np.bincount(s.prefix[n + 1], weights=p_up, minlength=count_n), 0.0)
+    # extensions e of each context g (an order n-1 index): e's suffix is g
+    g_of_e = s.suffix[n]
+    P = np.power(10.0, logP[n])
+    P[s.word[n] == eos] = 0.0               # </s> ends the sentence: never a context
+    order = np.lexsort((-P, g_of_e))        # by g, most probable first
+    ge = g_of_e[order]
+    first = np.searchsorted(ge, ge, "left")
+    rank = np.arange(len(ge)) - first
+    ext = order[(rank < max_extensions) & (P[order] > 0)]
+    ext = ext[np.argsort(g_of_e[ext], kind="stable")]
+    g_ext = g_of_e[ext]
+    # candidates after e: the order-n n-grams listed after g = suffix(e)
+    starts = np.searchsorted(s.prefix[n], g_ext, "left")
+    per = np.searchsorted(s.prefix[n], g_ext, "right") - starts
+    r = np.zeros(count_n)
+    rows_n = s.rows(n)
+    bounds = np.concatenate([[0], np.cumsum(per)])
+    c0 = 0
+    steps = 0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=int(bounds[-1]), desc=f"continuation {n}-grams", unit="row", unit_scale=True)
+    while c0 < len(ext):
+        c1 = max(c0 + 1, int(np.searchsorted(bounds, bounds[c0] + chunk, "right")) - 1)
+        c1 = min(c1, len(ext))
+        k = np.repeat(np.arange(c0, c1), per[c0:c1])
+        if len(k):
+            j = starts[k] + (np.arange(len(k)) - (bounds[k] - bounds[c0]))
+            rows = np.column_stack([rows_n[ext[k]], s.word[n][j]]).astype(np.int32)
+            r += np.bincount(j, weights=P[ext[k]] * np.power(10.0, score(rows).astype(np.float64)),
+                             minlength=count_n)
+            if bar is not None:
+                bar.update(len(k))
+        c0 = c1
+        steps += 1
+    if bar is not None:
+        bar.close()
+    # the listed (e, w) are not left over: take their teacher mass back out
+    used = np.zeros(count_n, dtype=bool)
+    used[ext] = True
+    up_e = s.prefix[n + 1]
+    sel = used[up_e]
+    r -= np.bincount(s.suffix[n + 1][sel], weights=P[up_e[sel]] * p_up[sel], minlength=count_n)
+    n_ctx = s.count(n - 1)
+    left = np.bincount(g_ext, weights=P[ext] * M[ext], minlength=n_ctx)
+    # the included extensions stand for all listed ones ...
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.bincount(g_of_e, weights=P, minlength=n_ctx) / np.bincount(g_ext, weights=P[ext],
+                                                                               minlength=n_ctx)
+    scale[~np.isfinite(scale)] = 0.0
+    # ... and histories whose longer context is not listed at all use p(w | g) as
+    # it is: their share P(g) - sum_e P(e) keeps the teacher's distribution
+    Pg = np.power(10.0, logP[n - 1])
+    Pg[s.word[n - 1] == eos if n > 2 else np.arange(n_ctx) == eos] = 0.0
+    direct = np.maximum(Pg - np.bincount(g_of_e, weights=P, minlength=n_ctx), 0.0)
+    g_of_entry = s.prefix[n]
+    p_n = np.power(10.0, lp[n].astype(np.float64))
+    num = scale[g_of_entry] * np.maximum(r, 0.0) + direct[g_of_entry] * p_n
+    total = scale * left + direct
+    out = lp[n].astype(np.float64).copy()
+    ok = total[g_of_entry] > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        val = num / total[g_of_entry]
+    # a listed word no context ever leaves mass to still needs a probability
+    val = np.maximum(val, 1e-7 * p_n)
+    out[ok] = np.log10(val[ok])
+    return out

@@ -1,0 +1,114 @@
+"""Sampling sentences from a neural model (ancestral sampling, exact distribution).
+
+Why: a back-off table distilled from a neural model can only hold the n-grams it
+lists, and the training text lists none of the unseen n-grams where the network's
+generalisation lives.  Text sampled from the network does (Deoras et al. 2011,
+"Variational approximation of long-span language models"): its n-grams are the ones
+the network finds likely, so ``nplm distil --sample N`` lists them.
+
+How: many sentences are grown side by side.  Each step computes the hidden states of
+all streams in one call of the query core, then draws every stream's next word by
+the Gumbel-max trick (argmax of log p + Gumbel noise is a draw from p):
+
+* class output: the class from the (streams x C) scores, then the word from the
+  scores of that class's rows only, the streams grouped by class, one product each;
+* softmax / tree output: from the exact (streams x V) distribution.
+
+A sentence starts from the context the query API uses after ``<s>`` (``<null>``
+padding, then ``<s>``) and ends at ``</s>`` or at ``max_len`` words.  ``<s>``,
+``</s>``-as-word and ``<null>`` are never emitted as words: a draw of ``<s>`` or
+``<null>`` (which a trained net gives almost no mass) is redrawn, which samples
+exactly from the distribution conditioned on a real word.
+"""
+import numpy as np
+
+from .vocab import BOS, EOS, NULL
+
+
+def _class_draw(net, H, rng):
+    """Word ids drawn from a class-output net for hidden states H (S, r)."""
+    p, s = net.params, net.structs
+    cls = H @ p["cls_w"].T
+    cls += p["cls_b"]
+    cls += rng.gumbel(size=cls.shape).astype(np.float32)
+    c = np.argmax(cls, axis=1)
+    out = np.empty(len(H), np.int32)
+    order = np.argsort(c, kind="stable")
+    bounds = np.searchsorted(c[order], np.arange(net.n_classes + 1))
+    start, words = s["class_start"], s["class_words"]
+    for k in np.flatnonzero(bounds[1:] > bounds[:-1]):
+        rows = order[bounds[k]:bounds[k + 1]]
+        lo, hi = int(start[k]), int(start[k + 1])
+        sc = H[rows] @ p["out_w"][lo:hi].T
+        sc += p["out_b"][lo:hi]
+        sc += rng.gumbel(size=sc.shape).astype(np.float32)
+        out[rows] = words[lo + np.argmax(sc, axis=1)]
+    return out
+
+
+def _full_draw(net, ctx, rng):
+    """Word ids drawn from the exact distribution (any output kind)."""
+    lp = net.log10_distribution(ctx) / np.float32(np.log10(np.e))
+    lp += rng.gumbel(size=lp.shape).astype(np.float32)
+    return np.argmax(lp, axis=1).astype(np.int32)
+
+
+def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress=None):
+    """Yield sampled sentences (lists of word strings) until ``n_tokens`` tokens (words
+    plus one ``</s>`` per sentence) are produced.  ``data`` is what
+    ``neural_model.load`` returns.  ``progress(n)`` is called with tokens made."""
+    if n_tokens < 1:
+        raise ValueError(f"number of tokens to sample must be positive, not {n_tokens}")
+    if streams < 1 or max_len < 1:
+        raise ValueError("streams and max_len must be positive")
+    net, core = data.net, data.core
+    words = net.vocab.words
+    m = net.order - 1
+    rng = np.random.default_rng(seed)
+    start = np.array([NULL] * (m - 1) + [BOS], np.int32)
+    ctx = np.tile(start, (streams, 1))
+    sent = [[] for _ in range(streams)]
+    made = 0
+    class_out = net.config.output == "class"
+    while made < n_tokens:
+        w = _class_draw(net, core.hidden(ctx), rng) if class_out else _full_draw(net, ctx, rng)
+        ok = (w != BOS) & (w != NULL)
+        step = 0
+        for i in np.flatnonzero(ok):
+            wi = int(w[i])
+            end = wi == EOS
+            if not end:
+                sent[i].append(words[wi])
+            if end or len(sent[i]) >= max_len:
+                step += len(sent[i]) + 1
+                yield sent[i]
+                sent[i] = []
+                ctx[i] = start
+            else:
+                ctx[i, :-1] = ctx[i, 1:]
+                ctx[i, -1] = wi
+        made += step
+        if progress is not None and step:
+            progress(step)
+
+
+def sample_to_file(path, out, n_tokens, seed=1, max_len=100, streams=4096, progress=True):
+    """Write sampled sentences, one per line, atomically to ``out``; returns the
+    number of sentences and tokens written."""
+    from tqdm import tqdm
+    from . import neural_model
+    from .errors import FormatError
+    from .formats import container
+    from .textio import atomic_write
+    if not container.is_container(path):
+        raise FormatError("sampling needs a neural nplm model (nplm train's output)", path)
+    data = neural_model.load(path)
+    n_sent = n_tok = 0
+    with tqdm(total=n_tokens, unit="tok", unit_scale=True, desc="sample", disable=not progress) as bar, \
+            atomic_write(out, "w") as f:
+        for s in sample_sentences(data, n_tokens, seed=seed, max_len=max_len, streams=streams,
+                                    progress=bar.update):
+            f.write(" ".join(s) + "\n")
+            n_sent += 1
+            n_tok += len(s) + 1
+    return n_sent, n_tok
