@@ -99,6 +99,16 @@ def test_cli_sample_and_distil_lists_the_sample(tmp_path, capsys):
     # thresholds apply to the sample's counts
     fewer = distil.distil(str(path), 3, sample_text=str(out), sample_min_count=[1, 3])
     assert fewer.counts[2] < tables.counts[2]
+    # the CLI passes the sample, its thresholds and the continuation orders through
+    arpa = tmp_path / "s.arpa"
+    assert main(["distil", str(path), "--sample-text", str(out), "--sample-min-count", "1", "3",
+                 "--order", "3", "--arpa", str(arpa), "--continuation", "1", "-q"]) == 0
+    want = distil.distil(str(path), 3, sample_text=str(out), sample_min_count=[1, 3], continuation=1)
+    from nplm.arpa import read_arpa
+    got = read_arpa(arpa)
+    assert got.counts == want.counts
+    assert np.allclose(got.logprob[0], want.logprob[0], atol=1e-4)
+    assert not np.allclose(got.logprob[0], fewer.logprob[0], atol=1e-3)
 
 
 def test_bad_input(tmp_path):

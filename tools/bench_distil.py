@@ -6,6 +6,8 @@ float32/float16/int8; and a plot of perplexity against size (matplotlib, optiona
     python tools/bench_distil.py                                   # teacher: KN5 itself
     python tools/bench_distil.py --teacher neural.nplm --teacher interp.json \\
         --neural neural.nplm --top-k 5 --plot distil.png
+    nplm sample vnnlm.nplm --tokens 20000000 --out s.txt && sed -i 's/<unk>/UNK/g' s.txt
+    python tools/bench_distil.py --teacher kn5+vnnlm.json --sample-text s.txt --continuation 1
 
 Every teacher is anything ``nplm.Model`` loads.  Sizes: n-grams (orders >= 2), the
 ARPA file and the nplm binary in MB (1e6 bytes); the plot uses the binary's size.
@@ -64,6 +66,12 @@ def main():
     ap.add_argument("--top-k", type=int, default=0, help="top-k continuations per context (default 0)")
     ap.add_argument("--top-k-min-count", type=int, default=5)
     ap.add_argument("--lower", help="model for the orders below --order (default: the teacher)")
+    ap.add_argument("--sample-text", help="also list the n-grams of this text sampled from the teacher "
+                    "(nplm sample; <unk> written as UNK like the benchmark's texts)")
+    ap.add_argument("--sample-min-count", type=int, nargs="+", default=[2],
+                    help="count thresholds for the sampled n-grams (default 2)")
+    ap.add_argument("--continuation", type=int, default=0,
+                    help="reshape orders 1..K of the table for backing off (distil --continuation; default 0: off)")
     ap.add_argument("--neural", help="a neural model: also report float32/float16/int8 sizes and perplexity")
     ap.add_argument("--plot", help="write a PNG plot of perplexity against size here (needs matplotlib)")
     ap.add_argument("--keep", help="directory to keep the distilled ARPA files in")
@@ -93,6 +101,9 @@ def main():
             t0 = time.perf_counter()
             tables = distil.distil_to_file(t, out, args.order, str(train), top_k=args.top_k,
                                            top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
+                                           sample_text=args.sample_text,
+                                           sample_min_count=args.sample_min_count,
+                                           continuation=args.continuation or False,
                                            prune_to=target, progress=False)
             secs = time.perf_counter() - t0
             ng, amb, bmb = sizes(out, work)
