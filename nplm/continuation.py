@@ -19,8 +19,9 @@ use p(w | g) directly, so they add that share of the teacher's own p_T(w | g) to
 numerator and to the denominator; so do contexts e that list nothing.  For the
 unigrams g is empty and every word is a candidate (the teacher's full distribution
 after each one-word context); for n >= 2 the candidates are the words listed after
-g, and the most probable ``max_extensions`` contexts e of each g stand for all of
-them, so the work stays linear in the listed n-grams.
+g; the teacher scores p_T(w | e) for the ``max_extensions`` most probable contexts
+e of each g, and the rarer ones are taken to leave p_T(w | g) on the words they do
+not list (their mass M(e) exact), so the work stays linear in the listed n-grams.
 """
 import numpy as np
 
@@ -92,7 +93,6 @@ def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 
     rows_n = s.rows(n)
     bounds = np.concatenate([[0], np.cumsum(per)])
     c0 = 0
-    steps = 0
     bar = None
     if progress:
         from tqdm import tqdm
@@ -109,7 +109,6 @@ def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 
             if bar is not None:
                 bar.update(len(k))
         c0 = c1
-        steps += 1
     if bar is not None:
         bar.close()
     # the listed (e, w) are not left over: take their teacher mass back out
@@ -119,21 +118,23 @@ def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 
     sel = used[up_e]
     r -= np.bincount(s.suffix[n + 1][sel], weights=P[up_e[sel]] * p_up[sel], minlength=count_n)
     n_ctx = s.count(n - 1)
-    left = np.bincount(g_ext, weights=P[ext] * M[ext], minlength=n_ctx)
-    # the included extensions stand for all listed ones ...
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.bincount(g_of_e, weights=P, minlength=n_ctx) / np.bincount(g_ext, weights=P[ext],
-                                                                               minlength=n_ctx)
-    scale[~np.isfinite(scale)] = 0.0
-    # ... and histories whose longer context is not listed at all use p(w | g) as
-    # it is: their share P(g) - sum_e P(e) keeps the teacher's distribution
+    # The other extensions (beyond the max_extensions most probable of each g) are
+    # rarer contexts, which list fewer words: leaving them out would bias the shape
+    # towards the words frequent contexts already list.  Their leftover is taken as
+    # p_T(w | g) on the words each does not list, with its exact mass M(e).
+    rest = ~used & (P > 0)
+    S_rest = np.bincount(g_of_e[rest], weights=P[rest], minlength=n_ctx)
+    sel = rest[up_e]
+    listed_rest = np.bincount(s.suffix[n + 1][sel], weights=P[up_e[sel]], minlength=count_n)
+    # Histories whose longer context is not listed at all use p(w | g) as it is:
+    # their share P(g) - sum_e P(e) keeps the teacher's distribution.
     Pg = np.power(10.0, logP[n - 1])
     Pg[s.word[n - 1] == eos if n > 2 else np.arange(n_ctx) == eos] = 0.0
     direct = np.maximum(Pg - np.bincount(g_of_e, weights=P, minlength=n_ctx), 0.0)
     g_of_entry = s.prefix[n]
     p_n = np.power(10.0, lp[n].astype(np.float64))
-    num = scale[g_of_entry] * np.maximum(r, 0.0) + direct[g_of_entry] * p_n
-    total = scale * left + direct
+    num = np.maximum(r, 0.0) + p_n * np.maximum(S_rest[g_of_entry] + direct[g_of_entry] - listed_rest, 0.0)
+    total = np.bincount(g_of_e, weights=P * M, minlength=n_ctx) + direct
     out = lp[n].astype(np.float64).copy()
     ok = total[g_of_entry] > 0
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -488,28 +488,32 @@ def test_continuation_shapes_equal_a_brute_force_sum(tiny):
                 q[w] += P1[u] * dist[w]
     got1 = cont.unigrams(score, s, lp, bos, eos, pred)
     assert np.allclose(10.0 ** got1[pred], q[pred] / q[pred].sum(), rtol=1e-4, atol=1e-12)
-    # bigrams: contexts e = (x, g) listed as bigrams, candidates the words listed after g
-    got2 = cont.level(score, s, lp, 2, bos, eos, max_extensions=10 ** 6)
+    # bigrams: contexts e = (x, g) listed as bigrams, candidates the words listed after g;
+    # the K most probable e of each g scored exactly, the rest through p_T(w | g)
     listed3 = {}
     for (x, g, w), p3 in zip(s.rows(3).tolist(), ln[3]):
         listed3.setdefault((x, g), {})[w] = p3
     rows2 = s.rows(2).tolist()
     P2 = {tuple(r): P1[r[0]] * p for r, p in zip(rows2, ln[2])}
-    checked = 0
-    for j, (g, w) in enumerate(rows2):
-        ext = [e for e in P2 if e[1] == g and e[0] != eos and P2[e] > 0]
-        if g == eos or not ext:
-            assert got2[j] == lp[2][j]          # nothing backs off into it: teacher kept
-            continue
-        direct = max(P1[g] - sum(P2[e] for e in ext), 0.0)
-        num = sum(P2[e] * 10.0 ** score(np.array([[e[0], e[1], w]]))[0]
-                  for e in ext if w not in listed3.get(e, {})) + direct * ln[2][j]
-        den = sum(P2[e] * (1 - sum(listed3.get(e, {}).values())) for e in ext) + direct
-        want = max(num / den, 1e-7 * ln[2][j])
-        assert abs(10.0 ** got2[j] - want) <= 1e-6 + 1e-4 * want, (g, w, 10.0 ** got2[j], want)
-        checked += 1
-        if checked >= 150:
-            break
+    for K in (10 ** 6, 2):
+        got2 = cont.level(score, s, lp, 2, bos, eos, max_extensions=K)
+        checked = 0
+        for j, (g, w) in enumerate(rows2):
+            ext = sorted((e for e in P2 if e[1] == g and P2[e] > 0), key=lambda e: -P2[e])
+            if g == eos or not ext:
+                assert got2[j] == lp[2][j]          # nothing backs off into it: teacher kept
+                continue
+            incl, rest = ext[:K], ext[K:]
+            direct = max(P1[g] - sum(P2[e] for e in ext), 0.0)
+            num = sum(P2[e] * 10.0 ** score(np.array([[e[0], e[1], w]]))[0]
+                      for e in incl if w not in listed3.get(e, {}))
+            num += ln[2][j] * (direct + sum(P2[e] for e in rest if w not in listed3.get(e, {})))
+            den = sum(P2[e] * (1 - sum(listed3.get(e, {}).values())) for e in ext) + direct
+            want = max(num / den, 1e-7 * ln[2][j])
+            assert abs(10.0 ** got2[j] - want) <= 1e-6 + 1e-4 * want, (K, g, w, 10.0 ** got2[j], want)
+            checked += 1
+            if checked >= 150:
+                break
     assert checked >= 100
 
 
