@@ -58,6 +58,35 @@ def neural_rows(path, test_lines, workdir):
     return rows
 
 
+def plot_rows(rows, path):
+    """Test perplexity against binary size (MB) for (name, n-grams, ARPA MB, binary MB,
+    ppl) rows; needs matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+        return
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, ng, amb, bmb, ppl in rows:
+        marker = "o" if name.startswith("KN") else "s" if name.startswith("neural") else "^"
+        ax.scatter(bmb, ppl, marker=marker, label=f"{name} ({ppl:.1f})")
+    ax.set_xlabel("model size (MB, nplm binary)")
+    ax.set_ylabel("PTB test perplexity")
+    ax.set_xscale("log")
+    lo, hi = min(r[3] for r in rows), max(r[3] for r in rows)
+    ax.set_xticks([t for t in (5, 10, 15, 20, 30, 40, 50, 70, 100, 150, 200, 300) if lo / 1.3 <= t <= hi * 1.3])
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title("Quality against memory (cf. Baltescu & Blunsom 2015, section 7)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--teacher", action="append",
@@ -126,28 +155,7 @@ def main():
         print(f"| {name} | {ngs} | {am} | {bmb:.1f} | {ppl:.2f} | {ppl / kn_ppl:.3f} |")
 
     if args.plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
-            return 0
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for name, ng, amb, bmb, ppl in rows:
-            marker = "o" if name.startswith("KN") else "s" if name.startswith("neural") else "^"
-            ax.scatter(bmb, ppl, marker=marker, label=f"{name} ({ppl:.1f})")
-        ax.set_xlabel("model size (MB, nplm binary)")
-        ax.set_ylabel("PTB test perplexity")
-        ax.set_xscale("log")
-        from matplotlib.ticker import NullFormatter, ScalarFormatter
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.legend(fontsize=7, loc="best")
-        ax.set_title("Quality against memory (cf. Baltescu & Blunsom 2015, section 7)")
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
-        print(f"plot written to {args.plot}", file=sys.stderr)
+        plot_rows(rows, args.plot)
     return 0
 
 
