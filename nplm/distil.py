@@ -507,6 +507,8 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
     lower = _load(lower_teacher) if lower_teacher is not None else teacher
     if not 1 <= order <= 16:
         raise ValueError(f"order {order} outside 1..16")
+    if int(continuation) < 0:
+        raise ValueError(f"continuation takes the number of orders to reshape (>= 0), not {continuation}")
     words = teacher.vocab.words()
     V = len(words)
     wid = {w: i for i, w in enumerate(words)}

@@ -355,6 +355,8 @@ def test_bad_input(tiny, tmp_path):
         distil.distil(teacher, 3)
     with pytest.raises(ValueError, match="min_count"):
         distil.distil(teacher, 3, text=str(text), min_count=[0])
+    with pytest.raises(ValueError, match="continuation"):
+        distil.distil(teacher, 3, text=str(text), continuation=-1)
     before = text.read_bytes()
     with pytest.raises(ValueError, match="refusing to overwrite"):
         distil.distil_to_file(str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"), text, 3, text=str(text))
