@@ -25,22 +25,14 @@ not list (their mass M(e) exact), so the work stays linear in the listed n-grams
 """
 import numpy as np
 
-
-def _chain_logP(s, lp, bos, eos):
-    """log10 P(n-gram) by the chain rule over the table's (teacher) probabilities,
-    P(<s>) taken as P(</s>): one sentence start per sentence end."""
-    logP = {1: lp[1].astype(np.float64).copy()}
-    logP[1][bos] = lp[1][eos]
-    for n in range(2, s.order):
-        logP[n] = logP[n - 1][s.prefix[n]] + lp[n]
-    return logP
+from .distil import chain_log10P
 
 
 def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64):
     """log10 unigram probabilities for backing off (float64, V):
     q(w) ~ sum_u P(u) p_T(w | u) [(u, w) not listed]."""
     V = s.V
-    P = np.power(10.0, _chain_logP(s, lp, bos, eos)[1])
+    P = np.power(10.0, chain_log10P(s, lp, bos, eos, 1)[1])
     P[eos] = 0.0                            # never a context
     P[~predictable & (np.arange(V) != bos)] = 0.0
     ctx, words = s.prefix[2], s.word[2]     # sorted by context
@@ -70,7 +62,7 @@ def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64):
 def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 << 21):
     """log10 probabilities of the order-n entries (2 <= n < order) for backing off
     (float64); entries whose context has no longer context listed keep lp[n]."""
-    logP = _chain_logP(s, lp, bos, eos)
+    logP = chain_log10P(s, lp, bos, eos, n)
     count_n = s.count(n)
     # M(e): mass each order-n n-gram e leaves as a context of order n+1
     p_up = np.power(10.0, lp[n + 1].astype(np.float64))

@@ -348,13 +348,20 @@ def compute_backoffs(s, logprob, predictable):
 # ---------------------------------------------------------------------------------
 # Relative-entropy pruning.
 
+def chain_log10P(s, logprob, bos, eos, top):
+    """log10 P(n-gram) of every listed n-gram of orders 1..top by the chain rule over
+    ``logprob``, with P(<s>) = P(</s>): one sentence start per sentence end."""
+    logP = {1: logprob[1].astype(np.float64)}
+    logP[1][bos] = logprob[1][eos]
+    for n in range(2, top + 1):
+        logP[n] = logP[n - 1][s.prefix[n]] + logprob[n]
+    return logP
+
+
 def _prune_scores(s, logprob, p, bos, eos):
     """Stolcke's D for every n-gram of order >= 2 (natural-log units)."""
     ln10 = math.log(10.0)
-    logP = {1: logprob[1].astype(np.float64) * ln10}
-    logP[1][bos] = logprob[1][eos] * ln10        # P(<s>): one start per sentence end
-    for n in range(2, s.order + 1):
-        logP[n] = logP[n - 1][s.prefix[n]] + logprob[n] * ln10
+    logP = chain_log10P(s, logprob, bos, eos, s.order - 1)
     D = {}
     for n in range(2, s.order + 1):
         ctx = s.prefix[n]
@@ -370,7 +377,7 @@ def _prune_scores(s, logprob, p, bos, eos):
             term = pw * (np.log(pw) - np.log(bow_new * q))
             term += np.where(num_c > 0, num_c * (np.log(np.maximum(num_c / den_c, 1e-300)) - np.log(bow_new)),
                              0.0)
-        D[n] = np.exp(logP[n - 1][ctx]) * term
+        D[n] = np.exp(logP[n - 1][ctx] * ln10) * term
     return D
 
 
