@@ -25,7 +25,7 @@ not list (their mass M(e) exact), so the work stays linear in the listed n-grams
 """
 import numpy as np
 
-from .distil import chain_log10P
+from .distil import chain_log10P, expand_ranges
 
 
 def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64):
@@ -83,24 +83,17 @@ def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 
     per = np.searchsorted(s.prefix[n], g_ext, "right") - starts
     r = np.zeros(count_n)
     rows_n = s.rows(n)
-    bounds = np.concatenate([[0], np.cumsum(per)])
-    c0 = 0
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=int(bounds[-1]), desc=f"continuation {n}-grams", unit="row", unit_scale=True)
-    while c0 < len(ext):
-        c1 = max(c0 + 1, int(np.searchsorted(bounds, bounds[c0] + chunk, "right")) - 1)
-        c1 = min(c1, len(ext))
-        k = np.repeat(np.arange(c0, c1), per[c0:c1])
-        if len(k):
-            j = starts[k] + (np.arange(len(k)) - (bounds[k] - bounds[c0]))
-            rows = np.column_stack([rows_n[ext[k]], s.word[n][j]]).astype(np.int32)
-            r += np.bincount(j, weights=P[ext[k]] * np.power(10.0, score(rows).astype(np.float64)),
-                             minlength=count_n)
-            if bar is not None:
-                bar.update(len(k))
-        c0 = c1
+        bar = tqdm(total=int(per.sum()), desc=f"continuation {n}-grams", unit="row", unit_scale=True)
+    for k, offset in expand_ranges(per, chunk):
+        j = starts[k] + offset
+        rows = np.column_stack([rows_n[ext[k]], s.word[n][j]]).astype(np.int32)
+        r += np.bincount(j, weights=P[ext[k]] * np.power(10.0, score(rows).astype(np.float64)),
+                         minlength=count_n)
+        if bar is not None:
+            bar.update(len(k))
     if bar is not None:
         bar.close()
     # the listed (e, w) are not left over: take their teacher mass back out

@@ -441,6 +441,19 @@ def _per_order(value, order, name):
     return {n: int(v) for n, v in zip(range(2, order + 1), value)}
 
 
+def expand_ranges(per, chunk):
+    """Enumerate offsets 0..per[i]-1 of every owner i in chunks of about ``chunk``
+    pairs, never splitting an owner: yields (owner, offset) int arrays."""
+    bounds = np.concatenate([[0], np.cumsum(per)])
+    c0 = 0
+    while c0 < len(per):
+        c1 = min(max(c0 + 1, int(np.searchsorted(bounds, bounds[c0] + chunk, "right")) - 1), len(per))
+        owner = np.repeat(np.arange(c0, c1), per[c0:c1])
+        if len(owner):
+            yield owner, np.arange(len(owner)) - (bounds[owner] - bounds[c0])
+        c0 = c1
+
+
 def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 << 21):
     """The ``k`` most probable words (by ``model``) after each context row of ``ctx``.
     Candidates: the words seen after the context's last m-1 words (rows of
@@ -451,7 +464,6 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
         return np.zeros((0, m + 1), np.int32)
     if m == 1:
         per = np.full(len(ctx), len(candidates), np.int64)
-        cand_of = None
     else:
         cg, lg = row_groups(ctx[:, 1:], lower_rows[:, :-1])
         lo_order = np.argsort(lg, kind="stable")
@@ -459,16 +471,7 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
         starts = np.searchsorted(lg_sorted, cg, "left")
         per = np.searchsorted(lg_sorted, cg, "right") - starts
     out = []
-    bounds = np.concatenate([[0], np.cumsum(per)])
-    c0 = 0
-    while c0 < len(ctx):
-        c1 = max(c0 + 1, int(np.searchsorted(bounds, bounds[c0] + chunk, "right")) - 1)
-        c1 = min(c1, len(ctx))
-        idx = np.repeat(np.arange(c0, c1), per[c0:c1])
-        if len(idx) == 0:
-            c0 = c1
-            continue
-        j = np.arange(len(idx)) - (bounds[idx] - bounds[c0])
+    for idx, j in expand_ranges(per, chunk):
         if m == 1:
             words = candidates[j]
         else:
@@ -480,7 +483,6 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
         first = np.searchsorted(idx_s, idx_s, "left")
         rank = np.arange(len(idx_s)) - first
         out.append(rows[o][rank < k])
-        c0 = c1
     return np.concatenate(out) if out else np.zeros((0, m + 1), np.int32)
 
 
