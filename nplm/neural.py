@@ -309,7 +309,8 @@ class NeuralNet:
         shapes = {"X": (B, m * d), "A0": (B, r0), "A1": (B, h1), "A2": (B, h2), "D0": (B, r0), "D1": (B, h1),
                   "D2": (B, h2), "M0": (B, r0), "M1": (B, h1), "M2": (B, h2), "dX": (B, m * d),
                   "S": (B, ncols), "S2": (B,), "Hs": (B, r), "dHs": (B, r), "Wn": (k, r), "dWn": (k, r),
-                  "loss": (B,), "tmp": (3 * B,), "MX": (B, m * d)}
+                  "loss": (B,), "tmp": (3 * B,), "MX": (B, m * d),
+                  "U": (B, r0) if dims["ctx_kind"] == _CTX["full"] else (0,)}
         work = [np.zeros(shapes[n], dtype) for n in WORK_NAMES]
         structs = {k_: np.ascontiguousarray(v) for k_, v in self.structs.items()}
         return _nn.Engine(dims, params, grads, accum, work, structs), grads, accum

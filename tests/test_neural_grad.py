@@ -21,8 +21,10 @@ def _noise(net, rng):
     return (rng.integers(0, C, k).astype(np.int32), rng.normal(0, 1, C), rows, rng.normal(0, 1, V))
 
 
-def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12, input_dropout=0.0):
-    """Largest relative difference between the analytic gradient and central differences."""
+def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12, input_dropout=0.0, grouped=None):
+    """Largest relative difference between the analytic gradient and central differences.
+    ``grouped``: assert that the first layer did (True) or did not (False) go through the
+    batch's distinct words."""
     rng = np.random.default_rng(seed)
     params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
     V, m = len(net.vocab), net.order - 1
@@ -35,6 +37,8 @@ def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12, input_dropout=0.0):
     tgt = rng.integers(0, V, B).astype(np.int32)
     noise = _noise(net, rng)
     eng.step(ctx, tgt, noise, dropout, 99, True, 0.5, input_dropout)
+    if grouped is not None:
+        assert eng.grouped == grouped
     worst = 0.0
     checked = 0
     for p, g, name in zip(params, grads, PARAM_NAMES):
@@ -61,6 +65,37 @@ OUTPUTS = [("softmax", "mle"), ("softmax", "nce"), ("class", "mle"), ("class", "
 def test_gradients(context, hidden, output):
     net = tiny_net(context=context, hidden=hidden, output=output[0], objective=output[1])
     assert gradient_error(net) < 1e-5
+
+
+@pytest.mark.parametrize("hidden,output", list(itertools.product([(), (6, 5)], OUTPUTS)))
+def test_gradients_grouped_first_layer(hidden, output):
+    """Full contexts over a batch with repeated words take the distinct-word path."""
+    net = tiny_net(seed=11, context="full", hidden=hidden, output=output[0], objective=output[1])
+    assert gradient_error(net, seed=11, B=40, grouped=True) < 1e-5
+    # input dropout gives every example its own input, so the per-example path runs
+    assert gradient_error(net, seed=12, B=40, input_dropout=0.2, grouped=False) < 1e-5
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_grouped_batch_equals_sum_of_examples(output):
+    """One grouped step over 60 examples gives the loss and gradients of 60 one-example
+    steps (which cannot group), up to rounding."""
+    net = tiny_net(seed=13, context="full", hidden=(6,), output=output[0], objective=output[1])
+    rng = np.random.default_rng(13)
+    B = 60
+    ctx = rng.integers(0, 12, (B, 2)).astype(np.int32)
+    tgt = rng.integers(0, 12, B).astype(np.int32)
+    noise = _noise(net, rng)
+    params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
+    eng, grads, _ = net.engine(B, dtype=np.float64, params=params)
+    loss = eng.step(ctx, tgt, noise, 0.0, 1, True, 1.0)
+    assert eng.grouped
+    one, g1, _ = net.engine(1, dtype=np.float64, params=params)
+    loss1 = sum(one.step(ctx[b:b + 1], tgt[b:b + 1], noise, 0.0, 1, True, 1.0) for b in range(B))
+    assert not one.grouped
+    assert abs(loss - loss1) < 1e-9 * abs(loss)
+    for a, b, name in zip(grads, g1, PARAM_NAMES):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, err_msg=name)
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh", "identity"])
@@ -117,12 +152,27 @@ def test_threads_do_not_change_results(output):
     ctx = rng.integers(0, 12, (9, 2)).astype(np.int32)
     tgt = rng.integers(0, 12, 9).astype(np.int32)
     noise = _noise(net, rng)
+    _same_with_threads(net, ctx, tgt, noise, 0.3, 0.2)
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_threads_do_not_change_grouped_results(output):
+    """The grouped first layer's scatter-add is split by columns, so also thread-exact."""
+    net = tiny_net(seed=15, output=output[0], objective=output[1], context="full")
+    rng = np.random.default_rng(15)
+    ctx = rng.integers(0, 12, (50, 2)).astype(np.int32)
+    tgt = rng.integers(0, 12, 50).astype(np.int32)
+    assert _same_with_threads(net, ctx, tgt, _noise(net, rng), 0.3, 0.0)
+
+
+def _same_with_threads(net, ctx, tgt, noise, dropout, input_dropout):
     results = []
     for threads in (1, 2):
         params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
-        eng, grads, _ = net.engine(9, nthreads=threads, dtype=np.float64, params=params)
-        loss = eng.step(ctx, tgt, noise, 0.3, 7, True, 1.0, 0.2)
+        eng, grads, _ = net.engine(len(tgt), nthreads=threads, dtype=np.float64, params=params)
+        loss = eng.step(ctx, tgt, noise, dropout, 7, True, 1.0, input_dropout)
         results.append((loss, [g.copy() for g in grads]))
     assert results[0][0] == results[1][0]
     for a, b in zip(results[0][1], results[1][1]):
         np.testing.assert_array_equal(a, b)
+    return eng.grouped

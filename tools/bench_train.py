@@ -50,12 +50,14 @@ NETS = {
 }
 
 
-def flops_per_example(cfg, V):
-    """Multiply-adds x 2, forward + backward (backward = 2x forward) for the dense parts."""
+def flops_per_example(cfg, V, distinct=1.0):
+    """Multiply-adds x 2, forward + backward (backward = 2x forward) for the dense parts.
+    ``distinct``: the share of a minibatch's context words that are distinct at their
+    position; the kernel multiplies only those through a full context matrix."""
     m, d = cfg.order - 1, cfg.embedding_dim
     r0, dense = cfg.layer_sizes
     sizes = [r0] + list(dense)
-    macs = (m * d * r0) if cfg.context == "full" else m * d
+    macs = (m * d * r0 * distinct) if cfg.context == "full" else m * d
     macs += sum(a * b for a, b in zip(sizes, sizes[1:]))
     r = sizes[-1]
     if cfg.output == "softmax":
@@ -66,6 +68,15 @@ def flops_per_example(cfg, V):
     else:
         macs += r * math.log2(V)
     return 6.0 * macs
+
+
+def distinct_share(ctx, B, rng, batches=50):
+    """Mean share of distinct words per context position in shuffled minibatches of B."""
+    shares = []
+    for _ in range(batches):
+        rows = ctx[rng.choice(len(ctx), B, replace=False)]
+        shares.append(np.mean([np.unique(rows[:, j]).size for j in range(rows.shape[1])]) / B)
+    return float(np.mean(shares))
 
 
 def sgemm_gflops(seconds=2.0):
@@ -121,6 +132,12 @@ def main():
         fl = flops_per_example(cfg, V)
         limit = gf * 1e9 / fl
         print(f"\n{name}: {fl / 1e6:.2f} MFLOP/example, sgemm-bound limit {limit:,.0f} ex/s")
+        if cfg.context == "full":
+            share = distinct_share(corpus.train[0], tc.minibatch, np.random.default_rng(0))
+            flg = flops_per_example(cfg, V, share)
+            limit = gf * 1e9 / flg
+            print(f"  distinct context words per position in a minibatch of {tc.minibatch}: {share:.0%}; "
+                  f"multiplying each once costs {flg / 1e6:.2f} MFLOP/example: limit {limit:,.0f} ex/s")
         modes = [("1 thread", 1, "hogwild")]
         if args.threads > 1:
             modes += [(f"{args.threads} threads Hogwild", args.threads, "hogwild"),
