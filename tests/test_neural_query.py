@@ -220,6 +220,72 @@ def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
         np.testing.assert_allclose(results[""]["exact"][i], ref, atol=2e-5)
 
 
+_CLASS_SCRIPT = r"""
+import sys, numpy as np, nplm
+path, out = sys.argv[1], sys.argv[2]
+import nplm._nquery as q
+m = nplm.Model(path)
+rng = np.random.default_rng(4)
+words = m.vocab.words()
+rows = []
+for _ in range(6):
+    hist = [str(w) for w in rng.choice(words[4:], 3)]
+    row = []
+    for w in ["</s>"] + words[4:]:
+        m.core.clear_cache()             # a new context for every word: both normalisers again
+        s, o = nplm.State(), nplm.State()
+        m.BeginSentenceWrite(s)
+        for h in hist:
+            m.BaseScore(s, h, o)
+            s, o = o, s
+        row.append(m.BaseScore(s, str(w), o))
+    rows.append((hist, row))
+np.savez(out, hist=np.array([h for h, _ in rows]), probs=np.array([r for _, r in rows]))
+print(q.SIMD)
+"""
+
+
+def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path):
+    """Exact class mode reads transposed class blocks for a new context: classes wider
+    than one 256-float register block, narrower than a vector, and a hidden width that
+    is no multiple of 16, on the AVX-512, AVX2 and plain kernels, against numpy."""
+    import os
+    import subprocess
+    import sys
+    from nplm.neural import NeuralConfig, NeuralNet
+    from neural_fixtures import randomise
+    from nplm.vocab import SPECIALS, Vocabulary
+    words = list(SPECIALS) + [f"v{i}" for i in range(596)]
+    V = len(words)
+    word_class = np.zeros(V, np.int32)
+    word_class[3:300] = 1            # 297 words: more than 256 outputs
+    word_class[300:303] = 2          # 3 words
+    word_class[303:] = 3
+    cfg = NeuralConfig(order=4, embedding_dim=6, hidden=(37,), context="full", output="class",
+                       objective="mle", classes=4)
+    net = randomise(NeuralNet.create(cfg, Vocabulary(words, np.arange(V, 0, -1)), word_class=word_class,
+                                     seed=3), 6, scale=0.3)
+    path = tmp_path / "cls.nplm"
+    net.save(str(path))
+    script = tmp_path / "probe.py"
+    script.write_text(_CLASS_SCRIPT)
+    levels = []
+    root = os.path.dirname(os.path.dirname(nplm.__file__))
+    for level in ("", "avx2", "none"):
+        out = tmp_path / f"c{level or 'best'}.npz"
+        env = dict(os.environ, NPLM_SIMD=level,
+                   PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        done = subprocess.run([sys.executable, str(script), str(path), str(out)], env=env,
+                              capture_output=True, text=True, check=True)
+        levels.append(done.stdout.strip())
+        res = np.load(out)
+        for hist, probs in zip(res["hist"], res["probs"]):
+            ref = numpy_log_dist(net, _ctx(net, [str(h) for h in hist])) / LN10
+            np.testing.assert_allclose(probs, ref[[net.vocab.id("</s>")] + list(range(4, V))], atol=2e-5,
+                                       err_msg=level or "best")
+    assert levels[2] == "x86-64"
+
+
 @pytest.mark.parametrize("kind", ["class-full-1", "class-diag-2"])
 def test_batched_class_scoring_matches_numpy_across_blocks(tmp_path, kind):
     """The batch path groups rows by class in blocks of 2048 (BLAS for crowded classes,
