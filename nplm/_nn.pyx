@@ -267,7 +267,9 @@ cdef void add_bias(real* Z, const real* bias, int B, int n, int nthreads) noexce
 
 cdef bint group_positions(Net* net, int B, const int* ctx) noexcept nogil:
     """Fill uniq/ustart/uinv with each context position's distinct words.  True when they
-    are few enough (under 3/4 of the examples) for the grouped first layer to pay."""
+    are few enough for the grouped first layer to pay: under 9/10 of the examples.  On
+    network (a), one thread, grouping gained 35% at 1000 examples (46% distinct), 16% at
+    128 (74%), and nothing, but lost nothing either, at 32 (about 90%)."""
     cdef int m = net.m, j, b, w, s, i, tot = 0
     for j in range(m):
         net.ustart[j] = tot
@@ -283,7 +285,7 @@ cdef bint group_positions(Net* net, int B, const int* ctx) noexcept nogil:
         for i in range(net.ustart[j], tot):
             net.uslot[net.uniq[i]] = -1
     net.ustart[m] = tot
-    return 4 * tot < 3 * B * m
+    return 10 * tot < 9 * B * m
 
 
 cdef void forward_grouped(Net* net, int B, real tag) noexcept nogil:
