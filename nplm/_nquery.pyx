@@ -184,18 +184,23 @@ cdef extern from *:
        branch predictor could learn. */
     #define NQ_BLOCK 1024
     #define NQ_TAIL(n, j) ((__mmask16)((n) - (j) >= 16 ? 0xFFFF : ((1u << ((n) - (j))) - 1)))
+    /* only the last of the NV vectors can be partial: one mask register, not NV
+       (NV masks spilled to the stack and were reloaded for every row) */
     #define NQ_VM_CASE(NV) case NV: { \
-            __m512 acc[NV]; __mmask16 mk[NV]; \
-            _Pragma("GCC unroll 16") for (int k = 0; k < NV; k++) { \
-                mk[k] = NQ_TAIL(n_out, j0 + 16 * k); \
-                acc[k] = _mm512_maskz_loadu_ps(mk[k], src + j0 + 16 * k); } \
+            __m512 acc[NV]; \
+            const __mmask16 mt = NQ_TAIL(n_out, j0 + 16 * (NV - 1)); \
+            _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
+                acc[k] = _mm512_loadu_ps(src + j0 + 16 * k); \
+            acc[NV - 1] = _mm512_maskz_loadu_ps(mt, src + j0 + 16 * (NV - 1)); \
             for (int t = 0; t < nnz; t++) { \
                 const float *row = W + (long)idx[t] * ldw + j0; \
                 const __m512 xv = _mm512_set1_ps(val[t]); \
-                _Pragma("GCC unroll 16") for (int k = 0; k < NV; k++) \
-                    acc[k] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mk[k], row + 16 * k), acc[k]); } \
-            _Pragma("GCC unroll 16") for (int k = 0; k < NV; k++) \
-                _mm512_mask_storeu_ps(y + j0 + 16 * k, mk[k], acc[k]); \
+                _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
+                    acc[k] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * k), acc[k]); \
+                acc[NV - 1] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mt, row + 16 * (NV - 1)), acc[NV - 1]); } \
+            _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
+                _mm512_storeu_ps(y + j0 + 16 * k, acc[k]); \
+            _mm512_mask_storeu_ps(y + j0 + 16 * (NV - 1), mt, acc[NV - 1]); \
             break; }
     __attribute__((target("avx512f,fma")))
     static void nq_vecmat_avx512(const float *x, int n_in, const float *W, int ldw, int n_out,
