@@ -15,7 +15,9 @@ Networks (all 5-gram, PTB vocabulary of 10k words):
 References printed as ratios: ISI NPLM (Eigen, 2 threads) trains (a) at 20,000 ex/s as
 shipped and 42,700 ex/s with -march=native, test perplexity 193.4 after 10 epochs; the
 physical limit of (a) is measured here as this machine's numpy sgemm rate divided by the
-FLOPs per example (forward + backward).
+FLOPs per example (forward + backward).  For full contexts the bench also prints the
+FLOPs nplm actually spends, which multiplies each position's distinct minibatch words
+through the context matrix once, and the limit that count gives.
 """
 import argparse
 import math
