@@ -379,15 +379,10 @@ cdef void forward_dense_input(Net* net, int B, const int* ctx, uint64_t seed, re
 
 cdef void forward(Net* net, int B, const int* ctx, double dropout, uint64_t seed, real tag) noexcept nogil:
     """Hidden layers for B contexts: fills X (full contexts), A0.. and masks."""
-    cdef int m = net.m, d = net.d, r0 = net.r0, b, j, i
-    cdef const real* emb = <real*>net.p[P_EMB]
-    cdef const real* cw = <real*>net.p[P_CTX]
-    cdef real* X = <real*>net.w[W_X]
+    cdef int r0 = net.r0
     cdef real* A0 = <real*>net.w[W_A0]
     cdef real* A1 = <real*>net.w[W_A1]
     cdef real* A2 = <real*>net.w[W_A2]
-    cdef const real* e
-    cdef real* a
     net.grouped = net.ctx_kind == CTX_FULL and net.in_drop == 0 and group_positions(net, B, ctx)
     if net.grouped:
         forward_grouped(net, B, tag)

@@ -1044,7 +1044,7 @@ cdef class NeuralCore(LMCore):
                             for k in range(width):
                                 srow[k] += self.out_b[self.class_start[cl] + k]
                     else:
-                        # too few rows for a BLAS call to pay: the four-row dot kernel
+                        # too few rows for a BLAS call to pay: the eight-row dot kernel
                         for i in range(n_c):
                             nq_rowdots(self.out_w + <int64_t>self.class_start[cl] * r, r,
                                        H + <int64_t>rv[st[cl] + i] * r, width, r,
