@@ -73,7 +73,9 @@ def main():
             modes.append("fallback")
         sub_text = [" ".join(l) for l in sub]
         paths = {mode: fb if mode == "fallback" else path for mode in modes}
-        loaded = {mode: nplm.Model(paths[mode], normalization=mode) for mode in modes}
+        # the default normalisation is the best exact mode: the probe serves as "exact"
+        loaded = {mode: probe if mode == "exact" else nplm.Model(paths[mode], normalization=mode)
+                  for mode in modes}
         # The per-call loops of all modes take turns, round after round, so that each
         # mode's best round comes from the same stretch of this shared machine.
         per_call = {mode: [float("inf"), float("inf")] for mode in modes}
