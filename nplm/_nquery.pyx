@@ -23,6 +23,7 @@ cdef extern from "<stdlib.h>" nogil:
 
 from nplm._kernels cimport LMCore, NState, Ret, WordId, MAX_ORDER
 
+import os
 import numpy as np
 cimport numpy as cnp
 
@@ -316,6 +317,102 @@ cdef extern from *:
         }
         for (; r < rows; r++) out[r] = bias[r] + nq_dot_avx512(W + (long)r * ldw, h, n);
     }
+    /* Exact softmax log-normalisers of n rows of H (r wide, rows ldh apart), for the
+       batch API.  The output matrix comes packed as panels of NQ_PW words: panel p
+       holds the (r x NQ_PW) block of transposed weights, so a row's logits for the
+       panel are the sum of the panel rows of its nonzero hidden units -- a ReLU
+       layer's zeros are skipped, where sgemm multiplies them all.  Panels are the
+       outer loop, so one panel (r x 256 bytes) stays in L1/L2 while every row passes
+       through it; each row keeps a running maximum and a vector of exp sums (online
+       log-sum-exp).  Scratch: idx, val (n x (r + 16): each row's compress stores
+       run up to 16 past its nonzeros), cnt, mx (n), sv (n x 16). */
+    #define NQ_PW 64
+    __attribute__((target("avx512f,fma")))
+    static void nq_panel_logz_avx512(const float *H, int ldh, int n, int r, const float *P,
+                                     const float *pb, int V, int *idx, float *val, int *cnt,
+                                     float *mx, float *sv, double *logz) {
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        for (int b = 0; b < n; b++) {
+            const float *h = H + (long)b * ldh;
+            int *ix = idx + (long)b * (r + 16);
+            float *vx = val + (long)b * (r + 16);
+            int nnz = 0;
+            for (int i = 0; i < r; i += 16) {
+                const __mmask16 m = NQ_TAIL(r, i);
+                const __m512 v = _mm512_maskz_loadu_ps(m, h + i);
+                const __mmask16 nz = _mm512_mask_cmp_ps_mask(m, v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+                /* compress in registers, then plain stores (see nq_vecmat) */
+                _mm512_storeu_si512(ix + nnz, _mm512_maskz_compress_epi32(nz, _mm512_add_epi32(_mm512_set1_epi32(i), lane)));
+                _mm512_storeu_ps(vx + nnz, _mm512_maskz_compress_ps(nz, v));
+                nnz += __builtin_popcount((unsigned)nz);
+            }
+            cnt[b] = nnz;
+            mx[b] = -INFINITY;
+            _mm512_storeu_ps(sv + (long)b * 16, _mm512_setzero_ps());
+        }
+        const int np = (V + NQ_PW - 1) / NQ_PW;
+        for (int p = 0; p < np; p++) {
+            const float *Pp = P + (long)p * r * NQ_PW;
+            const float *bp = pb + (long)p * NQ_PW;
+            const int j0 = p * NQ_PW;
+            const __mmask16 k0 = NQ_TAIL(V, j0 < V ? j0 : V), k1 = j0 + 16 < V ? NQ_TAIL(V, j0 + 16) : 0,
+                            k2 = j0 + 32 < V ? NQ_TAIL(V, j0 + 32) : 0, k3 = j0 + 48 < V ? NQ_TAIL(V, j0 + 48) : 0;
+            for (int b = 0; b < n; b++) {
+                const int *ix = idx + (long)b * (r + 16);
+                const float *vx = val + (long)b * (r + 16);
+                const int c = cnt[b];
+                /* two interleaved sums over the units: eight independent FMA chains */
+                __m512 a0 = _mm512_loadu_ps(bp), a1 = _mm512_loadu_ps(bp + 16),
+                       a2 = _mm512_loadu_ps(bp + 32), a3 = _mm512_loadu_ps(bp + 48);
+                __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;
+                int t = 0;
+                for (; t + 2 <= c; t += 2) {
+                    const float *w0 = Pp + (long)ix[t] * NQ_PW, *w1 = Pp + (long)ix[t + 1] * NQ_PW;
+                    const __m512 x0 = _mm512_set1_ps(vx[t]), x1 = _mm512_set1_ps(vx[t + 1]);
+                    a0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0), a0);
+                    a1 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0 + 16), a1);
+                    a2 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0 + 32), a2);
+                    a3 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0 + 48), a3);
+                    e0 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w1), e0);
+                    e1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w1 + 16), e1);
+                    e2 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w1 + 32), e2);
+                    e3 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w1 + 48), e3);
+                }
+                if (t < c) {
+                    const float *w0 = Pp + (long)ix[t] * NQ_PW;
+                    const __m512 x0 = _mm512_set1_ps(vx[t]);
+                    a0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0), a0);
+                    a1 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0 + 16), a1);
+                    a2 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0 + 32), a2);
+                    a3 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0 + 48), a3);
+                }
+                a0 = _mm512_add_ps(a0, e0); a1 = _mm512_add_ps(a1, e1);
+                a2 = _mm512_add_ps(a2, e2); a3 = _mm512_add_ps(a3, e3);
+                /* the last panel's lanes past V are masked out of max and sum */
+                const __m512 ninf = _mm512_set1_ps(-INFINITY);
+                __m512 vm = _mm512_mask_max_ps(ninf, k0, a0, a0);
+                vm = _mm512_mask_max_ps(vm, k1, vm, a1);
+                vm = _mm512_mask_max_ps(vm, k2, vm, a2);
+                vm = _mm512_mask_max_ps(vm, k3, vm, a3);
+                const float cm = _mm512_reduce_max_ps(vm);
+                float M = mx[b];
+                __m512 S = _mm512_loadu_ps(sv + (long)b * 16);
+                if (cm > M) {
+                    S = _mm512_mul_ps(S, _mm512_set1_ps(expf(M - cm)));
+                    M = cm;
+                    mx[b] = M;
+                }
+                const __m512 vM = _mm512_set1_ps(M);
+                S = _mm512_mask_add_ps(S, k0, S, nq_exp512(_mm512_sub_ps(a0, vM)));
+                S = _mm512_mask_add_ps(S, k1, S, nq_exp512(_mm512_sub_ps(a1, vM)));
+                S = _mm512_mask_add_ps(S, k2, S, nq_exp512(_mm512_sub_ps(a2, vM)));
+                S = _mm512_mask_add_ps(S, k3, S, nq_exp512(_mm512_sub_ps(a3, vM)));
+                _mm512_storeu_ps(sv + (long)b * 16, S);
+            }
+        }
+        for (int b = 0; b < n; b++)
+            logz[b] = mx[b] + log((double)_mm512_reduce_add_ps(_mm512_loadu_ps(sv + (long)b * 16)));
+    }
     static int nq_simd_level(void) {
         static int cached = -1;
         if (cached < 0) {
@@ -339,6 +436,10 @@ cdef extern from *:
     #define nq_addrows_avx512 nq_addrows_plain
     #define nq_logsumexp_avx512 nq_logsumexp_plain
     static int nq_simd_level(void) { return 0; }
+    #define NQ_PW 64
+    static void nq_panel_logz_avx512(const float *H, int ldh, int n, int r, const float *P,
+                                     const float *pb, int V, int *idx, float *val, int *cnt,
+                                     float *mx, float *sv, double *logz) { abort(); }   /* level 3 only */
     #endif
     static void (*nq_vecmat_impl)(const float *, int, const float *, int, int, const float *, float *) = 0;
     static float (*nq_dot_impl)(const float *, const float *, int) = 0;
@@ -370,6 +471,9 @@ cdef extern from *:
     double nq_logsumexp(const float *s, int n) noexcept nogil
     void nq_addrows(const float *b, const float **rows, int m, int n, int relu, float *out) noexcept nogil
     void nq_init_simd() noexcept nogil
+    int NQ_PW
+    void nq_panel_logz_avx512(const float *H, int ldh, int n, int r, const float *P, const float *pb, int V,
+                              int32_t *idx, float *val, int32_t *cnt, float *mx, float *sv, double *logz) noexcept nogil
     void __builtin_prefetch(const void *p) noexcept nogil
     int nq_simd_level() noexcept nogil
 
@@ -462,6 +566,9 @@ cdef class NeuralCore(LMCore):
     cdef const int64_t *out_t_off        # (r, out_t_ld[c]) at out_t + out_t_off[c]
     cdef const int32_t *out_t_ld
     cdef int ldh                         # row stride of the cached hidden states
+    cdef const float *sm_panels          # exact softmax batches: out_w packed as panels
+    cdef const float *sm_pbias           # (see nq_panel_logz) and out_b padded to match,
+                                         # NULL until a batch first needs them
     cdef const int32_t *word_class
     cdef const int32_t *class_start
     cdef const int32_t *word_pos
@@ -497,6 +604,8 @@ cdef class NeuralCore(LMCore):
         self.cache_wz = NULL
         self.scratch = NULL
         self.scores = NULL
+        self.sm_panels = NULL
+        self.sm_pbias = NULL
 
     def __dealloc__(self):
         free(self.cache_ctx)
@@ -651,6 +760,31 @@ cdef class NeuralCore(LMCore):
         lv = lds
         self.out_t_ld = &lv[0]
 
+    cdef void _pack_softmax_panels(self):
+        """out_w transposed into panels of NQ_PW words, (r x NQ_PW) each, and out_b
+        padded to whole panels: the layout nq_panel_logz streams."""
+        cdef const float[::1] fv
+        cdef int V = self.V, r = self.r, pw = NQ_PW
+        np_ = (V + pw - 1) // pw
+        W = np.zeros((np_ * pw, r), np.float32)
+        W[:V] = np.asarray(<const float[:V * r]>self.out_w).reshape(V, r)
+        raw = np.zeros(np_ * r * pw + 16, np.float32)
+        start = (-(raw.ctypes.data // 4)) % 16            # 64-byte aligned
+        panels = raw[start:start + np_ * r * pw]
+        panels.reshape(np_, r, pw)[:] = W.reshape(np_, pw, r).transpose(0, 2, 1)
+        bias = np.zeros(np_ * pw, np.float32)
+        bias[:V] = np.asarray(<const float[:V]>self.out_b)
+        self._keep.extend([raw, bias])
+        fv = panels
+        self.sm_panels = &fv[0]
+        fv = bias
+        self.sm_pbias = &fv[0]
+
+    @property
+    def sparse_softmax_batches(self):
+        """Whether exact softmax batches have used the packed sparse panels."""
+        return self.sm_panels != NULL
+
     def clear_cache(self):
         pthread_mutex_lock(&self.lock)
         memset(self.cache_used, 0, self.cache_slots)
@@ -730,6 +864,20 @@ cdef class NeuralCore(LMCore):
                 for i in range(self.h2):
                     A2[<int64_t>b * self.h2 + i] = _act(A2[<int64_t>b * self.h2 + i] + self.b2[i], self.act)
             H[0] = A2
+
+    cdef inline int _row_scratch(self) noexcept nogil:
+        """Floats of work space _hidden_row needs."""
+        return self.m * self.d + self.r0 + self.h1 + self.h2 + 64
+
+    cdef inline float *_hidden_row(self, const int32_t *ctx, float *ws) noexcept nogil:
+        """Hidden state of one context, computed in ``ws`` (_row_scratch floats, private
+        to the caller's thread); returns where in ``ws`` it is.  (A return value, not an
+        out-parameter: prange makes assigned variables thread-private, not ones whose
+        address is taken.)"""
+        cdef float *h
+        cdef int md = self.m * self.d
+        self._hidden_block(ctx, 1, ws, ws + md + 16, ws + md + self.r0 + 32, ws + md + self.r0 + self.h1 + 48, &h)
+        return h
 
     cdef inline double _dot(self, const float *a, const float *b) noexcept nogil:
         return nq_dot(a, b, self.r)
@@ -957,32 +1105,76 @@ cdef class NeuralCore(LMCore):
         cdef bint need_z = self.out_kind == OUT_SOFTMAX and self.mode == MODE_EXACT and not have_given
         if self.out_kind == OUT_CLASS and self.mode == MODE_EXACT:
             return self._class_log_probs(c, wv, out)
-        cdef int B = 512 if need_z else 128, lo, nb, b, i
-        X, A0, A1, A2 = self._forward_scratch(B)
-        S = np.empty(<int64_t>B * max(self.V, self.C) + 16, np.float32)
+        # ReLU layers are mostly zeros: each thread takes half of a block and computes
+        # its rows' hidden states one at a time by the zero-skipping kernels, and on
+        # AVX-512 exact softmax normalisers come from sparse products over packed
+        # panels (nq_panel_logz).  Dense layers (tanh, identity) go through one sgemm
+        # per block instead, and so do exact normalisers without AVX-512: (B x V).
+        cdef bint panels = need_z and self.act == ACT_RELU and nq_simd_level() == 3
+        cdef bint by_row = self.act == ACT_RELU and (panels or not need_z)
+        cdef int B = 512 if need_z else 128, lo, nb, b, i, t, nt = 2, t_lo, t_hi
+        cdef int r = self.r, V = self.V, nscores = max(self.V, self.C) + 16
+        if panels and self.sm_panels == NULL:
+            self._pack_softmax_panels()
+        X, A0, A1, A2 = self._forward_scratch(1 if by_row else B)
+        S = np.empty(<int64_t>(B if need_z and not panels else 1) * nscores, np.float32)
         cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S
+        cdef float[:, ::1] ws = np.empty((nt, self._row_scratch() + nscores), np.float32)
+        cdef float[::1] hv = np.empty(B * r + 16, np.float32)
+        cdef int32_t[::1] pidx, pcnt
+        cdef float[::1] pval, pmx, psv
+        cdef double[::1] pz
+        if panels:
+            pidx = np.empty(B * (r + 16), np.int32)
+            pval = np.empty(B * (r + 16), np.float32)
+            pcnt = np.empty(B, np.int32)
+            pmx = np.empty(B, np.float32)
+            psv = np.empty(B * 16, np.float32)
+            pz = np.empty(B, np.float64)
         cdef float *H
+        cdef float *hp
         cdef float *row
         cdef double logz
         with nogil:
             lo = 0
             while lo < N:
                 nb = min(B, N - lo)
+                if by_row:
+                    for t in prange(nt, schedule='static', num_threads=nt):
+                        t_lo = nb * t // nt
+                        t_hi = nb * (t + 1) // nt
+                        for b in range(t_lo, t_hi):
+                            hp = self._hidden_row(&c[lo + b, 0], &ws[t, 0])
+                            if panels:
+                                memcpy(&hv[0] + <int64_t>b * r, hp, r * sizeof(float))
+                            else:
+                                logz = given[lo + b] if have_given else 0
+                                o[lo + b] = self._logp(hp, wv[lo + b], logz, &ws[t, 0] + self._row_scratch())
+                        if panels:
+                            nq_panel_logz_avx512(&hv[0] + <int64_t>t_lo * r, r, t_hi - t_lo, r,
+                                                 self.sm_panels, self.sm_pbias, V,
+                                                 &pidx[0] + <int64_t>t_lo * (r + 16),
+                                                 &pval[0] + <int64_t>t_lo * (r + 16),
+                                                 &pcnt[t_lo], &pmx[t_lo], &psv[0] + <int64_t>t_lo * 16, &pz[t_lo])
+                            for b in range(t_lo, t_hi):
+                                o[lo + b] = self._logp(&hv[0] + <int64_t>b * r, wv[lo + b], pz[b], NULL)
+                    lo += B
+                    continue
                 self._hidden_block(&c[lo, 0], nb, &xv[0], &a0[0], &a1[0], &a2[0], &H)
                 if need_z:
-                    # softmax output: one product for the block's scores, then the rows'
-                    # normalisers in parallel (the softmax _logp touches no scratch)
-                    _gemm_rm(nb, self.V, self.r, H, self.r, self.out_w, self.r, &sv[0], self.V, True)
+                    # one product for the block's scores, then the rows' normalisers in
+                    # parallel (the softmax _logp touches no scratch)
+                    _gemm_rm(nb, V, r, H, r, self.out_w, r, &sv[0], V, True)
                     for b in prange(nb, schedule='static'):
-                        row = &sv[0] + <int64_t>b * self.V
-                        for i in range(self.V):
+                        row = &sv[0] + <int64_t>b * V
+                        for i in range(V):
                             row[i] = row[i] + self.out_b[i]
-                        logz = _logsumexp(row, self.V)
-                        o[lo + b] = self._logp(H + <int64_t>b * self.r, wv[lo + b], logz, NULL)
+                        logz = _logsumexp(row, V)
+                        o[lo + b] = self._logp(H + <int64_t>b * r, wv[lo + b], logz, NULL)
                 else:
                     for b in range(nb):
                         logz = given[lo + b] if have_given else 0
-                        o[lo + b] = self._logp(H + <int64_t>b * self.r, wv[lo + b], logz, &sv[0])
+                        o[lo + b] = self._logp(H + <int64_t>b * r, wv[lo + b], logz, &sv[0])
                 lo += B
         return out
 

@@ -286,6 +286,74 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path):
     assert levels[2] == "x86-64"
 
 
+_SOFTMAX_BATCH_SCRIPT = r"""
+import sys, numpy as np, nplm
+import nplm._nquery as q
+path, ctx, words, out = sys.argv[1:5]
+m = nplm.Model(path)
+np.save(out, m.core.log_probs(np.load(ctx), np.load(words)))
+print(q.SIMD, m.core.sparse_softmax_batches)
+"""
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_batched_softmax_normalisers_on_every_simd_path(tmp_path, dead):
+    """Exact softmax batches: on AVX-512 the normalisers come from sparse products over
+    packed panels of 64 words with an online log-sum-exp, elsewhere from sgemm.  A
+    vocabulary of 3 panels and a partial one, a hidden width that is no multiple of 16,
+    1101 rows (blocks of 512 split between two threads, the last one odd), every path
+    against numpy; ``dead`` makes every hidden unit zero (no products at all)."""
+    import os
+    import subprocess
+    import sys
+    from nplm.neural import NeuralConfig, NeuralNet
+    from neural_fixtures import randomise
+    from nplm.vocab import SPECIALS, Vocabulary
+    words = list(SPECIALS) + [f"v{i}" for i in range(199)]
+    V = len(words)
+    cfg = NeuralConfig(order=4, embedding_dim=6, hidden=(40, 37), context="full", output="softmax",
+                       objective="mle")
+    net = randomise(NeuralNet.create(cfg, Vocabulary(words, np.arange(V, 0, -1)), seed=5), 7, scale=0.5)
+    if dead:
+        net.params["b1"][...] = -1e3             # the last layer's bias (w1: 40 x 37)
+    path = tmp_path / "sm.nplm"
+    net.save(str(path))
+    rng = np.random.default_rng(12)
+    n = 1101
+    ctx = rng.integers(0, V, (n, 3)).astype(np.int32)
+    tgt = rng.integers(2, V, n).astype(np.int32)
+    np.save(tmp_path / "ctx.npy", ctx)
+    np.save(tmp_path / "tgt.npy", tgt)
+    script = tmp_path / "probe.py"
+    script.write_text(_SOFTMAX_BATCH_SCRIPT)
+    root = os.path.dirname(os.path.dirname(nplm.__file__))
+    checked = list(range(0, n, 37)) + [255, 256, 511, 512, 767, 1023, 1024, n - 1]
+    ref = np.array([numpy_log_dist(net, ctx[i])[tgt[i]] for i in checked])
+    kernels = {}
+    for level in ("", "avx2", "none"):
+        out = tmp_path / f"s{level or 'best'}.npy"
+        env = dict(os.environ, NPLM_SIMD=level,
+                   PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        done = subprocess.run([sys.executable, str(script), str(path), str(tmp_path / "ctx.npy"),
+                               str(tmp_path / "tgt.npy"), str(out)], env=env, capture_output=True, text=True,
+                              check=True)
+        simd, sparse = done.stdout.split()
+        kernels[simd] = sparse
+        np.testing.assert_allclose(np.load(out)[checked], ref, atol=2e-5, err_msg=level or "best")
+    assert kernels["x86-64"] == "False"
+    if "avx512" in kernels:
+        assert kernels["avx512"] == "True"
+    # the two threads' halves of a block share no scratch: small batches (the threads
+    # start together) on a net narrower than one vector give the bits of one-row batches
+    narrow = tmp_path / "narrow.nplm"
+    make_net("softmax-full-2").save(str(narrow))
+    m = nplm.Model(str(narrow))
+    small = np.minimum(ctx[:14], len(m.vocab) - 1), np.minimum(tgt[:14], len(m.vocab) - 1)
+    alone = np.concatenate([m.core.log_probs(small[0][i:i + 1], small[1][i:i + 1]) for i in range(14)])
+    for _ in range(500):
+        assert np.array_equal(m.core.log_probs(*small), alone)
+
+
 @pytest.mark.parametrize("kind", ["class-full-1", "class-diag-2"])
 def test_batched_class_scoring_matches_numpy_across_blocks(tmp_path, kind):
     """The batch path groups rows by class in blocks of 2048 (BLAS for crowded classes,
