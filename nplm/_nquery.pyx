@@ -566,9 +566,9 @@ cdef class NeuralCore(LMCore):
     cdef const int64_t *out_t_off        # (r, out_t_ld[c]) at out_t + out_t_off[c]
     cdef const int32_t *out_t_ld
     cdef int ldh                         # row stride of the cached hidden states
-    cdef const float *sm_panels          # exact softmax batches: out_w packed as panels
-    cdef const float *sm_pbias           # (see nq_panel_logz) and out_b padded to match,
-                                         # NULL until a batch first needs them
+    cdef const float *sm_panels          # exact softmax normalisers of ReLU nets on AVX-512:
+    cdef const float *sm_pbias           # out_w packed as panels (see nq_panel_logz) and
+                                         # out_b padded to match; NULL otherwise
     cdef const int32_t *word_class
     cdef const int32_t *class_start
     cdef const int32_t *word_pos
@@ -701,10 +701,14 @@ cdef class NeuralCore(LMCore):
         self.cache_h = <float *>aligned_alloc(64, sizeof(float) * self.cache_slots * self.ldh)
         self.cache_logz = <double *>malloc(sizeof(double) * self.cache_slots)
         self.scratch = <float *>malloc(sizeof(float) * (self.m * self.d + self.r0 + self.h1 + self.h2 + 16))
-        self.scores = <float *>malloc(sizeof(float) * (max(self.V, self.C) + 16))
+        # (also nq_panel_logz's scratch for one row: 2r + 34 entries)
+        self.scores = <float *>malloc(sizeof(float) * (max(self.V, self.C, 2 * self.r + 34) + 16))
         if (self.cache_ctx == NULL or self.cache_used == NULL or self.cache_h == NULL or
                 self.cache_logz == NULL or self.scratch == NULL or self.scores == NULL):
             raise MemoryError("cannot allocate the neural query cache")
+        if (self.out_kind == OUT_SOFTMAX and mode != MODE_UNNORMALIZED and self.act == ACT_RELU
+                and nq_simd_level() == 3):
+            self._pack_softmax_panels()
         if self.out_kind == OUT_CLASS and mode == MODE_EXACT:
             # A decoder asks many words after one context: keep the class
             # distribution and the per-class normalisers with the hidden state.
@@ -782,7 +786,7 @@ cdef class NeuralCore(LMCore):
 
     @property
     def sparse_softmax_batches(self):
-        """Whether exact softmax batches have used the packed sparse panels."""
+        """Whether exact softmax normalisers come from the packed sparse panels."""
         return self.sm_panels != NULL
 
     def clear_cache(self):
@@ -884,7 +888,17 @@ cdef class NeuralCore(LMCore):
 
     cdef double _softmax_logz(self, const float *h, float *scores) noexcept nogil:
         """log sum_w exp(out_w[w] . h + out_b[w]) over the vocabulary.  One vector
-        is too little work to wake BLAS threads for; plain dot products are faster."""
+        is too little work to wake BLAS threads for.  A ReLU state on AVX-512 goes
+        through the packed panels, reading only its nonzero units' weights; otherwise
+        plain dot products."""
+        cdef double logz
+        cdef int r = self.r
+        if self.sm_panels != NULL:
+            # scratch layout in `scores`: idx, val (r + 16 each), count, max, 16 sums
+            nq_panel_logz_avx512(h, r, 1, r, self.sm_panels, self.sm_pbias, self.V,
+                                 <int32_t *>scores, scores + r + 16, <int32_t *>(scores + 2 * r + 32),
+                                 scores + 2 * r + 33, scores + 2 * r + 34, &logz)
+            return logz
         nq_rowdots(self.out_w, self.r, h, self.V, self.r, self.out_b, scores)
         return _logsumexp(scores, self.V)
 
@@ -1110,12 +1124,10 @@ cdef class NeuralCore(LMCore):
         # AVX-512 exact softmax normalisers come from sparse products over packed
         # panels (nq_panel_logz).  Dense layers (tanh, identity) go through one sgemm
         # per block instead, and so do exact normalisers without AVX-512: (B x V).
-        cdef bint panels = need_z and self.act == ACT_RELU and nq_simd_level() == 3
+        cdef bint panels = need_z and self.sm_panels != NULL
         cdef bint by_row = self.act == ACT_RELU and (panels or not need_z)
         cdef int B = 512 if need_z else 128, lo, nb, b, i, t, nt = 2, t_lo, t_hi
         cdef int r = self.r, V = self.V, nscores = max(self.V, self.C) + 16
-        if panels and self.sm_panels == NULL:
-            self._pack_softmax_panels()
         X, A0, A1, A2 = self._forward_scratch(1 if by_row else B)
         S = np.empty(<int64_t>(B if need_z and not panels else 1) * nscores, np.float32)
         cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S
