@@ -23,7 +23,6 @@ cdef extern from "<stdlib.h>" nogil:
 
 from nplm._kernels cimport LMCore, NState, Ret, WordId, MAX_ORDER
 
-import os
 import numpy as np
 cimport numpy as cnp
 
@@ -181,12 +180,29 @@ cdef extern from *:
 
     /* AVX-512.  vecmat keeps a block of up to 16 output vectors (256 floats) in
        registers while it streams the rows of W for the nonzero inputs, which it
-       gathers first with a compress-store: a ReLU layer's zeros follow no pattern a
-       branch predictor could learn. */
+       gathers first (nq_nonzeros). */
     #define NQ_BLOCK 1024
     #define NQ_TAIL(n, j) ((__mmask16)((n) - (j) >= 16 ? 0xFFFF : ((1u << ((n) - (j))) - 1)))
     /* only the last of the NV vectors can be partial: one mask register, not NV
        (NV masks spilled to the stack and were reloaded for every row) */
+    /* Indices (first + i) and values of the nonzero x[i], i < n: a ReLU layer's zeros
+       follow no pattern a branch predictor could learn.  Compressed in registers,
+       then plain stores (a compress straight to memory is microcoded, very slow, on
+       AMD Zen 4); each store writes 16 entries, so idx and val need n + 16 room. */
+    __attribute__((target("avx512f,fma")))
+    static inline int nq_nonzeros_avx512(const float *x, int n, int first, int *idx, float *val) {
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        int nnz = 0;
+        for (int i = 0; i < n; i += 16) {
+            const __mmask16 m = NQ_TAIL(n, i);
+            const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+            const __mmask16 nz = _mm512_mask_cmp_ps_mask(m, v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+            _mm512_storeu_si512(idx + nnz, _mm512_maskz_compress_epi32(nz, _mm512_add_epi32(_mm512_set1_epi32(first + i), lane)));
+            _mm512_storeu_ps(val + nnz, _mm512_maskz_compress_ps(nz, v));
+            nnz += __builtin_popcount((unsigned)nz);
+        }
+        return nnz;
+    }
     #define NQ_VM_CASE(NV) case NV: { \
             __m512 acc[NV]; \
             const __mmask16 mt = NQ_TAIL(n_out, j0 + 16 * (NV - 1)); \
@@ -210,19 +226,7 @@ cdef extern from *:
         float val[NQ_BLOCK + 16];
         for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
             const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
-            int nnz = 0;
-            for (int i = 0; i < ni; i += 16) {
-                const __mmask16 m = NQ_TAIL(ni, i);
-                const __m512 v = _mm512_maskz_loadu_ps(m, x + i0 + i);
-                const __mmask16 nz = _mm512_mask_cmp_ps_mask(m, v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-                const __m512i id = _mm512_add_epi32(_mm512_set1_epi32(i0 + i),
-                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-                /* compress in registers, then a plain store: a compress straight to
-                   memory is microcoded (very slow) on AMD Zen 4 */
-                _mm512_storeu_si512(idx + nnz, _mm512_maskz_compress_epi32(nz, id));
-                _mm512_storeu_ps(val + nnz, _mm512_maskz_compress_ps(nz, v));
-                nnz += __builtin_popcount((unsigned)nz);
-            }
+            const int nnz = nq_nonzeros_avx512(x + i0, ni, i0, idx, val);
             const float *src = i0 == 0 ? b : y;
             for (int j0 = 0; j0 < n_out; j0 += 256) {
                 const int nv = (n_out - j0 + 15) / 16 < 16 ? (n_out - j0 + 15) / 16 : 16;
@@ -324,29 +328,15 @@ cdef extern from *:
        layer's zeros are skipped, where sgemm multiplies them all.  Panels are the
        outer loop, so one panel (r x 256 bytes) stays in L1/L2 while every row passes
        through it; each row keeps a running maximum and a vector of exp sums (online
-       log-sum-exp).  Scratch: idx, val (n x (r + 16): each row's compress stores
-       run up to 16 past its nonzeros), cnt, mx (n), sv (n x 16). */
+       log-sum-exp).  Scratch: idx, val (n x (r + 16), see nq_nonzeros), cnt, mx (n),
+       sv (n x 16). */
     #define NQ_PW 64
     __attribute__((target("avx512f,fma")))
     static void nq_panel_logz_avx512(const float *H, int ldh, int n, int r, const float *P,
                                      const float *pb, int V, int *idx, float *val, int *cnt,
                                      float *mx, float *sv, double *logz) {
-        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         for (int b = 0; b < n; b++) {
-            const float *h = H + (long)b * ldh;
-            int *ix = idx + (long)b * (r + 16);
-            float *vx = val + (long)b * (r + 16);
-            int nnz = 0;
-            for (int i = 0; i < r; i += 16) {
-                const __mmask16 m = NQ_TAIL(r, i);
-                const __m512 v = _mm512_maskz_loadu_ps(m, h + i);
-                const __mmask16 nz = _mm512_mask_cmp_ps_mask(m, v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-                /* compress in registers, then plain stores (see nq_vecmat) */
-                _mm512_storeu_si512(ix + nnz, _mm512_maskz_compress_epi32(nz, _mm512_add_epi32(_mm512_set1_epi32(i), lane)));
-                _mm512_storeu_ps(vx + nnz, _mm512_maskz_compress_ps(nz, v));
-                nnz += __builtin_popcount((unsigned)nz);
-            }
-            cnt[b] = nnz;
+            cnt[b] = nq_nonzeros_avx512(H + (long)b * ldh, r, 0, idx + (long)b * (r + 16), val + (long)b * (r + 16));
             mx[b] = -INFINITY;
             _mm512_storeu_ps(sv + (long)b * 16, _mm512_setzero_ps());
         }
@@ -355,7 +345,7 @@ cdef extern from *:
             const float *Pp = P + (long)p * r * NQ_PW;
             const float *bp = pb + (long)p * NQ_PW;
             const int j0 = p * NQ_PW;
-            const __mmask16 k0 = NQ_TAIL(V, j0 < V ? j0 : V), k1 = j0 + 16 < V ? NQ_TAIL(V, j0 + 16) : 0,
+            const __mmask16 k0 = NQ_TAIL(V, j0), k1 = j0 + 16 < V ? NQ_TAIL(V, j0 + 16) : 0,
                             k2 = j0 + 32 < V ? NQ_TAIL(V, j0 + 32) : 0, k3 = j0 + 48 < V ? NQ_TAIL(V, j0 + 48) : 0;
             for (int b = 0; b < n; b++) {
                 const int *ix = idx + (long)b * (r + 16);
