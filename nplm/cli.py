@@ -482,9 +482,9 @@ class Distil:
         p.add_argument("--prune-to", type=int, metavar="NGRAMS",
                        help="relative-entropy pruning to at most this many n-grams of orders >= 2")
         p.add_argument("--continuation", type=int, nargs="?", const=1, default=0, metavar="K",
-                       help="shape the unigrams (orders 1..K with K) for backing off: the teacher's expected "
-                            "leftover mass of longer contexts (Kneser-Ney's idea, computed from the teacher); "
-                            "pays with --sample-text; K > 1 measured worse on PTB")
+                       help="shape the unigrams (orders 1..K with K) for backing off: fitted to the "
+                            "teacher's leftover mass of longer contexts (Kneser-Ney's idea, computed from the "
+                            "teacher); pays with --sample-text; K > 1 measured worse on PTB")
         p.add_argument("--threads", type=int, default=1,
                        help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

@@ -22,15 +22,72 @@ after each one-word context); for n >= 2 the candidates are the words listed aft
 g; the teacher scores p_T(w | e) for the ``max_extensions`` most probable contexts
 e of each g, and the rarer ones are taken to leave p_T(w | g) on the words they do
 not list (their mass M(e) exact), so the work stays linear in the listed n-grams.
+
+For the unigrams the ratio is only a first guess.  A word w that context u does not
+list gets bow(u) q(w) = L(u) q(w) / (1 - Q(u)), with L(u) the mass u leaves and
+Q(u) = sum of q over the words u lists, so the teacher-expected log-likelihood of all
+those events depends on q through
+
+    F(q) = sum_w m(w) ln q(w) - sum_u M(u) ln(1 - Q(u)),
+
+m(w) = sum_u P(u) p_T(w | u) [(u, w) not listed] and M(u) = P(u) L(u).  The ratio
+q ~ m maximises the first term only; the second rewards mass on words that contexts
+list, since there it is renormalised away and every unlisted word's share grows.
+``fit_unigrams`` finds the stationary point, m(w)/q(w) + g(w) = lambda with
+g(w) = sum over the contexts u listing w of M(u) / (1 - Q(u)), by iterating
+q = m / (lambda - g).  On PTB it took the distilled table from 133.82 to 132.77 (test)
+and 141.94 to 140.55 (valid).
 """
 import numpy as np
 
 from .distil import chain_log10P, expand_ranges
 
 
-def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64):
-    """log10 unigram probabilities for backing off (float64, V):
-    q(w) ~ sum_u P(u) p_T(w | u) [(u, w) not listed]."""
+def fit_unigrams(m, M, ctx, words, max_iter=200, tol=1e-12):
+    """The q on the simplex where F(q) = sum_w m(w) ln q(w) - sum_u M(u) ln(1 - Q(u))
+    is stationary (module docstring); Q(u) sums q over ``words[ctx == u]``, the words
+    context u lists.  m, M: float64 (V,); ctx, words: the listed (u, w) pairs.
+    Words with m(w) = 0 get q(w) = 0.  Returns q (float64, sums to 1)."""
+    m = np.asarray(m, np.float64)
+    M = np.asarray(M, np.float64)
+    V = len(m)
+    total = m.sum()
+    if total <= 0:
+        raise ValueError("no leftover mass to fit the back-off unigrams to")
+    live = m > 0
+    mm, MM = m[live] / total, M / total
+    q = np.zeros(V)
+    q[live] = mm
+    for _ in range(max_iter):
+        Q = np.bincount(ctx, weights=q[words], minlength=V)
+        c = MM / np.maximum(1.0 - Q, 1e-12)
+        g = np.bincount(words, weights=c[ctx], minlength=V)[live]
+        # lambda > max g solves sum m / (lambda - g) = 1 (decreasing in lambda);
+        # at lo + sum(mm) = lo + 1 the sum is <= 1
+        lo = g.max()
+        hi = lo + 1.0
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            if mid == lo or mid == hi:
+                break
+            if (mm / (mid - g)).sum() > 1.0:
+                lo = mid
+            else:
+                hi = mid
+        new = np.zeros(V)
+        new[live] = mm / (hi - g)
+        new /= new.sum()
+        change = np.abs(new - q).max()
+        q = new
+        if change < tol:
+            break
+    return q
+
+
+def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64, fit=True):
+    """log10 unigram probabilities for backing off (float64, V): the continuation
+    ratio q(w) ~ m(w) = sum_u P(u) p_T(w | u) [(u, w) not listed], then (``fit``)
+    fitted to the bows' renormalisation by ``fit_unigrams``."""
     V = s.V
     P = np.power(10.0, chain_log10P(s, lp, bos, eos, 1)[1])
     P[eos] = 0.0                            # never a context
@@ -38,6 +95,7 @@ def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64):
     ctx, words = s.prefix[2], s.word[2]     # sorted by context
     bounds = np.searchsorted(ctx, np.arange(V + 1))
     q = np.zeros(V)
+    M = np.zeros(V)
     us = np.flatnonzero(P > 0).astype(np.int32)
     allw = np.arange(V, dtype=np.int32)
     it = range(0, len(us), chunk)
@@ -48,14 +106,17 @@ def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64):
         u = us[lo:lo + chunk]
         rows = np.column_stack([np.repeat(u, V), np.tile(allw, len(u))]).astype(np.int32)
         d = np.power(10.0, score(rows).astype(np.float64)).reshape(len(u), V)
+        d[:, ~predictable] = 0.0
         for k, uk in enumerate(u):
             d[k, words[bounds[uk]:bounds[uk + 1]]] = 0.0
         q += P[u] @ d
-    q[~predictable] = 0.0
+        M[u] = P[u] * d.sum(axis=1)
     out = lp[1].astype(np.float64).copy()
     total = q.sum()
     if total > 0:
-        out[predictable] = np.log10(np.maximum(q[predictable] / total, 1e-99))
+        if fit:
+            q = fit_unigrams(q, M, ctx, words)
+        out[predictable] = np.log10(np.maximum(q[predictable] / q.sum(), 1e-99))
     return out
 
 

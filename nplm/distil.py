@@ -29,9 +29,10 @@ a word of the distilled model.  The unigram distribution is renormalised over th
 vocabulary minus ``<s>`` (a no-op for a normalised teacher).
 
 Continuation (``continuation=1``, after pruning): the unigram probabilities are
-replaced by the teacher's expected leftover mass of the one-word contexts, the shape
-backing off needs (nplm/continuation.py); higher orders can be reshaped the same way
-(``continuation=k``), which measured worse on PTB.
+replaced by the shape backing off needs, fitted to the teacher's leftover mass of the
+one-word contexts with the bows' renormalisation (nplm/continuation.py); higher orders
+can be reshaped by the leftover-mass ratio (``continuation=k``), which measured worse
+on PTB.
 
 Relative-entropy pruning (Stolcke 1998) removes the n-grams whose removal changes
 the model least, D = P(h) [p log(p / p') + (1 - sum_listed p(.|h)) log(bow / bow')],

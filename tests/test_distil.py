@@ -488,8 +488,19 @@ def test_continuation_shapes_equal_a_brute_force_sum(tiny):
         for w in range(V):
             if pred[w] and w not in listed2.get(u, ()):
                 q[w] += P1[u] * dist[w]
-    got1 = cont.unigrams(score, s, lp, bos, eos, pred)
+    got1 = cont.unigrams(score, s, lp, bos, eos, pred, fit=False)
     assert np.allclose(10.0 ** got1[pred], q[pred] / q[pred].sum(), rtol=1e-4, atol=1e-12)
+    # fitted: the same numerators and leftover masses M(u) = P(u) sum_{w unlisted} p_T(w | u)
+    M = np.zeros(V)
+    for u in range(V):
+        if u == eos or (not pred[u] and u != bos):
+            continue
+        dist = full([u])
+        M[u] = P1[u] * sum(dist[w] for w in range(V) if pred[w] and w not in listed2.get(u, ()))
+    fitted = cont.fit_unigrams(q * pred, M, s.prefix[2], s.word[2])
+    got_fit = cont.unigrams(score, s, lp, bos, eos, pred)
+    assert np.allclose(10.0 ** got_fit[pred], fitted[pred], rtol=1e-4, atol=1e-12)
+    assert not np.allclose(fitted[pred], q[pred] / q[pred].sum(), rtol=1e-3)
     # bigrams: contexts e = (x, g) listed as bigrams, candidates the words listed after g;
     # the K most probable e of each g scored exactly, the rest through p_T(w | g)
     listed3 = {}
@@ -517,6 +528,44 @@ def test_continuation_shapes_equal_a_brute_force_sum(tiny):
             if checked >= 150:
                 break
     assert checked >= 100
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fitted_unigrams_maximise_the_backoff_likelihood(seed):
+    """fit_unigrams against the table it shapes: a word w that context u does not list
+    gets bow(u) q(w) = L(u) q(w) / (1 - Q(u)).  The teacher-expected log-likelihood of
+    those events, summed in plain Python, is at least what a generic optimiser finds
+    from several starts, and better than the continuation ratio q ~ m."""
+    from scipy.optimize import minimize
+    from nplm import continuation as cont
+    rng = np.random.default_rng(seed)
+    V = 12
+    P = rng.dirichlet(np.ones(V))
+    pT = rng.dirichlet(np.full(V, 0.5), size=V)                # p_T(w | u), rows u
+    listed = [set(rng.choice(V, rng.integers(0, V - 2), replace=False).tolist()) for _ in range(V)]
+    ctx = np.array([u for u in range(V) for w in sorted(listed[u])], np.int64)
+    words = np.array([w for u in range(V) for w in sorted(listed[u])], np.int64)
+    m = np.array([sum(P[u] * pT[u, w] for u in range(V) if w not in listed[u]) for w in range(V)])
+    M = np.array([P[u] * sum(pT[u, w] for w in range(V) if w not in listed[u]) for u in range(V)])
+
+    def loglik(q):
+        total = 0.0
+        for u in range(V):
+            Q = sum(q[w] for w in listed[u])
+            for w in range(V):
+                if w not in listed[u]:
+                    total += P[u] * pT[u, w] * math.log(M[u] / P[u] * q[w] / (1 - Q))
+        return total
+
+    fitted = cont.fit_unigrams(m, M, ctx, words)
+    assert fitted.sum() == pytest.approx(1.0, abs=1e-12) and (fitted > 0).all()
+    best = -np.inf
+    for start in [np.log(m)] + [rng.normal(0, 1, V) for _ in range(3)]:
+        res = minimize(lambda z: -loglik(np.exp(z - z.max()) / np.exp(z - z.max()).sum()), start,
+                       method="BFGS", options={"gtol": 1e-10})
+        best = max(best, -res.fun)
+    assert loglik(fitted) >= best - 1e-9
+    assert loglik(fitted) > loglik(m / m.sum()) + 1e-6
 
 
 def test_continuation_table_is_normalised_and_loads_in_kenlm(tiny, tmp_path):
