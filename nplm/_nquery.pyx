@@ -1091,8 +1091,8 @@ cdef class NeuralCore(LMCore):
     def log_probs(self, ctx, words, softmax_logz=None):
         """Natural-log p(word | context) per row in this core's mode (exact, or the
         unnormalised score; fallback rows need ``softmax_logz`` from the caller).
-        ctx (N, m) int32 oldest first, words (N,) int32.  Whole blocks go through
-        sgemm; the softmax normaliser of each row comes from one (B x V) product."""
+        ctx (N, m) int32 oldest first, words (N,) int32.  Rows go in blocks, without
+        the GIL; how a block's hidden states and normalisers are computed is below."""
         cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
         cdef const int32_t[::1] wv = np.ascontiguousarray(words, dtype=np.int32)
         cdef int N = c.shape[0]
