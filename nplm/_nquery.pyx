@@ -468,6 +468,7 @@ cdef extern from *:
     int nq_simd_level() noexcept nogil
 
 from cython.parallel cimport prange
+cimport openmp
 from nplm._netdefs cimport (CTX_FULL, CTX_DIAGONAL, ACT_RELU, ACT_TANH, ACT_IDENTITY,
                             OUT_SOFTMAX, OUT_CLASS, OUT_TREE)
 
@@ -1109,14 +1110,17 @@ cdef class NeuralCore(LMCore):
         cdef bint need_z = self.out_kind == OUT_SOFTMAX and self.mode == MODE_EXACT and not have_given
         if self.out_kind == OUT_CLASS and self.mode == MODE_EXACT:
             return self._class_log_probs(c, wv, out)
-        # ReLU layers are mostly zeros: each thread takes half of a block and computes
-        # its rows' hidden states one at a time by the zero-skipping kernels, and on
-        # AVX-512 exact softmax normalisers come from sparse products over packed
-        # panels (nq_panel_logz).  Dense layers (tanh, identity) go through one sgemm
-        # per block instead, and so do exact normalisers without AVX-512: (B x V).
+        # ReLU layers are mostly zeros: each OpenMP thread takes a share of a block and
+        # computes its rows' hidden states one at a time by the zero-skipping kernels,
+        # and on AVX-512 exact softmax normalisers come from sparse products over packed
+        # panels (nq_panel_logz; 256 rows a thread, so each panel read serves many).
+        # Dense layers (tanh, identity) go through one sgemm per block instead, and so
+        # do exact normalisers without AVX-512: (B x V).
         cdef bint panels = need_z and self.sm_panels != NULL
         cdef bint by_row = self.act == ACT_RELU and (panels or not need_z)
-        cdef int B = 512 if need_z else 128, lo, nb, b, i, t, nt = 2, t_lo, t_hi
+        cdef int nt = max(1, min(openmp.omp_get_max_threads(), 64))
+        cdef int B = max(512, 256 * nt) if panels else 512 if need_z else 128
+        cdef int lo, nb, b, i, t, t_lo, t_hi
         cdef int r = self.r, V = self.V, nscores = max(self.V, self.C) + 16
         X, A0, A1, A2 = self._forward_scratch(1 if by_row else B)
         S = np.empty(<int64_t>(B if need_z and not panels else 1) * nscores, np.float32)
