@@ -23,7 +23,7 @@ import numpy as np
 
 import nplm
 from _bench_common import CACHE, PTB, best_time, rss_mib_of
-from nplm.neural_model import precompute
+from nplm.neural_model import precompute, sentence_items
 
 
 def random_model(shape, path):
@@ -96,6 +96,9 @@ def main():
             print(f"{os.path.basename(path):<22} {m.normalization:<13} {per_call[mode][0] * 1e6:>12.2f} "
                   f"{per_call[mode][1] * 1e6:>12.2f} {n / t_fs:>18.0f} {total / t_b:>12.0f} {rss:>8.1f}")
         norm = loaded["exact"].normalization
+        # the zero-skipping kernels' work scales with the last hidden layer's nonzeros
+        ctx = sentence_items(probe._data.net.vocab, probe.order - 1, sub_text)[0]
+        print(f"  last hidden layer: {np.mean(probe.core.hidden(ctx) != 0):.0%} of units nonzero on this text")
         print(f"  new-context BaseScore, {norm} / unnormalized: "
               f"{per_call['exact'][0] / per_call['unnormalized'][0]:.2f}x"
               + (" (target: within 3x)" if norm == "class" else ""))
