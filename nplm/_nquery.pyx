@@ -183,8 +183,6 @@ cdef extern from *:
        gathers first (nq_nonzeros). */
     #define NQ_BLOCK 1024
     #define NQ_TAIL(n, j) ((__mmask16)((n) - (j) >= 16 ? 0xFFFF : ((1u << ((n) - (j))) - 1)))
-    /* only the last of the NV vectors can be partial: one mask register, not NV
-       (NV masks spilled to the stack and were reloaded for every row) */
     /* Indices (first + i) and values of the nonzero x[i], i < n: a ReLU layer's zeros
        follow no pattern a branch predictor could learn.  Compressed in registers,
        then plain stores (a compress straight to memory is microcoded, very slow, on
@@ -203,6 +201,8 @@ cdef extern from *:
         }
         return nnz;
     }
+    /* only the last of the NV vectors can be partial: one mask register, not NV
+       (NV masks spilled to the stack and were reloaded for every row) */
     #define NQ_VM_CASE(NV) case NV: { \
             __m512 acc[NV]; \
             const __mmask16 mt = NQ_TAIL(n_out, j0 + 16 * (NV - 1)); \
@@ -691,7 +691,7 @@ cdef class NeuralCore(LMCore):
         self.ldh = (self.r + 15) // 16 * 16          # whole cache lines per hidden state
         self.cache_h = <float *>aligned_alloc(64, sizeof(float) * self.cache_slots * self.ldh)
         self.cache_logz = <double *>malloc(sizeof(double) * self.cache_slots)
-        self.scratch = <float *>malloc(sizeof(float) * (self.m * self.d + self.r0 + self.h1 + self.h2 + 16))
+        self.scratch = <float *>malloc(sizeof(float) * self._row_scratch())
         # (also nq_panel_logz's scratch for one row: 2r + 34 entries)
         self.scores = <float *>malloc(sizeof(float) * (max(self.V, self.C, 2 * self.r + 34) + 16))
         if (self.cache_ctx == NULL or self.cache_used == NULL or self.cache_h == NULL or
@@ -709,6 +709,13 @@ cdef class NeuralCore(LMCore):
                 raise MemoryError("cannot allocate the class-normaliser cache")
         memset(self.cache_used, 0, self.cache_slots)
 
+    cdef object _aligned_zeros(self, Py_ssize_t n):
+        """n float32 zeros on a 64-byte boundary, kept alive with the core."""
+        raw = np.zeros(n + 16, np.float32)
+        start = (-(raw.ctypes.data // 4)) % 16
+        self._keep.append(raw)
+        return raw[start:start + n]
+
     cdef tuple _padded(self, flat, int rows, int cols):
         """(pointer, row stride) of a 64-byte-aligned copy of a (rows, cols) matrix whose
         rows are padded to a multiple of 16 floats; the original when it has no rows."""
@@ -717,11 +724,8 @@ cdef class NeuralCore(LMCore):
             fv = flat
             return <Py_ssize_t>&fv[0], max(cols, 1)
         ld = (cols + 15) // 16 * 16
-        raw = np.zeros(rows * ld + 16, np.float32)
-        off = (-(raw.ctypes.data // 4)) % 16
-        padded = raw[off:off + rows * ld].reshape(rows, ld)
+        padded = self._aligned_zeros(rows * ld).reshape(rows, ld)
         padded[:, :cols] = np.asarray(flat[:rows * cols]).reshape(rows, cols)
-        self._keep.append(raw)
         fv = padded.reshape(-1)
         return <Py_ssize_t>&fv[0], ld
 
@@ -740,14 +744,12 @@ cdef class NeuralCore(LMCore):
         lds = ((np.diff(cs) + 15) // 16 * 16).astype(np.int32)
         offs = np.zeros(C + 1, np.int64)
         np.cumsum(lds.astype(np.int64) * r, out=offs[1:])
-        raw = np.zeros(int(offs[C]) + 16, np.float32)
-        start = (-(raw.ctypes.data // 4)) % 16            # 64-byte aligned
-        blocks = raw[start:start + int(offs[C])]
+        blocks = self._aligned_zeros(int(offs[C]))
         W = out_w.reshape(-1, r)
         for c in range(C):
             blk = blocks[offs[c]:offs[c + 1]].reshape(r, lds[c])
             blk[:, :cs[c + 1] - cs[c]] = W[cs[c]:cs[c + 1]].T
-        self._keep.extend([raw, offs, lds])
+        self._keep.extend([offs, lds])
         fv = blocks
         self.out_t = &fv[0] if blocks.size else NULL
         ov = offs
@@ -763,13 +765,11 @@ cdef class NeuralCore(LMCore):
         np_ = (V + pw - 1) // pw
         W = np.zeros((np_ * pw, r), np.float32)
         W[:V] = np.asarray(<const float[:V * r]>self.out_w).reshape(V, r)
-        raw = np.zeros(np_ * r * pw + 16, np.float32)
-        start = (-(raw.ctypes.data // 4)) % 16            # 64-byte aligned
-        panels = raw[start:start + np_ * r * pw]
+        panels = self._aligned_zeros(np_ * r * pw)
         panels.reshape(np_, r, pw)[:] = W.reshape(np_, pw, r).transpose(0, 2, 1)
         bias = np.zeros(np_ * pw, np.float32)
         bias[:V] = np.asarray(<const float[:V]>self.out_b)
-        self._keep.extend([raw, bias])
+        self._keep.append(bias)
         fv = panels
         self.sm_panels = &fv[0]
         fv = bias
@@ -973,9 +973,7 @@ cdef class NeuralCore(LMCore):
             self.cache_hits += 1
         else:
             self.cache_misses += 1
-            self._hidden_block(ctx, 1, self.scratch, self.scratch + self.m * self.d,
-                               self.scratch + self.m * self.d + self.r0,
-                               self.scratch + self.m * self.d + self.r0 + self.h1, &H)
+            H = self._hidden_row(ctx, self.scratch)
             memcpy(self.cache_h + <int64_t>slot * self.ldh, H, self.r * sizeof(float))
             memcpy(c, ctx, self.m * sizeof(int32_t))
             self.cache_used[slot] = 1
@@ -1125,12 +1123,14 @@ cdef class NeuralCore(LMCore):
         X, A0, A1, A2 = self._forward_scratch(1 if by_row else B)
         S = np.empty(<int64_t>(B if need_z and not panels else 1) * nscores, np.float32)
         cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S
-        cdef float[:, ::1] ws = np.empty((nt, self._row_scratch() + nscores), np.float32)
-        cdef float[::1] hv = np.empty(B * r + 16, np.float32)
+        cdef float[:, ::1] ws
         cdef int32_t[::1] pidx, pcnt
-        cdef float[::1] pval, pmx, psv
+        cdef float[::1] hv, pval, pmx, psv
         cdef double[::1] pz
+        if by_row:
+            ws = np.empty((nt, self._row_scratch() + nscores), np.float32)
         if panels:
+            hv = np.empty(B * r + 16, np.float32)
             pidx = np.empty(B * (r + 16), np.int32)
             pval = np.empty(B * (r + 16), np.float32)
             pcnt = np.empty(B, np.int32)
