@@ -219,6 +219,20 @@ cdef extern from *:
                 _mm512_storeu_ps(y + j0 + 16 * k, acc[k]); \
             _mm512_mask_storeu_ps(y + j0 + 16 * (NV - 1), mt, acc[NV - 1]); \
             break; }
+    /* y = src + the rows idx[0:nnz] of W scaled by val (src: the bias, or y itself) */
+    __attribute__((target("avx512f,fma")))
+    static void nq_vecmat_nz_avx512(const int *idx, const float *val, int nnz, const float *W, int ldw,
+                                    int n_out, const float *src, float *__restrict__ y) {
+        for (int j0 = 0; j0 < n_out; j0 += 256) {
+            const int nv = (n_out - j0 + 15) / 16 < 16 ? (n_out - j0 + 15) / 16 : 16;
+            switch (nv) {
+                NQ_VM_CASE(1) NQ_VM_CASE(2) NQ_VM_CASE(3) NQ_VM_CASE(4)
+                NQ_VM_CASE(5) NQ_VM_CASE(6) NQ_VM_CASE(7) NQ_VM_CASE(8)
+                NQ_VM_CASE(9) NQ_VM_CASE(10) NQ_VM_CASE(11) NQ_VM_CASE(12)
+                NQ_VM_CASE(13) NQ_VM_CASE(14) NQ_VM_CASE(15) NQ_VM_CASE(16)
+            }
+        }
+    }
     __attribute__((target("avx512f,fma")))
     static void nq_vecmat_avx512(const float *x, int n_in, const float *W, int ldw, int n_out,
                                  const float *b, float *__restrict__ y) {
@@ -227,17 +241,25 @@ cdef extern from *:
         for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
             const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
             const int nnz = nq_nonzeros_avx512(x + i0, ni, i0, idx, val);
-            const float *src = i0 == 0 ? b : y;
-            for (int j0 = 0; j0 < n_out; j0 += 256) {
-                const int nv = (n_out - j0 + 15) / 16 < 16 ? (n_out - j0 + 15) / 16 : 16;
-                switch (nv) {
-                    NQ_VM_CASE(1) NQ_VM_CASE(2) NQ_VM_CASE(3) NQ_VM_CASE(4)
-                    NQ_VM_CASE(5) NQ_VM_CASE(6) NQ_VM_CASE(7) NQ_VM_CASE(8)
-                    NQ_VM_CASE(9) NQ_VM_CASE(10) NQ_VM_CASE(11) NQ_VM_CASE(12)
-                    NQ_VM_CASE(13) NQ_VM_CASE(14) NQ_VM_CASE(15) NQ_VM_CASE(16)
-                }
-            }
+            nq_vecmat_nz_avx512(idx, val, nnz, W, ldw, n_out, i0 == 0 ? b : y, y);
         }
+    }
+    /* Two products of one input (a class-factored normaliser's class scores and its
+       word block): the nonzeros are gathered once. */
+    __attribute__((target("avx512f,fma")))
+    static void nq_vecmat2_avx512(const float *x, int n_in, const float *W1, int ld1, int n1, const float *b1,
+                                  float *__restrict__ y1, const float *W2, int ld2, int n2, const float *b2,
+                                  float *__restrict__ y2) {
+        if (n_in > NQ_BLOCK) {
+            nq_vecmat_avx512(x, n_in, W1, ld1, n1, b1, y1);
+            nq_vecmat_avx512(x, n_in, W2, ld2, n2, b2, y2);
+            return;
+        }
+        int idx[NQ_BLOCK + 16];
+        float val[NQ_BLOCK + 16];
+        const int nnz = nq_nonzeros_avx512(x, n_in, 0, idx, val);
+        nq_vecmat_nz_avx512(idx, val, nnz, W1, ld1, n1, b1, y1);
+        nq_vecmat_nz_avx512(idx, val, nnz, W2, ld2, n2, b2, y2);
     }
     __attribute__((target("avx512f,fma")))
     static inline __m512 nq_exp512(__m512 x) {
@@ -420,6 +442,7 @@ cdef extern from *:
     #define nq_dot_avx2 nq_dot_plain
     #define nq_rowdots_avx2 nq_rowdots_plain
     #define nq_vecmat_avx512 nq_vecmat_plain
+    #define nq_vecmat2_avx512 nq_vecmat2_twice
     #define nq_dot_avx512 nq_dot_plain
     #define nq_rowdots_avx512 nq_rowdots_plain
     #define nq_logsumexp_avx2 nq_logsumexp_plain
@@ -432,6 +455,13 @@ cdef extern from *:
                                      float *mx, float *sv, double *logz) { abort(); }   /* level 3 only */
     #endif
     static void (*nq_vecmat_impl)(const float *, int, const float *, int, int, const float *, float *) = 0;
+    static void nq_vecmat2_twice(const float *x, int n_in, const float *W1, int ld1, int n1, const float *b1,
+                                 float *y1, const float *W2, int ld2, int n2, const float *b2, float *y2) {
+        nq_vecmat_impl(x, n_in, W1, ld1, n1, b1, y1);
+        nq_vecmat_impl(x, n_in, W2, ld2, n2, b2, y2);
+    }
+    static void (*nq_vecmat2_impl)(const float *, int, const float *, int, int, const float *, float *,
+                                   const float *, int, int, const float *, float *) = 0;
     static float (*nq_dot_impl)(const float *, const float *, int) = 0;
     static void (*nq_rowdots_impl)(const float *, int, const float *, int, int, const float *, float *) = 0;
     static double (*nq_logsumexp_impl)(const float *, int) = 0;
@@ -441,11 +471,16 @@ cdef extern from *:
         nq_addrows_impl = level == 3 ? nq_addrows_avx512 : nq_addrows_plain;
         nq_logsumexp_impl = level == 3 ? nq_logsumexp_avx512 : level == 2 ? nq_logsumexp_avx2 : nq_logsumexp_plain;
         nq_vecmat_impl = level == 3 ? nq_vecmat_avx512 : level == 2 ? nq_vecmat_avx2 : nq_vecmat_plain;
+        nq_vecmat2_impl = level == 3 ? nq_vecmat2_avx512 : nq_vecmat2_twice;
         nq_dot_impl = level == 3 ? nq_dot_avx512 : level == 2 ? nq_dot_avx2 : nq_dot_plain;
         nq_rowdots_impl = level == 3 ? nq_rowdots_avx512 : level == 2 ? nq_rowdots_avx2 : nq_rowdots_plain;
     }
     static inline void nq_vecmat(const float *x, int n_in, const float *W, int ldw, int n_out,
                                  const float *b, float *y) { nq_vecmat_impl(x, n_in, W, ldw, n_out, b, y); }
+    static inline void nq_vecmat2(const float *x, int n_in, const float *W1, int ld1, int n1, const float *b1,
+                                  float *y1, const float *W2, int ld2, int n2, const float *b2, float *y2) {
+        nq_vecmat2_impl(x, n_in, W1, ld1, n1, b1, y1, W2, ld2, n2, b2, y2);
+    }
     static inline float nq_dot(const float *a, const float *b, int n) { return nq_dot_impl(a, b, n); }
     static inline double nq_logsumexp(const float *s, int n) { return nq_logsumexp_impl(s, n); }
     static inline void nq_addrows(const float *b, const float *const *rows, int m, int n, int relu,
@@ -456,6 +491,8 @@ cdef extern from *:
     uint64_t nq_mix(uint64_t h) noexcept nogil
     uint64_t nq_fastrange(uint64_t h, uint64_t n) noexcept nogil
     void nq_vecmat(const float *x, int n_in, const float *W, int ldw, int n_out, const float *b, float *y) noexcept nogil
+    void nq_vecmat2(const float *x, int n_in, const float *W1, int ld1, int n1, const float *b1, float *y1,
+                    const float *W2, int ld2, int n2, const float *b2, float *y2) noexcept nogil
     float nq_dot(const float *a, const float *b, int n) noexcept nogil
     void nq_rowdots(const float *W, int ldw, const float *h, int rows, int n, const float *bias, float *out) noexcept nogil
     double nq_logsumexp(const float *s, int n) noexcept nogil
@@ -578,8 +615,10 @@ cdef class NeuralCore(LMCore):
     cdef uint8_t *cache_used
     cdef float *cache_h                  # (slots, r)
     cdef double *cache_logz              # NaN until computed
-    cdef float *cache_cls                # (slots, C) log p(class | h), [0] NaN until computed
-    cdef float *cache_wz                 # (slots, C) log-normaliser inside each class, NaN until computed
+    cdef float *cache_cls                # (slots, C) class scores; their log-normaliser in cache_logz
+    cdef float *cache_wz                 # (slots, C) log-normaliser inside each class, valid
+    cdef uint64_t *cache_wzok            # where the slot's bit c is set here (wzw words a slot)
+    cdef int wzw
     cdef float *scratch                  # forward work for one context
     cdef float *scores                   # (max(V, C)) output scores
     cdef pthread_mutex_t lock
@@ -593,6 +632,7 @@ cdef class NeuralCore(LMCore):
         self.cache_logz = NULL
         self.cache_cls = NULL
         self.cache_wz = NULL
+        self.cache_wzok = NULL
         self.scratch = NULL
         self.scores = NULL
         self.sm_panels = NULL
@@ -605,6 +645,7 @@ cdef class NeuralCore(LMCore):
         free(self.cache_logz)
         free(self.cache_cls)
         free(self.cache_wz)
+        free(self.cache_wzok)
         free(self.scratch)
         free(self.scores)
         pthread_mutex_destroy(&self.lock)
@@ -705,7 +746,9 @@ cdef class NeuralCore(LMCore):
             # distribution and the per-class normalisers with the hidden state.
             self.cache_cls = <float *>malloc(sizeof(float) * self.cache_slots * self.C)
             self.cache_wz = <float *>malloc(sizeof(float) * self.cache_slots * self.C)
-            if self.cache_cls == NULL or self.cache_wz == NULL:
+            self.wzw = (self.C + 63) // 64
+            self.cache_wzok = <uint64_t *>malloc(sizeof(uint64_t) * self.cache_slots * self.wzw)
+            if self.cache_cls == NULL or self.cache_wz == NULL or self.cache_wzok == NULL:
                 raise MemoryError("cannot allocate the class-normaliser cache")
         memset(self.cache_used, 0, self.cache_slots)
 
@@ -978,10 +1021,9 @@ cdef class NeuralCore(LMCore):
             memcpy(c, ctx, self.m * sizeof(int32_t))
             self.cache_used[slot] = 1
             self.cache_logz[slot] = NAN
-            if self.cache_cls != NULL:
-                self.cache_cls[<int64_t>slot * self.C] = NAN
-                for i in range(self.C):
-                    self.cache_wz[<int64_t>slot * self.C + i] = NAN
+            if self.cache_wzok != NULL:
+                for i in range(self.wzw):       # a word or two: no memset call
+                    self.cache_wzok[<int64_t>slot * self.wzw + i] = 0
         h[0] = self.cache_h + <int64_t>slot * self.ldh
         if need_logz and isnan(self.cache_logz[slot]):
             self.cache_logz[slot] = self._softmax_logz(h[0], self.scores)
@@ -989,25 +1031,35 @@ cdef class NeuralCore(LMCore):
         return slot
 
     cdef double _class_logp_cached(self, int slot, const float *h, WordId w) noexcept nogil:
-        """Exact class-factored log p(w | h) with the class distribution and the
-        word normaliser of w's class kept in the cache slot."""
+        """Exact class-factored log p(w | h) with the class scores, their normaliser and
+        the word normaliser of w's class kept in the cache slot.  A new context needs
+        both products, which share one pass over h's nonzeros, and w's output row is
+        prefetched first, to arrive while they run.  (w's score is that row's dot
+        product even where the block has it: hits and misses must give the same bits.)"""
         cdef float *cls = self.cache_cls + <int64_t>slot * self.C
         cdef float *wz = self.cache_wz + <int64_t>slot * self.C
-        cdef int c = self.word_class[w], i, lo, hi
-        cdef double lse
-        if isnan(cls[0]):
-            nq_vecmat(h, self.r, self.cls_t, self.ld_cls, self.C, self.cls_b, self.scores)
-            lse = _logsumexp(self.scores, self.C)
-            for i in range(self.C):
-                cls[i] = <float>(self.scores[i] - lse)
-        if isnan(wz[c]):
-            lo = self.class_start[c]
-            hi = self.class_start[c + 1]
-            nq_vecmat(h, self.r, self.out_t + self.out_t_off[c], self.out_t_ld[c], hi - lo,
-                      self.out_b + lo, self.scores)
+        cdef uint64_t *ok = self.cache_wzok + <int64_t>slot * self.wzw
+        cdef int c = self.word_class[w], i = self.word_pos[w]
+        cdef int lo = self.class_start[c], hi = self.class_start[c + 1]
+        cdef bint need_cls = isnan(self.cache_logz[slot])
+        cdef bint need_wz = not ((ok[c >> 6] >> (c & 63)) & 1)
+        cdef const float *blk = self.out_t + self.out_t_off[c]
+        cdef const float *wrow = self.out_w + <int64_t>i * self.r
+        cdef int k
+        if need_wz:
+            for k in range(0, self.r, 16):
+                __builtin_prefetch(wrow + k)
+        if need_cls and need_wz:
+            nq_vecmat2(h, self.r, self.cls_t, self.ld_cls, self.C, self.cls_b, cls,
+                       blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores)
+        elif need_wz:                   # (a fresh slot needs both)
+            nq_vecmat(h, self.r, blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores)
+        if need_cls:
+            self.cache_logz[slot] = _logsumexp(cls, self.C)
+        if need_wz:
             wz[c] = <float>_logsumexp(self.scores, hi - lo)
-        i = self.word_pos[w]
-        return cls[c] + (self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]) - wz[c]
+            ok[c >> 6] |= (<uint64_t>1) << (c & 63)
+        return cls[c] - self.cache_logz[slot] + (self._dot(wrow, h) + self.out_b[i]) - wz[c]
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         cdef int32_t ctx[MAX_ORDER]

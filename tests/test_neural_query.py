@@ -245,10 +245,12 @@ print(q.SIMD)
 """
 
 
-def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path):
+@pytest.mark.parametrize("width", [37, 1037])
+def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
     """Exact class mode reads transposed class blocks for a new context: classes wider
     than one 256-float register block, narrower than a vector, and a hidden width that
-    is no multiple of 16, on the AVX-512, AVX2 and plain kernels, against numpy."""
+    is no multiple of 16, on the AVX-512, AVX2 and plain kernels, against numpy.  The
+    wide net passes the 1024 inputs that the shared nonzero gather holds at once."""
     import os
     import subprocess
     import sys
@@ -261,7 +263,7 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path):
     word_class[3:300] = 1            # 297 words: more than 256 outputs
     word_class[300:303] = 2          # 3 words
     word_class[303:] = 3
-    cfg = NeuralConfig(order=4, embedding_dim=6, hidden=(37,), context="full", output="class",
+    cfg = NeuralConfig(order=4, embedding_dim=6, hidden=(width,), context="full", output="class",
                        objective="mle", classes=4)
     net = randomise(NeuralNet.create(cfg, Vocabulary(words, np.arange(V, 0, -1)), word_class=word_class,
                                      seed=3), 6, scale=0.3)
