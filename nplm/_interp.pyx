@@ -28,6 +28,7 @@ cnp.import_array()
 
 cdef enum:
     MAX_COMPONENTS = 16
+    MAX_BUCKETS = MAX_ORDER + 1    # context lengths 0..MAX_ORDER-1, and the sentence start
     ZWAYS = 4                  # Z cache: 4-way set associative, LRU within a set
 
 cdef enum Mode:
@@ -83,8 +84,10 @@ cdef class InterpolatedCore(LMCore):
     cdef const int32_t[:, ::1] _maps
     cdef const int32_t *map[MAX_COMPONENTS]
     cdef float unk_pen[MAX_COMPONENTS]
-    cdef double weight[MAX_COMPONENTS]
-    cdef int active[MAX_COMPONENTS]                 # components with non-zero weight
+    cdef double weight[MAX_BUCKETS][MAX_COMPONENTS] # weight[b][i]: row 0 unless bucketed
+    cdef public int bucket_by                       # component whose context length picks
+    cdef public int n_buckets                       # the row (see _bucket), or -1
+    cdef int active[MAX_COMPONENTS]                 # components with a non-zero weight
     cdef int n_active
     cdef public int mode
     cdef public Py_ssize_t size                     # union vocabulary size
@@ -154,21 +157,38 @@ cdef class InterpolatedCore(LMCore):
         self._zbuf = np.zeros(sets * ZWAYS * sizeof(ZEntry), dtype=np.uint8)
         self.zc = <ZEntry *>cnp.PyArray_DATA(self._zbuf)
         self.zsets = sets
+        self.bucket_by = -1
+        self.n_buckets = 1
         self.set_weights(weights)
 
-    def set_weights(self, weights):
-        """Replace the weights (one per component); clears the Z cache."""
-        cdef int i
-        if len(weights) != self.n:
-            raise ValueError(f"{len(weights)} weights for {self.n} components")
+    def set_weights(self, weights, int bucket_by=-1):
+        """Replace the weights: one per component, or (linear mode) a row of them per
+        context bucket of component ``bucket_by`` (ctx_len(bucket_by) + 2 rows, see
+        _bucket); clears the Z cache."""
+        cdef int i, b, rows
+        w = np.asarray(weights, dtype=np.float64)
+        if w.ndim == 1:
+            w = w[None, :]
+        if w.ndim != 2 or w.shape[1] != self.n:
+            raise ValueError(f"weights of shape {np.shape(weights)} for {self.n} components")
+        if bucket_by >= self.n or bucket_by < -1:
+            raise ValueError(f"bucket_by {bucket_by}: no such component")
+        if bucket_by >= 0 and self.mode != MODE_LINEAR:
+            raise ValueError("weights per context bucket need a linear mixture")
+        rows = self.ctx[bucket_by] + 2 if bucket_by >= 0 else 1
+        if w.shape[0] != rows:
+            raise ValueError(f"{w.shape[0]} rows of weights, expected {rows}")
         self.n_active = 0
         for i in range(self.n):
-            self.weight[i] = float(weights[i])
-            if self.weight[i] != 0.0:
+            for b in range(rows):
+                self.weight[b][i] = float(w[b, i])
+            if np.any(w[:, i] != 0.0):
                 self.active[self.n_active] = i
                 self.n_active += 1
         if self.n_active == 0:
             raise ValueError("at least one weight must be non-zero")
+        self.bucket_by = bucket_by
+        self.n_buckets = rows
         self.clear_cache()
 
     def clear_cache(self):
@@ -204,18 +224,32 @@ cdef class InterpolatedCore(LMCore):
             ret.prob += self.unk_pen[i]
         return 0
 
-    cdef inline double _combine(self, const double *lp) noexcept nogil:
-        """Mix the active components' log10 probabilities (lp[a] for active[a])."""
+    cdef inline int _bucket(self, const NState *ins) except -1 nogil:
+        """The weight row of context ``ins``: the length of component bucket_by's state
+        for it (how much of the context that model can use; KenLM's state for a
+        back-off model), or the last row for the sentence start alone."""
+        cdef NState cs
+        if self.bucket_by < 0:
+            return 0
+        if ins.length == 1 and ins.words[0] == self.bos_id:
+            return self.n_buckets - 1
+        self._comp_state(self.bucket_by, ins, &cs)
+        return min(<int>cs.length, self.n_buckets - 2)
+
+    cdef inline double _combine(self, const double *lp, int b) noexcept nogil:
+        """Mix the active components' log10 probabilities (lp[a] for active[a]) with
+        weight row b."""
         cdef int a
         cdef double s = 0.0
+        cdef const double *w = self.weight[b]
         if self.mode == MODE_LINEAR:
-            if self.n_active == 1 and self.weight[self.active[0]] == 1.0:
+            if self.n_active == 1 and w[self.active[0]] == 1.0:
                 return lp[0]
             for a in range(self.n_active):
-                s += self.weight[self.active[a]] * pow(10.0, lp[a])
+                s += w[self.active[a]] * pow(10.0, lp[a])
             return log10(s) if s > 0.0 else -INFINITY
         for a in range(self.n_active):
-            s += self.weight[self.active[a]] * lp[a]
+            s += w[self.active[a]] * lp[a]
         return s
 
     # --- the protocol ------------------------------------------------------------
@@ -273,7 +307,7 @@ cdef class InterpolatedCore(LMCore):
                 length = co.length
             if r.ngram_length > ngl:
                 ngl = r.ngram_length
-        prob = self._combine(lp)
+        prob = self._combine(lp, self._bucket(ins))
         if self.mode == MODE_NORMALISED:
             prob -= self._log10z(ins, cs)
         if length > ins.length + 1:
@@ -339,10 +373,10 @@ cdef class InterpolatedCore(LMCore):
                     i = self.active[k]
                     if dist[k] != NULL:
                         w = <WordId>self.map[i][u]
-                        s += self.weight[i] * (dist[k][w] + (self.unk_pen[i] if w == 0 else 0.0))
+                        s += self.weight[0][i] * (dist[k][w] + (self.unk_pen[i] if w == 0 else 0.0))
                     else:
                         self._comp_score(i, &cs[k], <WordId>u, &tmp, &r)
-                        s += self.weight[i] * r.prob
+                        s += self.weight[0][i] * r.prob
                 z += pow(10.0, s)
         finally:
             for k in range(self.n_active):
@@ -373,12 +407,15 @@ cdef class InterpolatedCore(LMCore):
         """Walk sentences of union ids (tokens[offsets[s]:offsets[s+1]], </s>
         included by the caller) keeping every component's context (weights are
         ignored).  Returns (comp_log10 float64 (n, T), contexts uint32 (T, MAX_ORDER)
-        with column 0 the context length and then its words, most recent first)."""
+        with column 0 the context length and then its words, most recent first,
+        buckets int32 (T,): each context's weight row)."""
         cdef Py_ssize_t T = tokens.shape[0], S = offsets.shape[0] - 1, s, t
         lp_a = np.empty((self.n, T), dtype=np.float64)
         ctx_a = np.zeros((T, MAX_ORDER), dtype=np.uint32)
+        bk_a = np.zeros(T, dtype=np.int32)
         cdef double[:, ::1] lp = lp_a                   # OUT
         cdef uint32_t[:, ::1] ctx = ctx_a               # OUT
+        cdef int32_t[::1] bk = bk_a                     # OUT
         cdef NState st, cs, co
         cdef Ret r
         cdef int i, j, length
@@ -398,6 +435,7 @@ cdef class InterpolatedCore(LMCore):
                     ctx[t, 0] = st.length
                     for j in range(st.length):
                         ctx[t, j + 1] = st.words[j]
+                    bk[t] = self._bucket(&st)
                     length = 0
                     for i in range(self.n):
                         self._comp_state(i, &st, &cs)
@@ -411,7 +449,7 @@ cdef class InterpolatedCore(LMCore):
                         st.words[j] = st.words[j - 1]
                     st.words[0] = u
                     st.length = <uint8_t>length
-        return lp_a, ctx_a
+        return lp_a, ctx_a, bk_a
 
     cdef int _provide(self, int i, const NState *cs, float *out) except -1 with gil:
         """Component i's distribution in its state cs, from its provider."""

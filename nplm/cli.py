@@ -249,6 +249,12 @@ class Interpolate:
                        "or an even share of it (split: keeps linear mixtures normalised)")
         p.add_argument("--tune", metavar="DEV", help="tune the weights on this text "
                        "(one sentence per line): EM for linear, Newton for loglinear")
+        p.add_argument("--bucket-by", type=int, metavar="I", help="linear: weights per context "
+                       "bucket, the length of the context model I (0-based, a back-off model) "
+                       "can use, plus the sentence start; tuned per bucket with --tune")
+        p.add_argument("--favour", nargs=2, metavar=("I", "F"), help="after tuning, move every "
+                       "weight row a fraction F of the way towards model I alone (a distillation "
+                       "teacher: see the README)")
         p.add_argument("--max-contexts", type=int, help="loglinear tuning: most dev contexts "
                        "whose full distributions are held (default: what fits in 512 MiB)")
         p.add_argument("--threads", type=int, default=2, help="threads for loglinear tuning (default 2)")
@@ -263,17 +269,28 @@ class Interpolate:
         for m in args.model:
             if os.path.exists(args.out) and same_file(m, args.out):
                 raise ValueError(f"refusing to overwrite the model {m}")
+        import numpy as np
+        favour = None
+        if args.favour is not None:
+            try:
+                favour = int(args.favour[0]), float(args.favour[1])
+            except ValueError:
+                raise ValueError(f"--favour takes a model index and a fraction, not {args.favour}") from None
         mix = interpolate(args.model, args.weight, args.mode, normalize=not args.unnormalized,
-                          unknown=args.unknown)
+                          unknown=args.unknown, bucket_by=args.bucket_by)
         extra = {}
         if args.tune:
             res = mix.tune(args.tune, max_contexts=args.max_contexts, threads=args.threads,
                            progress=True)
             extra = {"tuned_on": os.path.abspath(args.tune), "dev_perplexity": res.perplexity,
                      "dev_tokens": res.tokens}
-            print(f"weights {' '.join(f'{w:.6g}' for w in res.weights)}: dev perplexity "
+            rows = np.atleast_2d(res.weights)
+            print(f"weights {' / '.join(' '.join(f'{w:.6g}' for w in r) for r in rows)}: dev perplexity "
                   f"{res.perplexity:.4f} (uniform weights: {res.start_perplexity:.4f}; "
                   f"{res.tokens} tokens{', sampled contexts' if res.sampled else ''})", file=sys.stderr)
+        if favour is not None:
+            mix.favour(*favour)
+            extra["favoured"] = {"model": favour[0], "fraction": favour[1]}
         mix.save(args.out, **extra)
         return 0
 

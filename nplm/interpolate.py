@@ -21,6 +21,14 @@ counted once per word it lacks); ``unknown="split"`` instead divides that mass
 evenly among the words it lacks, which keeps every component, and so the mixture,
 normalised over the union vocabulary.
 
+With ``bucket_by=i`` (linear only) the weights depend on the context: one row per
+length of the state model i keeps for it (0 .. order-1: for a back-off model, KenLM's
+state, the longest suffix of the context it lists as a context) and one for the
+sentence start alone.  A back-off model knows how much of the context it has seen,
+so the mixture can trust it more where it has seen more (count-bucketed weights, as
+SRILM's context-dependent mixtures).  The weights depend on the context only, so the
+mixture stays normalised.
+
 Weights are tuned on a development text: EM for linear mixtures, Newton's method on
 the exact normalised log-linear likelihood (gradient = expected minus observed
 log-probabilities, Hessian = their covariance; as KenLM's tuning) for log-linear ones.  A mixture saves as a small JSON spec that
@@ -44,6 +52,7 @@ from .textio import atomic_write, open_text
 
 SPEC_KEY = "interpolation"
 SPEC_VERSION = 1
+SPEC_VERSION_BUCKETED = 2       # weights per context bucket ("bucket_by"); 1 reads as before
 MODES = ("linear", "loglinear")
 UNKNOWN = ("unk", "split")
 _UNK = ("<unk>", "<UNK>")
@@ -211,22 +220,37 @@ def _mode_code(mode, normalize):
     return _interp.NORMALISED if normalize else _interp.LOGLINEAR
 
 
-def _check_weights(weights, n, mode):
+def _check_weights(weights, n, mode, rows=None):
+    """Weights as float64 (n,), or (rows, n) for a bucketed mixture (a flat vector
+    then serves every bucket)."""
     if weights is None:
-        return np.full(n, 1.0 / n)
-    w = np.asarray(weights, dtype=np.float64).ravel()
-    if len(w) != n:
-        raise ValueError(f"{len(w)} weights for {n} models")
+        w = np.full(n, 1.0 / n)
+        return w if rows is None else np.tile(w, (rows, 1))
+    w = np.asarray(weights, dtype=np.float64)
+    if rows is None:
+        w = w.ravel()
+        if len(w) != n:
+            raise ValueError(f"{len(w)} weights for {n} models")
+        return _check_row(w, mode)
+    if w.ndim == 1:
+        w = np.tile(w, (rows, 1))
+    if w.ndim != 2 or w.shape != (rows, n):
+        raise ValueError(f"weights of shape {np.shape(weights)}: a bucketed mixture of {n} models "
+                         f"takes {n} weights, or {rows} rows of them (one per context bucket)")
+    return np.array([_check_row(r, mode, f"bucket {b}: ") for b, r in enumerate(w)])
+
+
+def _check_row(w, mode, where=""):
     if not np.all(np.isfinite(w)):
-        raise ValueError(f"weights must be finite, got {list(w)}")
+        raise ValueError(f"{where}weights must be finite, got {list(w)}")
     if mode == "linear":
         if np.any(w < 0):
-            raise ValueError(f"linear weights must be non-negative, got {list(w)}")
+            raise ValueError(f"{where}linear weights must be non-negative, got {list(w)}")
         if abs(w.sum() - 1.0) > 1e-4:
-            raise ValueError(f"linear weights must sum to 1, got {list(w)} (sum {w.sum():.9g})")
+            raise ValueError(f"{where}linear weights must sum to 1, got {list(w)} (sum {w.sum():.9g})")
         w = w / w.sum()         # rounded weights (1/3 written as 0.3333) made exact
     if not np.any(w != 0):
-        raise ValueError("at least one weight must be non-zero")
+        raise ValueError(f"{where}at least one weight must be non-zero")
     return w
 
 
@@ -235,7 +259,8 @@ class InterpolatedModel(_kernels.ModelBase):
     module docstring).  All scores are log10."""
 
     def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="unk",
-                 vocab=None, config=None, cache_entries=65536, fast_distributions=True):
+                 vocab=None, config=None, cache_entries=65536, fast_distributions=True,
+                 bucket_by=None):
         from .model import Config
         if config is None:
             config = Config()
@@ -247,8 +272,18 @@ class InterpolatedModel(_kernels.ModelBase):
         if unknown not in UNKNOWN:
             raise ValueError(f"unknown={unknown!r}: expected one of {', '.join(UNKNOWN)}")
         code = _mode_code(mode, normalize)
-        self._weights = _check_weights(weights, len(models), mode)
         self._comps = [_component(m, config) for m in models]
+        self.bucket_by, self._rows = None, None
+        if bucket_by is not None:
+            if isinstance(bucket_by, bool) or not isinstance(bucket_by, (int, np.integer)) \
+                    or not 0 <= bucket_by < len(models):
+                raise ValueError(f"bucket_by={bucket_by!r}: expected the index of a model (0..{len(models) - 1})")
+            if mode != "linear":
+                raise ValueError("weights per context bucket (bucket_by) need mode='linear'")
+            self.bucket_by = int(bucket_by)
+            # one row per context length 0..order-1 that model can use, one for <s> alone
+            self._rows = int(self._comps[self.bucket_by].owner.order) + 1
+        self._weights = _check_weights(weights, len(models), mode, self._rows)
         self.mode = mode
         self.normalize = bool(normalize) if mode == "loglinear" else True
         self.unknown = unknown
@@ -284,9 +319,12 @@ class InterpolatedModel(_kernels.ModelBase):
         providers = [None if c.is_kenlm or not fast_distributions else _distribution_provider(c.owner)
                      for c in self._comps]
         sizes = [len(c.owner.vocab) if p is not None else 0 for c, p in zip(self._comps, providers)]
-        core = _interp.InterpolatedCore(cores, maps, self._weights, code, pen, bos, eos,
+        first = self._weights if self._rows is None else self._weights[0]
+        core = _interp.InterpolatedCore(cores, maps, first, code, pen, bos, eos,
                                         cache_entries, any(c.is_kenlm for c in self._comps),
                                         providers, sizes)
+        if self._rows is not None:
+            core.set_weights(self._weights, self.bucket_by)
         self._maps = maps
         self._attach(core, union)
         self.path = b"<interpolation>"
@@ -295,14 +333,32 @@ class InterpolatedModel(_kernels.ModelBase):
 
     @property
     def weights(self):
-        """The interpolation weights (a copy)."""
+        """The interpolation weights (a copy): (n,), or (buckets, n) with bucket_by."""
         return self._weights.copy()
 
     @weights.setter
     def weights(self, weights):
-        w = _check_weights(weights, len(self._comps), self.mode)
-        self.core.set_weights(w)
+        w = _check_weights(weights, len(self._comps), self.mode, self._rows)
+        self.core.set_weights(w, -1 if self.bucket_by is None else self.bucket_by)
         self._weights = w
+
+    def favour(self, index, fraction):
+        """Move every weight row ``fraction`` of the way towards model ``index`` alone:
+        w <- (1 - f) w + f e_index.  (A distillation teacher: the table wants more of
+        the back-off model than the perplexity-optimal mixture; see the README.)"""
+        if not 0 <= index < len(self._comps):
+            raise ValueError(f"no model {index} to favour")
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"favour fraction {fraction} outside [0, 1]")
+        target = np.zeros(len(self._comps))
+        target[index] = 1.0
+        self.weights = (1.0 - fraction) * self._weights + fraction * target
+
+    def context_buckets(self, sentences, bos=True, eos=True):
+        """The weight row each token (then </s>) of ``sentences`` is scored with:
+        int32 (T,); all 0 without bucket_by."""
+        tokens, offsets = self._encode(sentences, bos, eos)
+        return self.core.trace(tokens, offsets, bos)[2]
 
     @property
     def components(self):
@@ -316,7 +372,9 @@ class InterpolatedModel(_kernels.ModelBase):
     def __repr__(self):
         kind = self.mode if self.mode == "linear" or self.normalize else "loglinear-unnormalised"
         names = ", ".join(os.path.basename(c.path) if c.path else "?" for c in self._comps)
-        return f"<InterpolatedModel {kind} of [{names}] weights {list(np.round(self._weights, 6))}>"
+        by = "" if self.bucket_by is None else f" bucketed by model {self.bucket_by}"
+        return (f"<InterpolatedModel {kind} of [{names}]{by} weights "
+                f"{np.round(self._weights, 6).tolist()}>")
 
     def __reduce__(self):
         for c in self._comps:
@@ -344,8 +402,7 @@ class InterpolatedModel(_kernels.ModelBase):
         """log10 p_i of every token (then </s>) of ``sentences`` under each component,
         as the mixture sees them (union vocabulary, unknown-word rule): float64 (n, T)."""
         tokens, offsets = self._encode(sentences, bos, eos)
-        lp, _ = self.core.trace(tokens, offsets, bos)
-        return lp
+        return self.core.trace(tokens, offsets, bos)[0]
 
     # --- tuning ------------------------------------------------------------------
 
@@ -363,7 +420,11 @@ class InterpolatedModel(_kernels.ModelBase):
         sentences = _read_sentences(dev)
         if not sentences:
             raise ValueError("the tuning text is empty")
-        if self.mode == "linear":
+        if self.mode == "linear" and self.bucket_by is not None:
+            tokens, offsets = self._encode(sentences, True, True)
+            lp, _, buckets = self.core.trace(tokens, offsets, True)
+            res = tune_buckets(lp, buckets, self._rows, tol=tol, max_iter=max_iter)
+        elif self.mode == "linear":
             res = tune_linear(self.component_scores(sentences), tol=tol, max_iter=max_iter)
         else:
             res = self._tune_loglinear(sentences, max_contexts, memory_mib, threads, seed, progress)
@@ -372,7 +433,7 @@ class InterpolatedModel(_kernels.ModelBase):
 
     def _tune_loglinear(self, sentences, max_contexts, memory_mib, threads, seed, progress):
         tokens, offsets = self._encode(sentences, True, True)
-        lp, ctx = self.core.trace(tokens, offsets, True)
+        lp, ctx, _ = self.core.trace(tokens, offsets, True)
         uniq, inverse = np.unique(ctx, axis=0, return_inverse=True)
         inverse = inverse.ravel()
         n, V = lp.shape[0], len(self._words)
@@ -425,9 +486,12 @@ class InterpolatedModel(_kernels.ModelBase):
                 p = os.path.relpath(p, base_dir)      # a spec beside its models can move with them
             norm = None if c.is_kenlm else getattr(c.owner, "normalization", None)
             paths.append(p if norm is None else {"path": p, "normalization": norm})
-        return {"nplm": SPEC_KEY, "version": SPEC_VERSION, "mode": self.mode,
+        spec = {"nplm": SPEC_KEY, "version": SPEC_VERSION, "mode": self.mode,
                 "normalize": self.normalize, "unknown": self.unknown, "models": paths,
-                "weights": [float(x) for x in self._weights], "vocab": self.extra_vocab}
+                "weights": self._weights.tolist(), "vocab": self.extra_vocab}
+        if self.bucket_by is not None:
+            spec.update(version=SPEC_VERSION_BUCKETED, bucket_by=self.bucket_by)
+        return spec
 
     def save(self, path, **extra):
         """Write the spec to ``path`` (atomically); ``extra`` keys are recorded too."""
@@ -456,10 +520,13 @@ class TuneResult:
                 f"start={self.start_perplexity:.4f}, iterations={self.iterations}, tokens={self.tokens})")
 
 
-def tune_linear(log10_probs, weights=None, tol=1e-7, max_iter=500):
+def tune_linear(log10_probs, weights=None, tol=1e-7, max_iter=500, prior=None, strength=0.0):
     """EM for linear interpolation weights.  ``log10_probs``: (n, T) per-token log10
     probabilities of each component.  Stops when the per-token log-likelihood
-    improves by less than ``tol`` (nats).  Returns a TuneResult."""
+    improves by less than ``tol`` (nats).  With ``prior`` (weights) and ``strength``
+    > 0, a Dirichlet prior worth ``strength`` tokens of those weights (MAP EM): what
+    keeps a bucket with few dev tokens near the global weights.  Returns a
+    TuneResult (perplexity: of the tokens alone)."""
     lp = np.asarray(log10_probs, dtype=np.float64)
     n, T = lp.shape
     if T == 0:
@@ -476,9 +543,12 @@ def tune_linear(log10_probs, weights=None, tol=1e-7, max_iter=500):
     start = loglik(np.full(n, 1.0 / n))
     prev = loglik(w)
     it = 0
+    a = float(strength) if prior is not None else 0.0
     for it in range(1, max_iter + 1):
         mix = w @ p
         w = w * (p / mix).mean(axis=1)
+        if a > 0:
+            w = (T * w + a * np.asarray(prior, dtype=np.float64)) / (T + a)
         w /= w.sum()
         cur = loglik(w)
         if cur - prev < tol:
@@ -486,6 +556,29 @@ def tune_linear(log10_probs, weights=None, tol=1e-7, max_iter=500):
             break
         prev = cur
     return TuneResult(w, math.exp(-prev), math.exp(-start), it, T)
+
+
+BUCKET_PRIOR_TOKENS = 100.0
+
+
+def tune_buckets(log10_probs, buckets, rows, tol=1e-7, max_iter=500):
+    """Linear weights per context bucket: EM on each bucket's tokens, with the
+    weights tuned on all tokens as a prior worth BUCKET_PRIOR_TOKENS tokens (a
+    bucket the dev text never reaches keeps them).  Returns a TuneResult whose
+    weights are (rows, n)."""
+    lp = np.asarray(log10_probs, dtype=np.float64)
+    b = np.asarray(buckets)
+    every = tune_linear(lp, tol=tol, max_iter=max_iter)
+    W = np.tile(every.weights, (rows, 1))
+    its = every.iterations
+    for k in range(rows):
+        sel = b == k
+        if sel.any():
+            r = tune_linear(lp[:, sel], every.weights, tol, max_iter, every.weights, BUCKET_PRIOR_TOKENS)
+            W[k], its = r.weights, its + r.iterations
+    shift = lp.max(axis=0)
+    ln_p = np.log(np.einsum("tn,nt->t", W[b], np.power(10.0, lp - shift))) + math.log(10.0) * shift
+    return TuneResult(W, math.exp(-ln_p.mean()), every.start_perplexity, its, lp.shape[1])
 
 
 def newton(objective, w, max_iter=50, tol=1e-12):
@@ -524,7 +617,8 @@ def _read_sentences(dev):
 def interpolate(models, weights=None, mode="linear", **kwargs):
     """One model from several (nplm models, paths, kenlm.Model objects).  ``mode`` is
     "linear" or "loglinear"; keyword options: normalize (log-linear; default True),
-    unknown ("unk" or "split"), vocab (extra words), config, cache_entries.
+    unknown ("unk" or "split"), vocab (extra words), config, cache_entries,
+    bucket_by (linear: weights per context bucket of that model; module docstring).
     Uniform weights by default.  See the module docstring."""
     return InterpolatedModel(models, weights, mode, **kwargs)
 
@@ -555,9 +649,9 @@ def read_spec(path):
         raise FormatError("invalid UTF-8", path) from None
     if not isinstance(spec, dict) or spec.get("nplm") != SPEC_KEY:
         raise FormatError(f'not an interpolation spec (needs "nplm": "{SPEC_KEY}")', path)
-    if spec.get("version") != SPEC_VERSION:
+    if spec.get("version") not in (SPEC_VERSION, SPEC_VERSION_BUCKETED):
         raise FormatError(f"unsupported spec version {spec.get('version')!r} (this nplm reads "
-                          f"{SPEC_VERSION})", path)
+                          f"{SPEC_VERSION} and {SPEC_VERSION_BUCKETED})", path)
     models = spec.get("models")
 
     def entry_ok(m):
@@ -567,8 +661,19 @@ def read_spec(path):
         raise FormatError('"models" must be a non-empty list of paths (or {"path": ..., '
                           '"normalization": ...} objects)', path)
     weights = spec.get("weights")
-    if (not isinstance(weights, list) or len(weights) != len(models)
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in weights)):
+
+    def numbers(row):
+        return (isinstance(row, list) and len(row) == len(models)
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row))
+    by = spec.get("bucket_by")
+    if spec["version"] == SPEC_VERSION_BUCKETED:
+        if isinstance(by, bool) or not isinstance(by, int) or not 0 <= by < len(models):
+            raise FormatError(f'"bucket_by" must be the index of a model (0..{len(models) - 1})', path)
+        if not (isinstance(weights, list) and weights and all(numbers(r) for r in weights)):
+            raise FormatError(f'"weights" must be a list of rows of {len(models)} numbers', path)
+    elif by is not None:
+        raise FormatError(f'"bucket_by" needs spec version {SPEC_VERSION_BUCKETED}', path)
+    elif not numbers(weights):
         raise FormatError(f'"weights" must be a list of {len(models)} numbers', path)
     if spec.get("mode") not in MODES:
         raise FormatError(f'"mode" must be one of {", ".join(MODES)}, got {spec.get("mode")!r}', path)
@@ -592,7 +697,8 @@ def read_spec(path):
 def _from_spec(spec, config=None):
     return InterpolatedModel(spec["models"], spec["weights"], spec["mode"],
                              normalize=spec.get("normalize", True), unknown=spec.get("unknown", "unk"),
-                             vocab=spec.get("vocab") or None, config=config)
+                             vocab=spec.get("vocab") or None, config=config,
+                             bucket_by=spec.get("bucket_by"))
 
 
 class SpecData:

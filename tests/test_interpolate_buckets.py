@@ -1,0 +1,218 @@
+"""Linear mixtures whose weights depend on the context (``bucket_by``): scores against
+a brute-force reference that rebuilds each context's bucket from the back-off
+model's n-grams, normalisation, per-bucket tuning, the spec and the CLI."""
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import nplm
+from conftest import DATA, REFERENCE, need_shared, read_lines
+from nplm.arpa import read_arpa
+from nplm.cli import main as cli_main
+from nplm.interpolate import tune_linear
+
+SENTENCES = ["the company said it expects to report a loss", "UNK shares rose N cents",
+             "zzqx unknown words qqq", "", "of the new year the stock market fell sharply",
+             "the stock market fell sharply in new york trading"]
+
+
+def _quiet():
+    cfg = nplm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    need_shared()
+    tmp = tmp_path_factory.mktemp("bk")
+    out = {}
+    for name in ("ptb5k.o3", "ptb5k.o5", "wiki3k.o5"):
+        out[name] = str(tmp / f"{name}.nplm")
+        nplm.build_binary(str(REFERENCE / f"{name}.arpa.xz"), out[name])
+    return out
+
+
+@pytest.fixture(scope="module")
+def extendable():
+    """The n-grams of ptb5k.o5 that KenLM keeps in a state: those that are the
+    context of a longer n-gram or carry a non-zero back-off weight."""
+    need_shared()
+    t = read_arpa(str(REFERENCE / "ptb5k.o5.arpa.xz"))
+    ext = set()
+    for k in range(1, t.order):
+        ext |= {tuple(r) for r in t.ids[k][:, :k].tolist()}
+        ext |= {tuple(r) for r in t.ids[k - 1][t.backoff[k - 1] != 0].tolist()}
+    return t.vocab, ext
+
+
+@pytest.fixture(scope="module")
+def dev():
+    need_shared()
+    return read_lines(DATA / "ptb" / "ptb.valid.txt", limit=300)
+
+
+def _buckets(sentence, vocab, ext, order, bos=True, eos=True):
+    """Brute force: per token, the weight row of its context: the last row for <s>
+    alone, else the longest suffix of the context (at most order - 1 words) that
+    the back-off model keeps, walking back until the first n-gram it lacks."""
+    index = {w: i for i, w in enumerate(vocab)}
+    ids = [index.get(w, 0) for w in sentence.split()] + ([index["</s>"]] if eos else [])
+    hist = [index["<s>"]] if bos else []
+    out = []
+    for w in ids:
+        if hist == [index["<s>"]]:
+            out.append(order)
+        else:
+            length = 0
+            for k in range(1, min(len(hist), order - 1) + 1):
+                g = tuple(hist[-k:])
+                if 0 in g:
+                    break
+                if g in ext:
+                    length = k
+            out.append(length)
+        hist.append(w)
+    return out
+
+
+def _mix(paths, rows=None, seed=3, **kw):
+    comps = [paths["ptb5k.o5"], paths["wiki3k.o5"]]
+    if rows is None:
+        rows = np.random.default_rng(seed).dirichlet([1.0, 1.0], size=6)
+    return nplm.interpolate(comps, rows, bucket_by=0, config=_quiet(), **kw), comps, rows
+
+
+def test_scores_match_the_brute_force_buckets(paths, extendable):
+    mix, comps, W = _mix(paths)
+    models = [nplm.Model(c, _quiet()) for c in comps]
+    vocab, ext = extendable
+    seen = set()
+    for s in SENTENCES:
+        for bos, eos in [(True, True), (False, True), (True, False)]:
+            b = _buckets(s, vocab, ext, 5, bos, eos)
+            seen.update(b)
+            assert mix.context_buckets([s], bos, eos).tolist() == b
+            per = np.array([[p for p, _, _ in m.full_scores(s, bos, eos)] for m in models])
+            ref = np.log10((W[b].T * 10.0 ** per).sum(axis=0))
+            np.testing.assert_allclose([p for p, _, _ in mix.full_scores(s, bos, eos)], ref, atol=2e-5)
+            assert mix.score(s, bos, eos) == pytest.approx(float(ref.sum()), abs=1e-4)
+    assert len(seen) >= 5          # the sentences reach most rows, so a wrong row would show
+
+
+def test_every_bucket_is_a_normalised_distribution(paths):
+    mix = nplm.interpolate([paths["ptb5k.o5"], paths["ptb5k.o3"]],
+                           np.random.default_rng(5).dirichlet([1.0, 1.0], size=6), bucket_by=0)
+    seen = set()
+    for words, bos in [([], True), (["the"], True), (["the", "company", "said"], True),
+                       (["of", "the", "new", "year"], True), (["zzqx"], True), ([], False)]:
+        s, o = nplm.State(), nplm.State()
+        (mix.BeginSentenceWrite if bos else mix.NullContextWrite)(s)
+        for w in words:
+            mix.BaseScore(s, w, o)
+            s, o = o, s
+        d = mix.log10_distribution(s).astype(np.float64)
+        d[mix.vocab.id("<s>")] = -np.inf
+        assert float((10.0 ** d).sum()) == pytest.approx(1.0, abs=1e-4)
+        seen.add(int(mix.context_buckets([" ".join(words + ["x"])], bos, False)[-1]))
+    assert len(seen) >= 4
+
+
+def test_tuning_per_bucket(paths, dev):
+    mix, _, _ = _mix(paths)
+    flat = nplm.interpolate([paths["ptb5k.o5"], paths["wiki3k.o5"]], config=_quiet())
+    flat_res = flat.tune(dev)
+    res = mix.tune(dev)
+    W = mix.weights
+    assert W.shape == (6, 2) and np.allclose(W.sum(axis=1), 1.0)
+    probs, _, _, _ = mix.full_scores_batch(dev)
+    assert 10.0 ** (-probs.astype(np.float64).mean()) == pytest.approx(res.perplexity, rel=1e-5)
+    # the flat weights are one choice of the rows: tuning per bucket can only do better
+    assert res.perplexity < flat_res.perplexity
+    b = mix.context_buckets(dev)
+    lp = mix.component_scores(dev)
+    for k in range(6):
+        sel = b == k
+        if not sel.any():        # a row no dev token reaches keeps the flat weights
+            np.testing.assert_allclose(W[k], flat_res.weights, atol=1e-4)
+            continue
+        # each reached row is EM's optimum on its tokens, up to the prior's pull
+        alone = tune_linear(lp[:, sel]).weights
+        assert abs(W[k, 0] - alone[0]) <= abs(flat_res.weights[0] - alone[0]) + 1e-6
+    assert np.ptp(W[np.unique(b)][:, 0]) > 0.02     # the rows really differ
+
+
+def test_favour_moves_every_row_towards_one_model(paths):
+    mix, _, W = _mix(paths)
+    mix.favour(0, 0.25)
+    np.testing.assert_allclose(mix.weights, 0.75 * W + 0.25 * np.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match="outside"):
+        mix.favour(0, 1.5)
+    with pytest.raises(ValueError, match="no model 2"):
+        mix.favour(2, 0.1)
+
+
+def test_spec_round_trip_and_pickle(paths, tmp_path):
+    mix, _, W = _mix(paths)
+    spec = tmp_path / "b.json"
+    mix.save(str(spec))
+    data = json.loads(spec.read_text())
+    assert data["version"] == 2 and data["bucket_by"] == 0
+    np.testing.assert_allclose(data["weights"], W)
+    loaded = nplm.Model(str(spec), _quiet())
+    again = pickle.loads(pickle.dumps(mix))
+    for s in SENTENCES:
+        assert list(loaded.full_scores(s)) == list(mix.full_scores(s))
+        assert again.score(s) == mix.score(s)
+    assert "bucketed by model 0" in repr(mix)
+
+
+def test_argument_errors(paths):
+    comps = [paths["ptb5k.o5"], paths["wiki3k.o5"]]
+    with pytest.raises(ValueError, match="mode='linear'"):
+        nplm.interpolate(comps, [0.5, 0.5], "loglinear", bucket_by=0)
+    with pytest.raises(ValueError, match="index of a model"):
+        nplm.interpolate(comps, [0.5, 0.5], bucket_by=2)
+    with pytest.raises(ValueError, match="6 rows"):
+        nplm.interpolate(comps, [[0.5, 0.5]] * 4, bucket_by=0)
+    with pytest.raises(ValueError, match="bucket 2: linear weights must sum to 1"):
+        nplm.interpolate(comps, [[0.5, 0.5]] * 2 + [[0.9, 0.9]] + [[0.5, 0.5]] * 3, bucket_by=0)
+    # a flat vector serves every bucket
+    mix = nplm.interpolate(comps, [0.3, 0.7], bucket_by=0)
+    np.testing.assert_allclose(mix.weights, [[0.3, 0.7]] * 6)
+    flat = nplm.interpolate(comps, [0.3, 0.7])
+    assert mix.score(SENTENCES[0]) == pytest.approx(flat.score(SENTENCES[0]), abs=1e-5)
+
+
+@pytest.mark.parametrize("body,needle", [
+    ('"version": 2, "weights": [[1]]', "bucket_by"),
+    ('"version": 1, "bucket_by": 0, "weights": [1]', "version 2"),
+    ('"version": 2, "bucket_by": 0, "weights": [1]', "rows"),
+    ('"version": 2, "bucket_by": 3, "weights": [[1]]', "bucket_by"),
+])
+def test_bad_bucketed_specs_name_the_file(tmp_path, paths, body, needle):
+    spec = tmp_path / "bad.json"
+    spec.write_text('{"nplm": "interpolation", "mode": "linear", "models": ["%s"], %s}'
+                    % (paths["ptb5k.o3"], body))
+    with pytest.raises(nplm.ModelLoadError) as e:
+        nplm.Model(str(spec), _quiet())
+    assert "bad.json" in str(e.value) and needle in str(e.value)
+
+
+def test_cli_bucket_by_and_favour(paths, tmp_path, dev, capsys):
+    text = tmp_path / "dev.txt"
+    text.write_text("\n".join(dev[:150]) + "\n")
+    out = tmp_path / "t.json"
+    a, b = paths["ptb5k.o5"], paths["wiki3k.o5"]
+    assert cli_main(["interpolate", "--model", a, "--model", b, "--bucket-by", "0", "--tune", str(text),
+                     "--favour", "0", "0.3", "--out", str(out)]) == 0
+    assert "dev perplexity" in capsys.readouterr().err
+    spec = json.loads(out.read_text())
+    tuned = nplm.interpolate([a, b], bucket_by=0, config=_quiet())
+    tuned.tune(str(text))
+    np.testing.assert_allclose(spec["weights"], 0.7 * tuned.weights + 0.3 * np.array([1.0, 0.0]), atol=1e-9)
+    assert spec["favoured"] == {"model": 0, "fraction": 0.3} and spec["bucket_by"] == 0
+    assert cli_main(["interpolate", "--model", a, "--model", b, "--favour", "x", "0.3", "--out", str(out)]) == 1
