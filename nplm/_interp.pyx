@@ -28,7 +28,8 @@ cnp.import_array()
 
 cdef enum:
     MAX_COMPONENTS = 16
-    MAX_BUCKETS = MAX_ORDER + 1    # context lengths 0..MAX_ORDER-1, and the sentence start
+    MAX_BINS = 8                   # back-off weight bins per context length
+    MAX_BUCKETS = (MAX_ORDER - 1) * MAX_BINS + 2   # see _bucket
     ZWAYS = 4                  # Z cache: 4-way set associative, LRU within a set
 
 cdef enum Mode:
@@ -85,8 +86,10 @@ cdef class InterpolatedCore(LMCore):
     cdef const int32_t *map[MAX_COMPONENTS]
     cdef float unk_pen[MAX_COMPONENTS]
     cdef double weight[MAX_BUCKETS][MAX_COMPONENTS] # weight[b][i]: row 0 unless bucketed
-    cdef public int bucket_by                       # component whose context length picks
-    cdef public int n_buckets                       # the row (see _bucket), or -1
+    cdef public int bucket_by                       # component whose context picks the
+    cdef public int n_buckets                       # row (see _bucket), or -1
+    cdef public int bins                            # back-off bins per context length
+    cdef double edges[MAX_ORDER - 1][MAX_BINS - 1]  # ascending log10 back-off thresholds
     cdef int active[MAX_COMPONENTS]                 # components with a non-zero weight
     cdef int n_active
     cdef public int mode
@@ -159,13 +162,16 @@ cdef class InterpolatedCore(LMCore):
         self.zsets = sets
         self.bucket_by = -1
         self.n_buckets = 1
+        self.bins = 1
         self.set_weights(weights)
 
-    def set_weights(self, weights, int bucket_by=-1):
+    def set_weights(self, weights, int bucket_by=-1, edges=None):
         """Replace the weights: one per component, or (linear mode) a row of them per
-        context bucket of component ``bucket_by`` (ctx_len(bucket_by) + 2 rows, see
-        _bucket); clears the Z cache."""
-        cdef int i, b, rows
+        context bucket of component ``bucket_by`` (see _bucket): with ``edges``, an
+        (order - 1, bins - 1) array of ascending log10 back-off thresholds per
+        context length of that component (default: one bin), (order - 1) * bins + 2
+        rows.  Clears the Z cache."""
+        cdef int i, b, rows, L, k, bins = 1
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim == 1:
             w = w[None, :]
@@ -175,7 +181,19 @@ cdef class InterpolatedCore(LMCore):
             raise ValueError(f"bucket_by {bucket_by}: no such component")
         if bucket_by >= 0 and self.mode != MODE_LINEAR:
             raise ValueError("weights per context bucket need a linear mixture")
-        rows = self.ctx[bucket_by] + 2 if bucket_by >= 0 else 1
+        if edges is not None:
+            e = np.asarray(edges, dtype=np.float64)
+            if bucket_by < 0 or e.ndim != 2 or e.shape[0] != self.ctx[bucket_by] \
+                    or e.shape[1] + 1 > MAX_BINS:
+                raise ValueError(f"edges of shape {e.shape}: expected ({self.ctx[bucket_by] if bucket_by >= 0 else 0}, "
+                                 f"bins - 1) with at most {MAX_BINS} bins")
+            if not np.all(np.isfinite(e)) or np.any(np.diff(e, axis=1) < 0):
+                raise ValueError("edges must be finite and ascending along each row")
+            bins = e.shape[1] + 1
+            for L in range(e.shape[0]):
+                for k in range(bins - 1):
+                    self.edges[L][k] = e[L, k]
+        rows = self.ctx[bucket_by] * bins + 2 if bucket_by >= 0 else 1
         if w.shape[0] != rows:
             raise ValueError(f"{w.shape[0]} rows of weights, expected {rows}")
         self.n_active = 0
@@ -189,6 +207,7 @@ cdef class InterpolatedCore(LMCore):
             raise ValueError("at least one weight must be non-zero")
         self.bucket_by = bucket_by
         self.n_buckets = rows
+        self.bins = bins
         self.clear_cache()
 
     def clear_cache(self):
@@ -225,16 +244,51 @@ cdef class InterpolatedCore(LMCore):
         return 0
 
     cdef inline int _bucket(self, const NState *ins) except -1 nogil:
-        """The weight row of context ``ins``: the length of component bucket_by's state
-        for it (how much of the context that model can use; KenLM's state for a
-        back-off model), or the last row for the sentence start alone."""
+        """The weight row of context ``ins``.  Component bucket_by's state for it has
+        length L (how much of the context that model can use: KenLM's state for a
+        back-off model) and, for L > 0, the log10 back-off weight b of its longest
+        context n-gram (the mass that model leaves to shorter contexts there).  Row 0
+        is L = 0; rows 1 + (L-1) * bins + j, j the number of edges[L-1] <= b, the
+        others; the last row is the sentence start alone."""
         cdef NState cs
+        cdef int L, j = 0
+        cdef double b
         if self.bucket_by < 0:
             return 0
         if ins.length == 1 and ins.words[0] == self.bos_id:
             return self.n_buckets - 1
         self._comp_state(self.bucket_by, ins, &cs)
-        return min(<int>cs.length, self.n_buckets - 2)
+        L = min(<int>cs.length, self.ctx[self.bucket_by])
+        if L == 0:
+            return 0
+        b = cs.backoff[L - 1]
+        while j < self.bins - 1 and self.edges[L - 1][j] <= b:
+            j += 1
+        return 1 + (L - 1) * self.bins + j
+
+    def state_features(self, const uint32_t[:, ::1] contexts):  # IN
+        """Component bucket_by's (length, log10 back-off of the longest context
+        n-gram) for mixture contexts (as from trace()), and whether each is the
+        sentence start alone: the inputs of _bucket, for choosing edges."""
+        cdef Py_ssize_t C = contexts.shape[0], c
+        len_a = np.zeros(C, dtype=np.int32)
+        bo_a = np.zeros(C, dtype=np.float64)
+        start_a = np.zeros(C, dtype=bool)
+        cdef int32_t[::1] lv = len_a
+        cdef double[::1] bv = bo_a
+        cdef NState st, cs
+        cdef int j
+        if self.bucket_by < 0 or contexts.shape[1] != MAX_ORDER:
+            raise ValueError("no bucket component, or malformed contexts")
+        for c in range(C):
+            st.length = <uint8_t>contexts[c, 0]
+            for j in range(st.length):
+                st.words[j] = contexts[c, j + 1]
+            start_a[c] = st.length == 1 and st.words[0] == self.bos_id
+            self._comp_state(self.bucket_by, &st, &cs)
+            lv[c] = min(<int>cs.length, self.ctx[self.bucket_by])
+            bv[c] = cs.backoff[lv[c] - 1] if lv[c] > 0 else 0.0
+        return len_a, bo_a, start_a
 
     cdef inline double _combine(self, const double *lp, int b) noexcept nogil:
         """Mix the active components' log10 probabilities (lp[a] for active[a]) with

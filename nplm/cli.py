@@ -252,6 +252,9 @@ class Interpolate:
         p.add_argument("--bucket-by", type=int, metavar="I", help="linear: weights per context "
                        "bucket, the length of the context model I (0-based, a back-off model) "
                        "can use, plus the sentence start; tuned per bucket with --tune")
+        p.add_argument("--bucket-bins", type=int, default=1, metavar="K", help="with --bucket-by: split "
+                       "each context length into K bins of that model's back-off weight (edges at "
+                       "the --tune text's quantiles; default 1)")
         p.add_argument("--favour", nargs=2, metavar=("I", "F"), help="after tuning, move every "
                        "weight row a fraction F of the way towards model I alone (a distillation "
                        "teacher: see the README)")
@@ -277,7 +280,7 @@ class Interpolate:
             except ValueError:
                 raise ValueError(f"--favour takes a model index and a fraction, not {args.favour}") from None
         mix = interpolate(args.model, args.weight, args.mode, normalize=not args.unnormalized,
-                          unknown=args.unknown, bucket_by=args.bucket_by)
+                          unknown=args.unknown, bucket_by=args.bucket_by, bucket_bins=args.bucket_bins)
         extra = {}
         if args.tune:
             res = mix.tune(args.tune, max_contexts=args.max_contexts, threads=args.threads,

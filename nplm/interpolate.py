@@ -24,10 +24,13 @@ normalised over the union vocabulary.
 With ``bucket_by=i`` (linear only) the weights depend on the context: one row per
 length of the state model i keeps for it (0 .. order-1: for a back-off model, KenLM's
 state, the longest suffix of the context it lists as a context) and one for the
-sentence start alone.  A back-off model knows how much of the context it has seen,
-so the mixture can trust it more where it has seen more (count-bucketed weights, as
-SRILM's context-dependent mixtures).  The weights depend on the context only, so the
-mixture stays normalised.
+sentence start alone.  With ``bucket_bins=k`` each length 1 .. order-1 is split
+further into k bins of the log10 back-off weight of that longest context (the mass
+the model leaves to shorter contexts there: large where it has seen few distinct
+continuations); ``tune`` puts the bin edges at the dev text's quantiles.  A back-off
+model knows how much of the context it has seen, so the mixture can trust it more
+where it has seen more (count-bucketed weights, as SRILM's context-dependent
+mixtures).  The weights depend on the context only, so the mixture stays normalised.
 
 Weights are tuned on a development text: EM for linear mixtures, Newton's method on
 the exact normalised log-linear likelihood (gradient = expected minus observed
@@ -53,6 +56,7 @@ from .textio import atomic_write, open_text
 SPEC_KEY = "interpolation"
 SPEC_VERSION = 1
 SPEC_VERSION_BUCKETED = 2       # weights per context bucket ("bucket_by"); 1 reads as before
+MAX_BINS = 8                    # back-off weight bins per context length (_interp.MAX_BINS)
 MODES = ("linear", "loglinear")
 UNKNOWN = ("unk", "split")
 _UNK = ("<unk>", "<UNK>")
@@ -260,7 +264,7 @@ class InterpolatedModel(_kernels.ModelBase):
 
     def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="unk",
                  vocab=None, config=None, cache_entries=65536, fast_distributions=True,
-                 bucket_by=None):
+                 bucket_by=None, bucket_bins=1, bucket_edges=None):
         from .model import Config
         if config is None:
             config = Config()
@@ -273,16 +277,11 @@ class InterpolatedModel(_kernels.ModelBase):
             raise ValueError(f"unknown={unknown!r}: expected one of {', '.join(UNKNOWN)}")
         code = _mode_code(mode, normalize)
         self._comps = [_component(m, config) for m in models]
-        self.bucket_by, self._rows = None, None
+        self.bucket_by, self._rows, self._edges = None, None, None
         if bucket_by is not None:
-            if isinstance(bucket_by, bool) or not isinstance(bucket_by, (int, np.integer)) \
-                    or not 0 <= bucket_by < len(models):
-                raise ValueError(f"bucket_by={bucket_by!r}: expected the index of a model (0..{len(models) - 1})")
-            if mode != "linear":
-                raise ValueError("weights per context bucket (bucket_by) need mode='linear'")
-            self.bucket_by = int(bucket_by)
-            # one row per context length 0..order-1 that model can use, one for <s> alone
-            self._rows = int(self._comps[self.bucket_by].owner.order) + 1
+            self._set_buckets(bucket_by, bucket_bins, bucket_edges, mode)
+        elif bucket_bins != 1 or bucket_edges is not None:
+            raise ValueError("bucket_bins and bucket_edges need bucket_by")
         self._weights = _check_weights(weights, len(models), mode, self._rows)
         self.mode = mode
         self.normalize = bool(normalize) if mode == "loglinear" else True
@@ -324,10 +323,43 @@ class InterpolatedModel(_kernels.ModelBase):
                                         cache_entries, any(c.is_kenlm for c in self._comps),
                                         providers, sizes)
         if self._rows is not None:
-            core.set_weights(self._weights, self.bucket_by)
+            core.set_weights(self._weights, self.bucket_by, self._edges)
         self._maps = maps
         self._attach(core, union)
         self.path = b"<interpolation>"
+
+    def _set_buckets(self, bucket_by, bins, edges, mode):
+        n = len(self._comps)
+        if isinstance(bucket_by, bool) or not isinstance(bucket_by, (int, np.integer)) \
+                or not 0 <= bucket_by < n:
+            raise ValueError(f"bucket_by={bucket_by!r}: expected the index of a model (0..{n - 1})")
+        if mode != "linear":
+            raise ValueError("weights per context bucket (bucket_by) need mode='linear'")
+        comp = self._comps[int(bucket_by)]
+        ctx = int(comp.owner.order) - 1
+        if edges is not None:
+            edges = np.asarray(edges, dtype=np.float64)
+            if edges.ndim != 2 or edges.shape[0] != ctx:
+                raise ValueError(f"bucket_edges of shape {edges.shape}: expected ({ctx}, bins - 1)")
+            bins = edges.shape[1] + 1
+        if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or not 1 <= bins <= MAX_BINS:
+            raise ValueError(f"bucket_bins={bins!r}: expected 1..{MAX_BINS}")
+        if bins > 1 and (comp.is_kenlm or not isinstance(comp.owner.core, _kernels.BackoffCore)):
+            raise ValueError("bucket_bins > 1 bins contexts by their back-off weight: bucket_by must "
+                             "name an nplm back-off model (an ARPA or nplm binary path)")
+        if bins > 1 and edges is None:
+            # a placeholder until tune() puts the edges at the dev text's quantiles
+            edges = np.tile(np.linspace(-1.0, 0.0, bins + 1)[1:-1], (ctx, 1))
+        self.bucket_by, self.bucket_bins = int(bucket_by), int(bins)
+        self._edges = edges
+        # row 0: no context; bins rows per context length 1..order-1; one for <s> alone
+        self._rows = ctx * int(bins) + 2
+
+    @property
+    def bucket_edges(self):
+        """(order - 1, bins - 1) log10 back-off thresholds per context length of the
+        bucket model, or None (one bin)."""
+        return None if self._edges is None else self._edges.copy()
 
     # --- properties --------------------------------------------------------------
 
@@ -339,7 +371,7 @@ class InterpolatedModel(_kernels.ModelBase):
     @weights.setter
     def weights(self, weights):
         w = _check_weights(weights, len(self._comps), self.mode, self._rows)
-        self.core.set_weights(w, -1 if self.bucket_by is None else self.bucket_by)
+        self.core.set_weights(w, -1 if self.bucket_by is None else self.bucket_by, self._edges)
         self._weights = w
 
     def favour(self, index, fraction):
@@ -372,7 +404,8 @@ class InterpolatedModel(_kernels.ModelBase):
     def __repr__(self):
         kind = self.mode if self.mode == "linear" or self.normalize else "loglinear-unnormalised"
         names = ", ".join(os.path.basename(c.path) if c.path else "?" for c in self._comps)
-        by = "" if self.bucket_by is None else f" bucketed by model {self.bucket_by}"
+        by = "" if self.bucket_by is None else \
+            f" bucketed by model {self.bucket_by} ({self.bucket_bins} back-off bins)"
         return (f"<InterpolatedModel {kind} of [{names}]{by} weights "
                 f"{np.round(self._weights, 6).tolist()}>")
 
@@ -422,7 +455,18 @@ class InterpolatedModel(_kernels.ModelBase):
             raise ValueError("the tuning text is empty")
         if self.mode == "linear" and self.bucket_by is not None:
             tokens, offsets = self._encode(sentences, True, True)
-            lp, _, buckets = self.core.trace(tokens, offsets, True)
+            lp, ctx, buckets = self.core.trace(tokens, offsets, True)
+            if self.bucket_bins > 1:
+                # bins of equal dev counts within each context length
+                L, b, start = self.core.state_features(ctx)
+                edges = self._edges.copy()
+                for length in range(1, edges.shape[0] + 1):
+                    sel = (L == length) & ~start
+                    if sel.any():
+                        edges[length - 1] = np.quantile(b[sel], np.linspace(0, 1, self.bucket_bins + 1)[1:-1])
+                self._edges = edges
+                self.core.set_weights(self._weights, self.bucket_by, edges)
+                buckets = self.core.trace(tokens, offsets, True)[2]
             res = tune_buckets(lp, buckets, self._rows, tol=tol, max_iter=max_iter)
         elif self.mode == "linear":
             res = tune_linear(self.component_scores(sentences), tol=tol, max_iter=max_iter)
@@ -491,6 +535,8 @@ class InterpolatedModel(_kernels.ModelBase):
                 "weights": self._weights.tolist(), "vocab": self.extra_vocab}
         if self.bucket_by is not None:
             spec.update(version=SPEC_VERSION_BUCKETED, bucket_by=self.bucket_by)
+            if self._edges is not None:
+                spec["bucket_edges"] = self._edges.tolist()
         return spec
 
     def save(self, path, **extra):
@@ -671,8 +717,13 @@ def read_spec(path):
             raise FormatError(f'"bucket_by" must be the index of a model (0..{len(models) - 1})', path)
         if not (isinstance(weights, list) and weights and all(numbers(r) for r in weights)):
             raise FormatError(f'"weights" must be a list of rows of {len(models)} numbers', path)
-    elif by is not None:
-        raise FormatError(f'"bucket_by" needs spec version {SPEC_VERSION_BUCKETED}', path)
+        edges = spec.get("bucket_edges")
+        if edges is not None and not (isinstance(edges, list) and edges and all(
+                isinstance(r, list) and r and len(r) == len(edges[0]) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in r) for r in edges)):
+            raise FormatError('"bucket_edges" must be a list of equally long rows of numbers', path)
+    elif by is not None or "bucket_edges" in spec:
+        raise FormatError(f'"bucket_by" and "bucket_edges" need spec version {SPEC_VERSION_BUCKETED}', path)
     elif not numbers(weights):
         raise FormatError(f'"weights" must be a list of {len(models)} numbers', path)
     if spec.get("mode") not in MODES:
@@ -698,7 +749,7 @@ def _from_spec(spec, config=None):
     return InterpolatedModel(spec["models"], spec["weights"], spec["mode"],
                              normalize=spec.get("normalize", True), unknown=spec.get("unknown", "unk"),
                              vocab=spec.get("vocab") or None, config=config,
-                             bucket_by=spec.get("bucket_by"))
+                             bucket_by=spec.get("bucket_by"), bucket_edges=spec.get("bucket_edges"))
 
 
 class SpecData:

@@ -46,7 +46,8 @@ def extendable():
     for k in range(1, t.order):
         ext |= {tuple(r) for r in t.ids[k][:, :k].tolist()}
         ext |= {tuple(r) for r in t.ids[k - 1][t.backoff[k - 1] != 0].tolist()}
-    return t.vocab, ext
+    bow = {tuple(r): float(b) for k in range(t.order) for r, b in zip(t.ids[k].tolist(), t.backoff[k])}
+    return t.vocab, {g: bow[g] for g in ext}
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +56,19 @@ def dev():
     return read_lines(DATA / "ptb" / "ptb.valid.txt", limit=300)
 
 
-def _buckets(sentence, vocab, ext, order, bos=True, eos=True):
+def _buckets(sentence, vocab, ext, order, bos=True, eos=True, edges=None):
     """Brute force: per token, the weight row of its context: the last row for <s>
-    alone, else the longest suffix of the context (at most order - 1 words) that
-    the back-off model keeps, walking back until the first n-gram it lacks."""
+    alone, else by the longest suffix of the context (at most order - 1 words) that
+    the back-off model keeps, walking back until the first n-gram it lacks: its
+    length L, and with ``edges`` the bin of its back-off weight."""
+    bins = 1 if edges is None else len(edges[0]) + 1
     index = {w: i for i, w in enumerate(vocab)}
     ids = [index.get(w, 0) for w in sentence.split()] + ([index["</s>"]] if eos else [])
     hist = [index["<s>"]] if bos else []
     out = []
     for w in ids:
         if hist == [index["<s>"]]:
-            out.append(order)
+            out.append((order - 1) * bins + 1)
         else:
             length = 0
             for k in range(1, min(len(hist), order - 1) + 1):
@@ -74,7 +77,12 @@ def _buckets(sentence, vocab, ext, order, bos=True, eos=True):
                     break
                 if g in ext:
                     length = k
-            out.append(length)
+            if length == 0:
+                out.append(0)
+            else:
+                b = ext[tuple(hist[-length:])]
+                j = 0 if edges is None else sum(e <= b for e in edges[length - 1])
+                out.append(1 + (length - 1) * bins + j)
         hist.append(w)
     return out
 
@@ -101,6 +109,48 @@ def test_scores_match_the_brute_force_buckets(paths, extendable):
             np.testing.assert_allclose([p for p, _, _ in mix.full_scores(s, bos, eos)], ref, atol=2e-5)
             assert mix.score(s, bos, eos) == pytest.approx(float(ref.sum()), abs=1e-4)
     assert len(seen) >= 5          # the sentences reach most rows, so a wrong row would show
+
+
+def test_back_off_bins_match_the_brute_force_buckets(paths, extendable, dev):
+    comps = [paths["ptb5k.o5"], paths["wiki3k.o5"]]
+    mix = nplm.interpolate(comps, bucket_by=0, bucket_bins=3, config=_quiet())
+    assert mix.weights.shape == (4 * 3 + 2, 2)
+    mix.tune(dev)
+    edges = mix.bucket_edges
+    assert edges.shape == (4, 2) and np.all(np.diff(edges, axis=1) >= 0)
+    W = mix.weights
+    models = [nplm.Model(c, _quiet()) for c in comps]
+    vocab, ext = extendable
+    seen = set()
+    for s in SENTENCES + dev[:20]:
+        b = _buckets(s, vocab, ext, 5, edges=edges.tolist())
+        seen.update(b)
+        assert mix.context_buckets([s]).tolist() == b
+        per = np.array([[p for p, _, _ in m.full_scores(s)] for m in models])
+        np.testing.assert_allclose([p for p, _, _ in mix.full_scores(s)],
+                                   np.log10((W[b].T * 10.0 ** per).sum(axis=0)), atol=2e-5)
+    assert len(seen) >= 8
+    # the edges sit at the dev tokens' terciles within each context length (back-off
+    # weights repeat, so the thirds are only roughly equal)
+    b = mix.context_buckets(dev)
+    for L in range(1, 5):
+        counts = np.bincount(b[(b >= 1 + (L - 1) * 3) & (b < 1 + L * 3)] - (1 + (L - 1) * 3), minlength=3)
+        assert counts.min() > 0
+        # below the k-th tercile lie at most k/3 of them, ties or not
+        assert np.all(np.cumsum(counts)[:2] <= (np.arange(1, 3) / 3 + 0.01) * counts.sum())
+    # a spec keeps the edges
+    flat = nplm.interpolate(comps, W, bucket_by=0, bucket_edges=edges, config=_quiet())
+    assert flat.score(dev[0]) == mix.score(dev[0])
+
+
+def test_back_off_bins_need_a_back_off_model(paths, tmp_path):
+    ctx = [paths["ptb5k.o5"], paths["wiki3k.o5"]]
+    with pytest.raises(ValueError, match="bucket_bins=9"):
+        nplm.interpolate(ctx, bucket_by=0, bucket_bins=9)
+    with pytest.raises(ValueError, match="need bucket_by"):
+        nplm.interpolate(ctx, bucket_bins=2)
+    with pytest.raises(ValueError, match="bucket_edges of shape"):
+        nplm.interpolate(ctx, bucket_by=0, bucket_edges=[[0.0]] * 3)
 
 
 def test_every_bucket_is_a_normalised_distribution(paths):
@@ -160,7 +210,7 @@ def test_spec_round_trip_and_pickle(paths, tmp_path):
     spec = tmp_path / "b.json"
     mix.save(str(spec))
     data = json.loads(spec.read_text())
-    assert data["version"] == 2 and data["bucket_by"] == 0
+    assert data["version"] == 2 and data["bucket_by"] == 0 and "bucket_edges" not in data
     np.testing.assert_allclose(data["weights"], W)
     loaded = nplm.Model(str(spec), _quiet())
     again = pickle.loads(pickle.dumps(mix))
@@ -192,6 +242,8 @@ def test_argument_errors(paths):
     ('"version": 1, "bucket_by": 0, "weights": [1]', "version 2"),
     ('"version": 2, "bucket_by": 0, "weights": [1]', "rows"),
     ('"version": 2, "bucket_by": 3, "weights": [[1]]', "bucket_by"),
+    ('"version": 2, "bucket_by": 0, "weights": [[1]], "bucket_edges": [[0], []]', "bucket_edges"),
+    ('"version": 1, "weights": [1], "bucket_edges": [[0]]', "version 2"),
 ])
 def test_bad_bucketed_specs_name_the_file(tmp_path, paths, body, needle):
     spec = tmp_path / "bad.json"
@@ -216,3 +268,39 @@ def test_cli_bucket_by_and_favour(paths, tmp_path, dev, capsys):
     np.testing.assert_allclose(spec["weights"], 0.7 * tuned.weights + 0.3 * np.array([1.0, 0.0]), atol=1e-9)
     assert spec["favoured"] == {"model": 0, "fraction": 0.3} and spec["bucket_by"] == 0
     assert cli_main(["interpolate", "--model", a, "--model", b, "--favour", "x", "0.3", "--out", str(out)]) == 1
+    assert cli_main(["interpolate", "--model", a, "--model", b, "--bucket-by", "0", "--bucket-bins", "2",
+                     "--tune", str(text), "--out", str(out)]) == 0
+    spec = json.loads(out.read_text())
+    assert np.shape(spec["weights"]) == (4 * 2 + 2, 2) and np.shape(spec["bucket_edges"]) == (4, 1)
+    m = nplm.Model(str(out), _quiet())
+    probs, _, _, _ = m.full_scores_batch(dev[:150])
+    assert 10.0 ** (-probs.astype(np.float64).mean()) == pytest.approx(spec["dev_perplexity"], rel=1e-5)
+
+
+def test_a_bucketed_teacher_distils_to_its_own_probabilities(tmp_path):
+    """distil scores its n-grams through the mixture's core (score_rows), the kenlm
+    API through BaseScore: both must pick the same weight row."""
+    need_shared()
+    from nplm import distil
+    lines = (REFERENCE / "tiny200.txt").read_text().splitlines()
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(lines[:150]) + "\n")
+    o2 = tmp_path / "o2.arpa"
+    nplm.estimate(str(text), 2, arpa=str(o2), discount_fallback=True)
+    kn4 = str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz")
+    mix = nplm.interpolate([kn4, str(o2)], np.random.default_rng(2).dirichlet([1.0, 1.0], size=3 * 2 + 2),
+                           bucket_by=0, bucket_bins=2, bucket_edges=[[-0.3]] * 3, config=_quiet())
+    tables = distil.distil(mix, 3, str(text))
+    rows_seen = set()
+    for k in (1, 2):
+        for row, lp in zip(tables.ids[k].tolist(), tables.logprob[k].tolist()):
+            words = [tables.vocab[i] for i in row]
+            s, t = nplm.State(), nplm.State()
+            (mix.BeginSentenceWrite if words[0] == "<s>" else mix.NullContextWrite)(s)
+            for w in words[1:-1] if words[0] == "<s>" else words[:-1]:
+                mix.BaseScore(s, w, t)
+                s, t = t, s
+            assert mix.BaseScore(s, words[-1], t) == pytest.approx(lp, abs=1e-5), words
+            rows_seen.add(int(mix.context_buckets([" ".join(words[1:] if words[0] == "<s>" else words)],
+                                                  words[0] == "<s>", False)[-1]))
+    assert len(rows_seen) >= 4
