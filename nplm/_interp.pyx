@@ -190,12 +190,15 @@ cdef class InterpolatedCore(LMCore):
             if not np.all(np.isfinite(e)) or np.any(np.diff(e, axis=1) < 0):
                 raise ValueError("edges must be finite and ascending along each row")
             bins = e.shape[1] + 1
-            for L in range(e.shape[0]):
-                for k in range(bins - 1):
-                    self.edges[L][k] = e[L, k]
         rows = self.ctx[bucket_by] * bins + 2 if bucket_by >= 0 else 1
         if w.shape[0] != rows:
             raise ValueError(f"{w.shape[0]} rows of weights, expected {rows}")
+        if not np.any(w != 0.0):
+            raise ValueError("at least one weight must be non-zero")
+        # checked: now replace (a failed call leaves the old weights in place)
+        for L in range(self.ctx[bucket_by] if edges is not None else 0):
+            for k in range(bins - 1):
+                self.edges[L][k] = e[L, k]
         self.n_active = 0
         for i in range(self.n):
             for b in range(rows):
@@ -203,8 +206,6 @@ cdef class InterpolatedCore(LMCore):
             if np.any(w[:, i] != 0.0):
                 self.active[self.n_active] = i
                 self.n_active += 1
-        if self.n_active == 0:
-            raise ValueError("at least one weight must be non-zero")
         self.bucket_by = bucket_by
         self.n_buckets = rows
         self.bins = bins

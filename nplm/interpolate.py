@@ -277,7 +277,7 @@ class InterpolatedModel(_kernels.ModelBase):
             raise ValueError(f"unknown={unknown!r}: expected one of {', '.join(UNKNOWN)}")
         code = _mode_code(mode, normalize)
         self._comps = [_component(m, config) for m in models]
-        self.bucket_by, self._rows, self._edges = None, None, None
+        self.bucket_by, self.bucket_bins, self._rows, self._edges = None, 1, None, None
         if bucket_by is not None:
             self._set_buckets(bucket_by, bucket_bins, bucket_edges, mode)
         elif bucket_bins != 1 or bucket_edges is not None:
