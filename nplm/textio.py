@@ -3,6 +3,7 @@
 Compression is detected from the magic bytes, not the file name, so a ``.arpa`` that
 is really gzip still loads, and stdin can be compressed too.
 """
+import atexit
 import bz2
 import contextlib
 import gzip
@@ -105,7 +106,9 @@ class atomic_write:
 
     A class rather than a generator: with @contextmanager, a Ctrl-C landing inside
     __enter__ after the file exists (but before the with block is set up) skipped
-    the cleanup."""
+    the cleanup.  A Ctrl-C can still land as __exit__ or _discard is entered (Python
+    checks for signals on entering a function), before their cleanup runs: every
+    temporary file in flight is also listed in _LIVE, which an exit handler clears."""
 
     def __init__(self, path, mode="wb"):
         self.path = os.fspath(path)
@@ -122,6 +125,7 @@ class atomic_write:
         try:
             fd, self.tmp = tempfile.mkstemp(prefix=".nplm-tmp-", suffix="-" + os.path.basename(self.path),
                                             dir=directory)
+            _LIVE.add(self.tmp)
             self.file = os.fdopen(fd, self.mode)
         except BaseException:
             _unblock_signals(held)
@@ -147,6 +151,7 @@ class atomic_write:
             os.umask(umask)
             os.chmod(self.tmp, 0o666 & ~umask)
             os.replace(self.tmp, self.path)
+            _LIVE.discard(self.tmp)
         except BaseException:
             self._discard()
             raise
@@ -159,6 +164,19 @@ class atomic_write:
         if self.tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
+            _LIVE.discard(self.tmp)
+
+
+_LIVE = set()       # temporary files of atomic_write blocks not yet renamed or removed
+
+
+@atexit.register
+def _remove_live():
+    """At interpreter exit (a Ctrl-C that escaped __exit__'s cleanup included)."""
+    for tmp in list(_LIVE):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    _LIVE.clear()
 
 
 _SIGNALS = {getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n)}
