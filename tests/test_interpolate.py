@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nplm
-from conftest import DATA, REFERENCE, need_shared, read_lines
+from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
 from nplm import _interp
 from nplm.cli import main as cli_main
 from nplm.interpolate import newton, tune_linear
@@ -19,11 +19,7 @@ from scipy.optimize import minimize
 kenlm = pytest.importorskip("kenlm")
 
 
-def _quiet():
-    cfg = nplm.Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
-    return cfg
+_quiet = quiet_config
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +28,6 @@ def models():
     cfg = _quiet()
     return {name: nplm.Model(str(REFERENCE / f"{name}.arpa.xz"), cfg)
             for name in ("ptb5k.o3", "ptb5k.o5", "wiki3k.o5")}
-
-
-@pytest.fixture(scope="module")
-def binaries(tmp_path_factory):
-    """nplm binaries of the reference ARPAs (they load in milliseconds)."""
-    need_shared()
-    tmp = tmp_path_factory.mktemp("bin")
-    out = {}
-    for name in ("ptb5k.o3", "ptb5k.o5", "wiki3k.o5"):
-        out[name] = str(tmp / f"{name}.nplm")
-        nplm.build_binary(str(REFERENCE / f"{name}.arpa.xz"), out[name])
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -428,8 +412,8 @@ def test_newton_minimises_a_convex_function():
 # --- spec, CLI and errors -------------------------------------------------------------------
 
 
-def test_spec_round_trip_through_nplm_model(binaries, tmp_path):
-    comps = [binaries["ptb5k.o3"], binaries["wiki3k.o5"]]
+def test_spec_round_trip_through_nplm_model(reference_binaries, tmp_path):
+    comps = [reference_binaries["ptb5k.o3"], reference_binaries["wiki3k.o5"]]
     for mode, normalize in [("linear", True), ("loglinear", False)]:
         mix = nplm.interpolate(comps, [0.3, 0.7], mode, normalize=normalize, unknown="split")
         spec = tmp_path / f"{mode}.json"
@@ -454,11 +438,11 @@ def test_spec_of_a_kenlm_component_reloads_its_file_in_nplm(models, kenlm_o3, tm
                                    [p for p, _, _ in mix.full_scores(s)], atol=1e-6)
 
 
-def test_cli_tunes_and_writes_a_spec(binaries, tmp_path, dev, capsys):
+def test_cli_tunes_and_writes_a_spec(reference_binaries, tmp_path, dev, capsys):
     text = tmp_path / "dev.txt"
     text.write_text("\n".join(dev[:60]) + "\n")
     out = tmp_path / "combo.json"
-    a, b = binaries["ptb5k.o5"], binaries["wiki3k.o5"]
+    a, b = reference_binaries["ptb5k.o5"], reference_binaries["wiki3k.o5"]
     assert cli_main(["interpolate", "--model", a, "--model", b, "--tune", str(text), "--out", str(out)]) == 0
     spec = json.loads(out.read_text())
     assert spec["mode"] == "linear" and sum(spec["weights"]) == pytest.approx(1.0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nplm
-from conftest import DATA, REFERENCE, need_shared, read_lines
+from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
 from nplm.arpa import read_arpa
 from nplm.cli import main as cli_main
 from nplm.interpolate import tune_linear
@@ -18,22 +18,12 @@ SENTENCES = ["the company said it expects to report a loss", "UNK shares rose N 
              "the stock market fell sharply in new york trading"]
 
 
-def _quiet():
-    cfg = nplm.Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
-    return cfg
+_quiet = quiet_config
 
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    need_shared()
-    tmp = tmp_path_factory.mktemp("bk")
-    out = {}
-    for name in ("ptb5k.o3", "ptb5k.o5", "wiki3k.o5"):
-        out[name] = str(tmp / f"{name}.nplm")
-        nplm.build_binary(str(REFERENCE / f"{name}.arpa.xz"), out[name])
-    return out
+def paths(reference_binaries):
+    return reference_binaries
 
 
 @pytest.fixture(scope="module")
