@@ -259,6 +259,9 @@ def test_cli_bucket_by_and_favour(paths, tmp_path, dev, capsys):
     assert spec["favoured"] == {"model": 0, "fraction": 0.3} and spec["bucket_by"] == 0
     assert cli_main(["interpolate", "--model", a, "--model", b, "--favour", "x", "0.3", "--out", str(out)]) == 1
     assert cli_main(["interpolate", "--model", a, "--model", b, "--bucket-by", "0", "--bucket-bins", "2",
+                     "--out", str(out)]) == 1
+    assert "needs --tune" in capsys.readouterr().err
+    assert cli_main(["interpolate", "--model", a, "--model", b, "--bucket-by", "0", "--bucket-bins", "2",
                      "--tune", str(text), "--out", str(out)]) == 0
     spec = json.loads(out.read_text())
     assert np.shape(spec["weights"]) == (4 * 2 + 2, 2) and np.shape(spec["bucket_edges"]) == (4, 1)
