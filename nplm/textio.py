@@ -12,7 +12,6 @@ import lzma
 import os
 import signal
 import sys
-import tempfile
 import zlib
 
 from .errors import CompressedDataError
@@ -121,11 +120,21 @@ class atomic_write:
         # Hold SIGINT/SIGTERM while the file is created and opened, so that no
         # signal lands between its creation and our knowing its name; one that
         # arrived meanwhile is delivered at the unblock, and cleaned up after.
+        # The mask is per thread, though: with other threads running, a Ctrl-C can
+        # still be handled here; so the name is chosen and listed in _LIVE before the
+        # file exists (mkstemp could be interrupted after creating it, name unknown).
         held = _block_signals()
         try:
-            fd, self.tmp = tempfile.mkstemp(prefix=".nplm-tmp-", suffix="-" + os.path.basename(self.path),
-                                            dir=directory)
-            _LIVE.add(self.tmp)
+            fd = None
+            while fd is None:
+                self.tmp = os.path.join(directory, ".nplm-tmp-%s-%s" % (os.urandom(6).hex(),
+                                                                       os.path.basename(self.path)))
+                _LIVE.add(self.tmp)
+                try:
+                    fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                                 0o600)
+                except FileExistsError:
+                    _LIVE.discard(self.tmp)
             self.file = os.fdopen(fd, self.mode)
         except BaseException:
             _unblock_signals(held)

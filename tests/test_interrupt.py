@@ -208,6 +208,26 @@ def test_an_interrupt_that_skips_exit_still_leaves_no_temporary_file(tmp_path):
     assert temps(tmp_path) == []
 
 
+def test_an_interrupt_right_after_the_temporary_file_is_created(tmp_path, monkeypatch):
+    # With other threads running, the signal mask does not keep a Ctrl-C out of
+    # atomic_write.__enter__: one landing just after the file is created (inside
+    # mkstemp, before its name was known) left the file behind (seen in CI).
+    from nplm import textio
+    real_open = os.open
+
+    def open_then_interrupt(path, *args, **kwargs):
+        os.close(real_open(path, *args, **kwargs))     # the file now exists
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "open", open_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        with textio.atomic_write(tmp_path / "out.bin") as f:
+            f.write(b"never")
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == []
+    assert not textio._LIVE
+
+
 def train_args(text, out, *extra):
     return nplm_cmd("train", "--train", text, "--out", out, "--epochs", 3, "--threads", 1, "--order", 3,
                     "--embedding-dim", 16, "--hidden", 32, "--output", "softmax", "--objective", "nce",
