@@ -38,6 +38,7 @@ cdef enum Mode:
     MODE_NORMALISED = 2        # log-linear minus log10 Z(h)
 
 LINEAR = MODE_LINEAR
+BINS_MAX = MAX_BINS
 LOGLINEAR = MODE_LOGLINEAR
 NORMALISED = MODE_NORMALISED
 
@@ -251,21 +252,41 @@ cdef class InterpolatedCore(LMCore):
         context n-gram (the mass that model leaves to shorter contexts there).  Row 0
         is L = 0; rows 1 + (L-1) * bins + j, j the number of edges[L-1] <= b, the
         others; the last row is the sentence start alone."""
-        cdef NState cs
         cdef int L, j = 0
         cdef double b
         if self.bucket_by < 0:
             return 0
-        if ins.length == 1 and ins.words[0] == self.bos_id:
+        L = self._bucket_state(ins, &b)
+        if L < 0:
             return self.n_buckets - 1
-        self._comp_state(self.bucket_by, ins, &cs)
-        L = min(<int>cs.length, self.ctx[self.bucket_by])
         if L == 0:
             return 0
-        b = cs.backoff[L - 1]
         while j < self.bins - 1 and self.edges[L - 1][j] <= b:
             j += 1
         return 1 + (L - 1) * self.bins + j
+
+    cdef inline int _bucket_state(self, const NState *ins, double *b) except -2 nogil:
+        """What _bucket reads of context ``ins``: -1 for the sentence start alone, else
+        the length L of component bucket_by's state, with *b the log10 back-off weight
+        of its longest context n-gram (0 when L = 0)."""
+        cdef NState cs
+        cdef int L
+        b[0] = 0.0
+        if ins.length == 1 and ins.words[0] == self.bos_id:
+            return -1
+        self._comp_state(self.bucket_by, ins, &cs)
+        L = min(<int>cs.length, self.ctx[self.bucket_by])
+        if L > 0:
+            b[0] = cs.backoff[L - 1]
+        return L
+
+    cdef inline void _unpack(self, const uint32_t[:, ::1] contexts, Py_ssize_t c,
+                             NState *st) noexcept nogil:
+        """Row c of mixture contexts (as from trace()) as a state."""
+        cdef int j
+        st.length = <uint8_t>contexts[c, 0]
+        for j in range(st.length):
+            st.words[j] = contexts[c, j + 1]
 
     def state_features(self, const uint32_t[:, ::1] contexts):  # IN
         """Component bucket_by's (length, log10 back-off of the longest context
@@ -277,19 +298,29 @@ cdef class InterpolatedCore(LMCore):
         start_a = np.zeros(C, dtype=bool)
         cdef int32_t[::1] lv = len_a
         cdef double[::1] bv = bo_a
-        cdef NState st, cs
-        cdef int j
+        cdef NState st
+        cdef int L
         if self.bucket_by < 0 or contexts.shape[1] != MAX_ORDER:
             raise ValueError("no bucket component, or malformed contexts")
         for c in range(C):
-            st.length = <uint8_t>contexts[c, 0]
-            for j in range(st.length):
-                st.words[j] = contexts[c, j + 1]
-            start_a[c] = st.length == 1 and st.words[0] == self.bos_id
-            self._comp_state(self.bucket_by, &st, &cs)
-            lv[c] = min(<int>cs.length, self.ctx[self.bucket_by])
-            bv[c] = cs.backoff[lv[c] - 1] if lv[c] > 0 else 0.0
+            self._unpack(contexts, c, &st)
+            L = self._bucket_state(&st, &bv[c])
+            start_a[c] = L < 0
+            lv[c] = max(L, 0)
         return len_a, bo_a, start_a
+
+    def context_rows(self, const uint32_t[:, ::1] contexts):  # IN
+        """The weight row of each mixture context (as from trace()): int32 (C,)."""
+        cdef Py_ssize_t C = contexts.shape[0], c
+        rows_a = np.zeros(C, dtype=np.int32)
+        cdef int32_t[::1] rv = rows_a
+        cdef NState st
+        if contexts.shape[1] != MAX_ORDER:
+            raise ValueError("malformed contexts")
+        for c in range(C):
+            self._unpack(contexts, c, &st)
+            rv[c] = self._bucket(&st)
+        return rows_a
 
     cdef inline double _combine(self, const double *lp, int b) noexcept nogil:
         """Mix the active components' log10 probabilities (lp[a] for active[a]) with
@@ -534,9 +565,7 @@ cdef class InterpolatedCore(LMCore):
         if i < 0 or i >= self.n or contexts.shape[1] != MAX_ORDER:
             raise ValueError("bad component index or contexts")
         for c in range(C):
-            st.length = <uint8_t>contexts[c, 0]
-            for j in range(st.length):
-                st.words[j] = contexts[c, j + 1]
+            self._unpack(contexts, c, &st)
             self._comp_state(i, &st, &cs)
             lv[c] = cs.length
             for j in range(cs.length):
@@ -581,11 +610,9 @@ cdef class InterpolatedCore(LMCore):
                            float[:, :, ::1] out) except -1 nogil:
         cdef NState st, cs, tmp
         cdef Ret r
-        cdef int i, j
+        cdef int i
         cdef Py_ssize_t u
-        st.length = <uint8_t>contexts[c, 0]
-        for j in range(st.length):
-            st.words[j] = contexts[c, j + 1]
+        self._unpack(contexts, c, &st)
         for i in range(self.n):
             if self.has_provider[i]:
                 continue            # filled in batches by distributions()

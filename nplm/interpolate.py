@@ -56,7 +56,7 @@ from .textio import atomic_write, open_text
 SPEC_KEY = "interpolation"
 SPEC_VERSION = 1
 SPEC_VERSION_BUCKETED = 2       # weights per context bucket ("bucket_by"); 1 reads as before
-MAX_BINS = 8                    # back-off weight bins per context length (_interp.MAX_BINS)
+MAX_BINS = _interp.BINS_MAX     # back-off weight bins per context length
 MODES = ("linear", "loglinear")
 UNKNOWN = ("unk", "split")
 _UNK = ("<unk>", "<UNK>")
@@ -466,7 +466,7 @@ class InterpolatedModel(_kernels.ModelBase):
                         edges[length - 1] = np.quantile(b[sel], np.linspace(0, 1, self.bucket_bins + 1)[1:-1])
                 self._edges = edges
                 self.core.set_weights(self._weights, self.bucket_by, edges)
-                buckets = self.core.trace(tokens, offsets, True)[2]
+                buckets = self.core.context_rows(ctx)
             res = tune_buckets(lp, buckets, self._rows, tol=tol, max_iter=max_iter)
         elif self.mode == "linear":
             res = tune_linear(self.component_scores(sentences), tol=tol, max_iter=max_iter)
