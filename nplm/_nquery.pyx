@@ -1159,6 +1159,8 @@ cdef class NeuralCore(LMCore):
             given = np.ascontiguousarray(softmax_logz, dtype=np.float64)
         cdef bint need_z = self.out_kind == OUT_SOFTMAX and self.mode == MODE_EXACT and not have_given
         if self.out_kind == OUT_CLASS and self.mode == MODE_EXACT:
+            if self.act == ACT_RELU and self.cls_t != NULL:
+                return self._class_log_probs_sparse(c, wv, out)
             return self._class_log_probs(c, wv, out)
         # ReLU layers are mostly zeros: each OpenMP thread takes a share of a block and
         # computes its rows' hidden states one at a time by the zero-skipping kernels,
@@ -1233,6 +1235,58 @@ cdef class NeuralCore(LMCore):
                     for b in range(nb):
                         logz = given[lo + b] if have_given else 0
                         o[lo + b] = self._logp(H + <int64_t>b * r, wv[lo + b], logz, &sv[0])
+                lo += B
+        return out
+
+    def _class_log_probs_sparse(self, const int32_t[:, ::1] c, const int32_t[::1] wv, out):
+        """Exact class-factored log p for a batch of a ReLU net, row by row as a single
+        query computes it: each row's class scores and word block read only the
+        transposed weight rows of its nonzero hidden units (nq_vecmat2); most units are
+        zeros, so this reads a fraction of what dense products would.  The rows are
+        taken in class order (a counting sort of up to 2^20 rows at a time) and each
+        thread takes a contiguous share of them, so a class's word block stays in
+        cache while its rows are scored; a row's hidden state lives in its thread's
+        scratch only until its score is written."""
+        cdef int N = c.shape[0], B = 1 << 20, r = self.r, C = self.C
+        cdef int nt = max(1, min(openmp.omp_get_max_threads(), 64))
+        cdef int lo, nb, b, i, k, t, cl, c_lo, width, max_width = 0
+        cdef WordId w
+        for k in range(C):
+            max_width = max(max_width, self.class_start[k + 1] - self.class_start[k])
+        cdef int hid = self._row_scratch()
+        cdef float[:, ::1] ws = np.empty((nt, hid + C + max_width + 64), np.float32)
+        cdef int32_t[::1] rv = np.empty(min(B, max(N, 1)), np.int32), st = np.empty(C + 2, np.int32)
+        cdef double[::1] o = out
+        cdef float *hp
+        cdef float *s1
+        cdef float *s2
+        with nogil:
+            lo = 0
+            while lo < N:
+                nb = min(B, N - lo)
+                memset(&st[0], 0, (C + 2) * sizeof(int32_t))
+                for b in range(nb):
+                    st[self.word_class[wv[lo + b]] + 2] += 1
+                for k in range(C):
+                    st[k + 2] += st[k + 1]
+                for b in range(nb):
+                    cl = self.word_class[wv[lo + b]]
+                    rv[st[cl + 1]] = b
+                    st[cl + 1] += 1
+                for t in prange(nt, schedule='static', num_threads=nt):
+                    s1 = &ws[t, 0] + hid
+                    s2 = s1 + C + 16
+                    for i in range(<int64_t>nb * t // nt, <int64_t>nb * (t + 1) // nt):
+                        b = rv[i]
+                        w = wv[lo + b]
+                        cl = self.word_class[w]
+                        c_lo = self.class_start[cl]
+                        width = self.class_start[cl + 1] - c_lo
+                        hp = self._hidden_row(&c[lo + b, 0], &ws[t, 0])
+                        nq_vecmat2(hp, r, self.cls_t, self.ld_cls, C, self.cls_b, s1,
+                                   self.out_t + self.out_t_off[cl], self.out_t_ld[cl], width,
+                                   self.out_b + c_lo, s2)
+                        o[lo + b] = (s1[cl] - _logsumexp(s1, C)) + (s2[self.word_pos[w] - c_lo] - _logsumexp(s2, width))
                 lo += B
         return out
 

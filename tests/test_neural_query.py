@@ -240,17 +240,23 @@ for _ in range(6):
             s, o = o, s
         row.append(m.BaseScore(s, str(w), o))
     rows.append((hist, row))
-np.savez(out, hist=np.array([h for h, _ in rows]), probs=np.array([r for _, r in rows]))
+# the same rows through the batch path (a ReLU net's: row by row in class order)
+V = len(words)
+ctx = np.array([[m.vocab.id(h) for h in hist] for hist, _ in rows for _ in range(V - 3)], np.int32)
+ids = np.array([m.vocab.id("</s>")] + list(range(4, V)), np.int32)
+batch = m.core.log_probs(ctx, np.tile(ids, len(rows))).reshape(len(rows), -1) / np.log(10)
+np.savez(out, hist=np.array([h for h, _ in rows]), probs=np.array([r for _, r in rows]), batch=batch)
 print(q.SIMD)
 """
 
 
 @pytest.mark.parametrize("width", [37, 1037])
 def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
-    """Exact class mode reads transposed class blocks for a new context: classes wider
-    than one 256-float register block, narrower than a vector, and a hidden width that
-    is no multiple of 16, on the AVX-512, AVX2 and plain kernels, against numpy.  The
-    wide net passes the 1024 inputs that the shared nonzero gather holds at once."""
+    """Exact class mode reads transposed class blocks for a new context and for every
+    row of a batch: classes wider than one 256-float register block, narrower than a
+    vector, and a hidden width that is no multiple of 16, on the AVX-512, AVX2 and
+    plain kernels, against numpy.  The wide net passes the 1024 inputs that the shared
+    nonzero gather holds at once."""
     import os
     import subprocess
     import sys
@@ -281,10 +287,11 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
                               capture_output=True, text=True, check=True)
         levels.append(done.stdout.strip())
         res = np.load(out)
-        for hist, probs in zip(res["hist"], res["probs"]):
+        for hist, probs, batch in zip(res["hist"], res["probs"], res["batch"]):
             ref = numpy_log_dist(net, _ctx(net, [str(h) for h in hist])) / LN10
-            np.testing.assert_allclose(probs, ref[[net.vocab.id("</s>")] + list(range(4, V))], atol=2e-5,
-                                       err_msg=level or "best")
+            ref = ref[[net.vocab.id("</s>")] + list(range(4, V))]
+            np.testing.assert_allclose(probs, ref, atol=2e-5, err_msg=level or "best")
+            np.testing.assert_allclose(batch, ref, atol=2e-5, err_msg=f"batch {level or 'best'}")
     assert levels[2] == "x86-64"
 
 
@@ -358,8 +365,9 @@ def test_batched_softmax_normalisers_on_every_simd_path(tmp_path, dead):
 
 @pytest.mark.parametrize("kind", ["class-full-1", "class-diag-2"])
 def test_batched_class_scoring_matches_numpy_across_blocks(tmp_path, kind):
-    """The batch path groups rows by class in blocks of 2048 (BLAS for crowded classes,
-    dot products for the rest): every row, across block boundaries, is the numpy value."""
+    """The batch path of a ReLU net scores rows one by one in class order; other nets
+    group rows by class in blocks of 2048 (BLAS for crowded classes, dot products for
+    the rest): every row, across block boundaries, is the numpy value."""
     net = make_net(kind)
     path = tmp_path / "c.nplm"
     net.save(str(path))
