@@ -106,3 +106,22 @@ def check_arpa(path):
                                               for n, c in enumerate(counts[1:], 2))
     check_available(needed, f"the ARPA header's {sum(counts):,} n-grams",
                     "use a machine with more memory, or prune the model")
+
+
+def l3_cache_bytes(default=32 << 20):
+    """Size of the CPU's last-level (L3) cache from sysfs, or ``default`` where it
+    cannot be read.  Kernels use it to tell weights that stay cached between queries
+    from weights that come from DRAM each time."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            with open(os.path.join(base, entry, "level")) as f:
+                if f.read().strip() != "3":
+                    continue
+            with open(os.path.join(base, entry, "size")) as f:
+                m = re.fullmatch(r"(\d+)([KMG]?)", f.read().strip())
+            if m:
+                return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+    except (OSError, ValueError):
+        pass
+    return default

@@ -295,6 +295,30 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
     assert levels[2] == "x86-64"
 
 
+@pytest.mark.parametrize("l3_bytes", [0, 1 << 40])
+def test_class_block_prefetch_changes_no_score(tmp_path, monkeypatch, l3_bytes):
+    """Class blocks larger than half the L3 cache are prefetched for a new context (a
+    hint: the scores must not change).  The cache size is faked both ways so that the
+    small test net takes each path; every word of a new context matches numpy."""
+    import nplm._nquery as q
+    from nplm.memory import l3_cache_bytes
+    assert l3_cache_bytes() > 0
+    monkeypatch.setattr(q, "l3_cache_bytes", lambda: l3_bytes)
+    net = make_net("class-full-1")
+    path = tmp_path / "c.nplm"
+    net.save(str(path))
+    m = nplm.Model(str(path))
+    assert m.core.prefetches_class_blocks == (l3_bytes == 0)
+    words = m.vocab.words()
+    hist = ["w3", "w8", "w1"]
+    ref = numpy_log_dist(net, _ctx(net, hist)) / LN10
+    s = _state_after(m, hist)
+    out = nplm.State()
+    for w in ["</s>"] + words[4:]:
+        m.core.clear_cache()             # a new context for every word: both products again
+        assert m.BaseScore(s, w, out) == pytest.approx(ref[net.vocab.id(w)], abs=2e-5), w
+
+
 _SOFTMAX_BATCH_SCRIPT = r"""
 import sys, numpy as np, nplm
 import nplm._nquery as q
