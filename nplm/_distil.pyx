@@ -1,8 +1,13 @@
-# Distillation kernel: the teacher's log10 p(w | h) for millions of listed n-grams
+# Distillation kernels: the teacher's log10 p(w | h) for millions of listed n-grams
 # through the LMCore protocol, so any model kind (back-off, neural, interpolated)
-# serves as a teacher and no Python code runs per n-gram.
-from libc.stdint cimport int32_t, int64_t
+# serves as a teacher and no Python code runs per n-gram; and the counts of a text's
+# n-grams of every order, whose frequent ones are listed.
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcpy
 from cython.parallel cimport prange
+
+import numpy as np
 
 from nplm._kernels cimport LMCore, NState, Ret, WordId, MAX_ORDER
 
@@ -104,3 +109,219 @@ def probe_groups(LMCore core,
             if found < 0:
                 break
     return found
+
+
+# ---------------------------------------------------------------------------------
+# Counting n-grams of every order
+
+cdef struct GramTable:
+    # Order n's distinct n-grams, numbered in order of first sight.  Each is its first
+    # n-1 words' number in order n-1 (order 2: the first word) and its last word;
+    # an open-addressing table finds it by the key prefix * V + word.
+    uint64_t *keys          # slot -> key
+    uint32_t *slot_id       # slot -> number + 1 (0: empty)
+    int bits                # 2**bits slots
+    int32_t *prefix         # number -> prefix number
+    int32_t *word           # number -> last word
+    int64_t *count          # number -> count
+    int64_t size, cap
+
+
+cdef enum:
+    GC_NOMEM = -1
+    GC_TOO_MANY = -2        # more distinct n-grams of one order than int32 numbers
+
+
+cdef class GramCounter:
+    """Counts of the n-grams of orders 2..order in sentences of word ids, fed in
+    chunks (``add``), read once at the end (``result``).
+
+    About 40 bytes per distinct n-gram (slots of 12 bytes at load <= 5/8 and 16 bytes
+    of prefix, word and count), where sorting each chunk's rows and merging them took
+    twice that; one hash probe per position and order instead of a sort per chunk."""
+    cdef readonly int order
+    cdef readonly int64_t V
+    cdef GramTable t[MAX_ORDER + 1]
+    cdef bint done
+
+    def __cinit__(self, int order, int64_t V):
+        cdef int n
+        if order < 1 or order > MAX_ORDER:
+            raise ValueError(f"order {order} outside 1..{MAX_ORDER}")
+        if V < 1 or V >= (<int64_t>1 << 31):
+            raise ValueError(f"vocabulary size {V} outside 1..2**31-1")
+        self.order, self.V = order, V
+        for n in range(order + 1):
+            self.t[n].keys = NULL
+            self.t[n].slot_id = NULL
+            self.t[n].prefix = NULL
+            self.t[n].word = NULL
+            self.t[n].count = NULL
+        for n in range(2, order + 1):
+            self.t[n].bits = 12
+            self.t[n].keys = <uint64_t *>malloc((<size_t>1 << 12) * sizeof(uint64_t))
+            self.t[n].slot_id = <uint32_t *>calloc(<size_t>1 << 12, sizeof(uint32_t))
+            self.t[n].cap = 1 << 11
+            self.t[n].size = 0
+            self.t[n].prefix = <int32_t *>malloc(self.t[n].cap * sizeof(int32_t))
+            self.t[n].word = <int32_t *>malloc(self.t[n].cap * sizeof(int32_t))
+            self.t[n].count = <int64_t *>malloc(self.t[n].cap * sizeof(int64_t))
+            if (self.t[n].keys == NULL or self.t[n].slot_id == NULL or self.t[n].prefix == NULL
+                    or self.t[n].word == NULL or self.t[n].count == NULL):
+                raise MemoryError("cannot allocate the n-gram counter")
+
+    def __dealloc__(self):
+        cdef int n
+        for n in range(self.order + 1):
+            self._free_slots(&self.t[n])
+            free(self.t[n].prefix); free(self.t[n].word); free(self.t[n].count)
+
+    cdef void _free_slots(self, GramTable *g) noexcept nogil:
+        free(g.keys); free(g.slot_id)
+        g.keys = NULL
+        g.slot_id = NULL
+
+    cdef inline size_t _slot(self, uint64_t key, int bits) noexcept nogil:
+        # Fibonacci hashing: keys of one prefix are consecutive integers
+        return <size_t>((key * 0x9E3779B97F4A7C15ULL) >> (64 - bits))
+
+    cdef int _grow_slots(self, GramTable *g) noexcept nogil:
+        cdef int bits = g.bits + 1
+        cdef size_t mask = ((<size_t>1) << bits) - 1, i, j
+        cdef uint64_t *keys = <uint64_t *>malloc((mask + 1) * sizeof(uint64_t))
+        cdef uint32_t *ids = <uint32_t *>calloc(mask + 1, sizeof(uint32_t))
+        if keys == NULL or ids == NULL:
+            free(keys); free(ids)
+            return GC_NOMEM
+        for i in range((<size_t>1) << g.bits):
+            if g.slot_id[i] == 0:
+                continue
+            j = self._slot(g.keys[i], bits)
+            while ids[j] != 0:
+                j = (j + 1) & mask
+            keys[j] = g.keys[i]
+            ids[j] = g.slot_id[i]
+        self._free_slots(g)
+        g.keys, g.slot_id, g.bits = keys, ids, bits
+        return 0
+
+    cdef int _grow_numbers(self, GramTable *g) noexcept nogil:
+        cdef int64_t cap = g.cap * 2
+        cdef void *p = realloc(g.prefix, cap * sizeof(int32_t))
+        if p == NULL:
+            return GC_NOMEM
+        g.prefix = <int32_t *>p
+        p = realloc(g.word, cap * sizeof(int32_t))
+        if p == NULL:
+            return GC_NOMEM
+        g.word = <int32_t *>p
+        p = realloc(g.count, cap * sizeof(int64_t))
+        if p == NULL:
+            return GC_NOMEM
+        g.count = <int64_t *>p
+        g.cap = cap
+        return 0
+
+    cdef int64_t _see(self, GramTable *g, int32_t prefix, int32_t w) noexcept nogil:
+        """Count one occurrence of (prefix, w); its number, or GC_NOMEM / GC_TOO_MANY."""
+        cdef uint64_t key = <uint64_t>prefix * <uint64_t>self.V + <uint64_t>w
+        cdef size_t mask, i
+        cdef uint32_t sid
+        if (g.size + 1) * 8 > ((<int64_t>1) << g.bits) * 5:
+            if self._grow_slots(g) < 0:
+                return GC_NOMEM
+        mask = ((<size_t>1) << g.bits) - 1
+        i = self._slot(key, g.bits)
+        while True:
+            sid = g.slot_id[i]
+            if sid == 0:
+                break
+            if g.keys[i] == key:
+                g.count[sid - 1] += 1
+                return sid - 1
+            i = (i + 1) & mask
+        if g.size >= 0x7FFFFFFF:
+            return GC_TOO_MANY
+        if g.size == g.cap and self._grow_numbers(g) < 0:
+            return GC_NOMEM
+        g.keys[i] = key
+        g.slot_id[i] = <uint32_t>(g.size + 1)
+        g.prefix[g.size] = prefix
+        g.word[g.size] = w
+        g.count[g.size] = 1
+        g.size += 1
+        return g.size - 1
+
+    def add(self, const int32_t[::1] ids,     # IN word ids of whole sentences, concatenated
+            const int64_t[::1] starts):       # IN each sentence's first position, increasing
+        """Count the n-grams inside each sentence ids[starts[k]:starts[k+1]] (the last
+        one to the end of ids)."""
+        cdef Py_ssize_t N = ids.shape[0], S = starts.shape[0], k, j, lo, hi
+        cdef int64_t last[MAX_ORDER + 1]
+        cdef int64_t cur[MAX_ORDER + 1]
+        cdef int n, top, err = 0
+        if self.done:
+            raise RuntimeError("the counts were already read")
+        if N and (np.min(ids) < 0 or np.max(ids) >= self.V):
+            raise ValueError("word id out of range")
+        if S and (starts[0] < 0 or starts[S - 1] > N or np.any(np.diff(np.asarray(starts)) < 0)):
+            raise ValueError("sentence starts out of order or out of range")
+        if self.order < 2:
+            return
+        with nogil:
+            for k in range(S):
+                lo = starts[k]
+                hi = starts[k + 1] if k + 1 < S else N
+                for j in range(lo, hi):
+                    cur[1] = ids[j]
+                    top = <int>min(<Py_ssize_t>self.order, j - lo + 1)
+                    for n in range(2, top + 1):
+                        cur[n] = self._see(&self.t[n], <int32_t>last[n - 1], ids[j])
+                        if cur[n] < 0:
+                            err = <int>cur[n]
+                            break
+                    if err:
+                        break
+                    for n in range(1, top + 1):
+                        last[n] = cur[n]
+                if err:
+                    break
+        if err == GC_TOO_MANY:
+            raise OverflowError("more than 2**31-1 distinct n-grams of one order")
+        if err:
+            raise MemoryError("out of memory counting n-grams")
+
+    def result(self):
+        """{n: (rows (count, n) int32 word ids oldest first, counts int64)} for
+        n = 2..order, n-grams in order of first sight.  Frees the counter's tables."""
+        cdef int n
+        cdef GramTable *g
+        cdef int32_t[::1] pv, wv
+        cdef int64_t[::1] cv
+        if self.done:
+            raise RuntimeError("the counts were already read")
+        self.done = True
+        for n in range(2, self.order + 1):
+            self._free_slots(&self.t[n])
+        out = {}
+        lower = None
+        for n in range(2, self.order + 1):
+            g = &self.t[n]
+            prefix = np.empty(g.size, np.int32)
+            word = np.empty(g.size, np.int32)
+            count = np.empty(g.size, np.int64)
+            if g.size:
+                pv, wv, cv = prefix, word, count
+                memcpy(&pv[0], g.prefix, g.size * sizeof(int32_t))
+                memcpy(&wv[0], g.word, g.size * sizeof(int32_t))
+                memcpy(&cv[0], g.count, g.size * sizeof(int64_t))
+            free(g.prefix); free(g.word); free(g.count)
+            g.prefix = g.word = NULL
+            g.count = NULL
+            rows = np.empty((len(word), n), np.int32)
+            rows[:, :n - 1] = prefix[:, None] if n == 2 else lower[prefix]
+            rows[:, n - 1] = word
+            out[n] = (rows, count)
+            lower = rows
+        return out
+

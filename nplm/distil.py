@@ -173,68 +173,19 @@ def _sentence_ids(path, vocab, bos, eos, forbidden):
         yield np.concatenate(buf), np.asarray(starts, np.int64)
 
 
-def _unique_inverse_counts(keys):
-    """np.unique(keys, return_inverse=True, return_counts=True), by one argsort."""
-    order = np.argsort(keys)
-    s = keys[order]
-    first = np.empty(len(s), dtype=bool)
-    first[:1] = True
-    np.not_equal(s[1:], s[:-1], out=first[1:])
-    inv = np.empty(len(s), np.int64)
-    inv[order] = np.cumsum(first) - 1
-    starts = np.flatnonzero(first)
-    counts = np.diff(np.append(starts, len(s)))
-    return s[starts], inv, counts
-
-
-def _merge_counts(rows, counts):
-    """Unique rows (lexicographic) with summed counts."""
-    if len(rows) == 0:
-        return rows, counts
-    order = np.lexsort(rows.T[::-1])
-    rows, counts = rows[order], counts[order]
-    new = np.ones(len(rows), dtype=bool)
-    new[1:] = (rows[1:] != rows[:-1]).any(axis=1)
-    starts = np.flatnonzero(new)
-    return rows[starts], np.add.reduceat(counts, starts)
-
-
 def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False):
     """{n: (rows (count, n) int32, counts int64)} for n = 2..order: the n-grams of the
-    text with one <s> before and </s> after each line (never ending in <s>)."""
-    acc = {n: [] for n in range(2, order + 1)}
+    text with one <s> before and </s> after each line (never ending in <s>), in order of
+    first sight.  Counted by one hash table per order (nplm._distil.GramCounter)."""
+    from ._distil import GramCounter
+    counter = GramCounter(order, V)
     chunks = _sentence_ids(path, vocab, bos, eos, forbidden)
     if progress:
         from tqdm import tqdm
         chunks = tqdm(chunks, desc="count n-grams", unit="chunk")
     for ids, starts in chunks:
-        sent = np.zeros(len(ids), np.int64)
-        sent[starts[1:]] = 1
-        pos_in = np.arange(len(ids)) - starts[np.cumsum(sent)]
-        # Order n's n-gram ending at position j has key prefix_index * V + word, the
-        # prefix being the (n-1)-gram ending at j-1 (same sentence by construction).
-        idx = ids.astype(np.int64)
-        for n in range(2, order + 1):
-            ends = np.flatnonzero(pos_in >= n - 1)
-            keys = idx[ends - 1] * V + ids[ends]
-            uniq, inv, cnt = _unique_inverse_counts(keys)
-            prev_rows = acc_rows if n > 2 else None
-            rows = (np.column_stack([uniq // V, uniq % V]) if n == 2
-                    else np.column_stack([prev_rows[uniq // V], uniq % V]))
-            acc[n].append((rows.astype(np.int32), cnt.astype(np.int64)))
-            acc_rows = rows
-            idx = np.full(len(ids), -1, np.int64)
-            idx[ends] = inv
-    out = {}
-    for n in range(2, order + 1):
-        parts = acc[n]
-        if not parts:
-            out[n] = (np.zeros((0, n), np.int32), np.zeros(0, np.int64))
-        elif len(parts) == 1:
-            out[n] = parts[0]
-        else:
-            out[n] = _merge_counts(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
-    return out
+        counter.add(ids, starts)
+    return counter.result()
 
 
 # ---------------------------------------------------------------------------------

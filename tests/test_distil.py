@@ -582,3 +582,47 @@ def test_continuation_table_is_normalised_and_loads_in_kenlm(tiny, tmp_path):
         assert abs(np.sum(10.0 ** nm.log10_distribution(st)[ids].astype(np.float64)) - 1) < 1e-5
     for line in held.read_text().splitlines()[:20]:
         assert abs(km.score(line) - nm.score(line)) < 1e-4
+
+
+def test_count_text_equals_a_brute_force_count(tmp_path, monkeypatch):
+    """Every order's n-gram counts (<s> before and </s> after each line, never across
+    lines) equal a plain Python count, across chunk boundaries and table growth."""
+    from collections import Counter
+    from nplm.vocab import SPECIALS, Vocabulary
+    rng = np.random.default_rng(5)
+    words = list(SPECIALS) + [f"v{i}" for i in range(40)]
+    vocab = Vocabulary(words, np.ones(len(words), np.int64))
+    lines = [" ".join(rng.choice(words[4:], rng.integers(0, 12))) for _ in range(3000)]
+    lines[7] = "never seen words x y"                 # OOVs count as <unk>
+    text = tmp_path / "t.txt"
+    text.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(distil, "_CHUNK_LINES", 700)
+    bos, eos, V = vocab.id("<s>"), vocab.id("</s>"), len(words)
+    got = distil.count_text(str(text), vocab, 4, V, bos, eos)
+    expect = {n: Counter() for n in (2, 3, 4)}
+    for line in lines:
+        ids = [bos] + [vocab.id(w) for w in line.split()] + [eos]
+        for n in (2, 3, 4):
+            for j in range(n - 1, len(ids)):
+                expect[n][tuple(ids[j - n + 1:j + 1])] += 1
+    assert len(expect[4]) > 4096                       # more than the first table holds
+    for n in (2, 3, 4):
+        rows, counts = got[n]
+        assert rows.shape == (len(expect[n]), n) and rows.dtype == np.int32
+        assert dict(zip(map(tuple, rows.tolist()), counts.tolist())) == dict(expect[n])
+
+
+def test_gram_counter_rejects_bad_input():
+    from nplm._distil import GramCounter
+    c = GramCounter(3, 10)
+    with pytest.raises(ValueError, match="out of range"):
+        c.add(np.array([1, 10], np.int32), np.array([0], np.int64))
+    with pytest.raises(ValueError, match="starts"):
+        c.add(np.array([1, 2, 3], np.int32), np.array([2, 1], np.int64))
+    c.add(np.array([1, 2, 3, 1, 2], np.int32), np.array([0, 3], np.int64))
+    out = c.result()
+    assert out[3][0].tolist() == [[1, 2, 3]] and out[2][1].tolist() == [2, 1]
+    with pytest.raises(RuntimeError):
+        c.result()
+    with pytest.raises(ValueError):
+        GramCounter(3, 0)
