@@ -98,6 +98,10 @@ cdef extern from *:
             out[j] = relu && a < 0 ? 0.0f : a;
         }
     }
+    /* out[i] = exp(s[i] - mx): the unnormalised probabilities a draw scans */
+    static void nq_expshift_plain(const float *s, int n, float mx, float *out) {
+        for (int i = 0; i < n; i++) out[i] = expf(s[i] - mx);
+    }
     static double nq_logsumexp_plain(const float *s, int n) {
         float mx = -INFINITY;
         double acc = 0;
@@ -299,6 +303,14 @@ cdef extern from *:
         return mx + log((double)_mm512_reduce_add_ps(acc));
     }
     __attribute__((target("avx512f,fma")))
+    static void nq_expshift_avx512(const float *s, int n, float mx, float *out) {
+        const __m512 vmx = _mm512_set1_ps(mx);
+        for (int i = 0; i < n; i += 16) {
+            const __mmask16 m = NQ_TAIL(n, i);
+            _mm512_mask_storeu_ps(out + i, m, nq_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), vmx)));
+        }
+    }
+    __attribute__((target("avx512f,fma")))
     static void nq_addrows_avx512(const float *b, const float *const *rows, int m, int n, int relu,
                                   float *out) {
         const __m512 zero = _mm512_setzero_ps();
@@ -459,6 +471,7 @@ cdef extern from *:
     #define nq_logsumexp_avx2 nq_logsumexp_plain
     #define nq_addrows_avx512 nq_addrows_plain
     #define nq_logsumexp_avx512 nq_logsumexp_plain
+    #define nq_expshift_avx512 nq_expshift_plain
     static int nq_simd_level(void) { return 0; }
     #define NQ_PW 64
     static void nq_panel_logz_avx512(const float *H, int ldh, int n, int r, const float *P,
@@ -477,11 +490,13 @@ cdef extern from *:
     static float (*nq_dot_impl)(const float *, const float *, int) = 0;
     static void (*nq_rowdots_impl)(const float *, int, const float *, int, int, const float *, float *) = 0;
     static double (*nq_logsumexp_impl)(const float *, int) = 0;
+    static void (*nq_expshift_impl)(const float *, int, float, float *) = 0;
     static void (*nq_addrows_impl)(const float *, const float *const *, int, int, int, float *) = 0;
     static void nq_init_simd(void) {
         int level = nq_simd_level();
         nq_addrows_impl = level == 3 ? nq_addrows_avx512 : nq_addrows_plain;
         nq_logsumexp_impl = level == 3 ? nq_logsumexp_avx512 : level == 2 ? nq_logsumexp_avx2 : nq_logsumexp_plain;
+        nq_expshift_impl = level == 3 ? nq_expshift_avx512 : nq_expshift_plain;
         nq_vecmat_impl = level == 3 ? nq_vecmat_avx512 : level == 2 ? nq_vecmat_avx2 : nq_vecmat_plain;
         nq_vecmat2_impl = level == 3 ? nq_vecmat2_avx512 : nq_vecmat2_twice;
         nq_dot_impl = level == 3 ? nq_dot_avx512 : level == 2 ? nq_dot_avx2 : nq_dot_plain;
@@ -496,6 +511,7 @@ cdef extern from *:
     }
     static inline float nq_dot(const float *a, const float *b, int n) { return nq_dot_impl(a, b, n); }
     static inline double nq_logsumexp(const float *s, int n) { return nq_logsumexp_impl(s, n); }
+    static inline void nq_expshift(const float *s, int n, float mx, float *out) { nq_expshift_impl(s, n, mx, out); }
     static inline void nq_addrows(const float *b, const float *const *rows, int m, int n, int relu,
                                   float *out) { nq_addrows_impl(b, rows, m, n, relu, out); }
     static inline void nq_rowdots(const float *W, int ldw, const float *h, int rows, int n, const float *bias,
@@ -509,6 +525,7 @@ cdef extern from *:
     float nq_dot(const float *a, const float *b, int n) noexcept nogil
     void nq_rowdots(const float *W, int ldw, const float *h, int rows, int n, const float *bias, float *out) noexcept nogil
     double nq_logsumexp(const float *s, int n) noexcept nogil
+    void nq_expshift(const float *s, int n, float mx, float *out) noexcept nogil
     void nq_addrows(const float *b, const float **rows, int m, int n, int relu, float *out) noexcept nogil
     void nq_init_simd() noexcept nogil
     int NQ_PW
@@ -568,6 +585,28 @@ cdef inline double _log_sigmoid(double x) noexcept nogil:
 
 cdef inline double _logsumexp(const float *s, int n) noexcept nogil:
     return nq_logsumexp(s, n)
+
+
+cdef int _draw(const float *s, int n, double u, float *tmp) noexcept nogil:
+    """Index i drawn with probability exp(s[i]) / sum exp(s), u uniform in [0, 1):
+    the inverse of the cumulative sum (in double) of exp(s - max)."""
+    cdef float mx = s[0]
+    cdef double total = 0, acc = 0, target
+    cdef int i, last = 0
+    for i in range(1, n):
+        if s[i] > mx:
+            mx = s[i]
+    nq_expshift(s, n, mx, tmp)
+    for i in range(n):
+        total += tmp[i]
+    target = u * total
+    for i in range(n):
+        if tmp[i] > 0:
+            acc += tmp[i]
+            last = i
+            if acc > target:
+                return i
+    return last                 # u * total rounded past the sum: the last possible index
 
 
 cdef inline void _gemm_rm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
@@ -1310,6 +1349,68 @@ cdef class NeuralCore(LMCore):
                                    self.out_b + c_lo, s2, False)
                         o[lo + b] = (s1[cl] - _logsumexp(s1, C)) + (s2[self.word_pos[w] - c_lo] - _logsumexp(s2, width))
                 lo += B
+        return out
+
+    @property
+    def samples_classes(self):
+        """Whether sample_class_rows is available (exact class mode of a ReLU net)."""
+        return self.cls_t != NULL and self.act == ACT_RELU
+
+    def sample_class_rows(self, ctx, uniforms):
+        """Output rows (class order) drawn from the exact class-factored distribution of
+        each context (N, m) int32 oldest first: the class by uniforms[:, 0], then the
+        word within it by uniforms[:, 1] ((N, 2) float64 in [0, 1)), each by the inverse
+        of the cumulative distribution.  The products are a single query's (the
+        zero-skipping kernels); the rows are grouped by drawn class for the word step,
+        so each class's block stays in cache, as in _class_log_probs_sparse."""
+        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+        cdef const double[:, ::1] u = np.ascontiguousarray(uniforms, dtype=np.float64)
+        cdef int N = c.shape[0], r = self.r, C = self.C
+        if not self.samples_classes:
+            raise ValueError("class sampling needs exact class mode of a ReLU net")
+        if u.shape[0] != N or u.shape[1] != 2 or (N and c.shape[1] != self.m):
+            raise ValueError(f"need contexts (N, {self.m}) and uniforms (N, 2)")
+        if N and (np.min(ctx) < 0 or np.max(ctx) >= self.V):
+            raise ValueError("context word id out of range")
+        cdef int nt = max(1, min(openmp.omp_get_max_threads(), 64))
+        cdef int b, i, k, t, cl, c_lo, width, max_width = 0
+        for k in range(C):
+            max_width = max(max_width, self.class_start[k + 1] - self.class_start[k])
+        cdef int hid = self._row_scratch(), wide = max(C, max_width) + 16
+        cdef float[:, ::1] ws = np.empty((nt, hid + 2 * wide), np.float32)
+        cdef float[::1] hb = np.empty(<int64_t>max(N, 1) * r, np.float32)
+        cdef int32_t[::1] cls = np.empty(max(N, 1), np.int32), rv = np.empty(max(N, 1), np.int32)
+        cdef int32_t[::1] st = np.zeros(C + 2, np.int32)
+        out = np.empty(N, np.int32)
+        cdef int32_t[::1] o = out
+        cdef float *hp
+        cdef float *sc
+        with nogil:
+            # the classes, and each row's hidden state kept for the word step
+            for t in prange(nt, schedule='static', num_threads=nt):
+                sc = &ws[t, 0] + hid
+                for b in range(<int64_t>N * t // nt, <int64_t>N * (t + 1) // nt):
+                    hp = self._hidden_row(&c[b, 0], &ws[t, 0])
+                    memcpy(&hb[0] + <int64_t>b * r, hp, r * sizeof(float))
+                    nq_vecmat(hp, r, self.cls_t, self.ld_cls, C, self.cls_b, sc)
+                    cls[b] = _draw(sc, C, u[b, 0], sc + wide)
+            for b in range(N):
+                st[cls[b] + 2] += 1
+            for k in range(C):
+                st[k + 2] += st[k + 1]
+            for b in range(N):
+                rv[st[cls[b] + 1]] = b
+                st[cls[b] + 1] += 1
+            for t in prange(nt, schedule='static', num_threads=nt):
+                sc = &ws[t, 0] + hid
+                for i in range(<int64_t>N * t // nt, <int64_t>N * (t + 1) // nt):
+                    b = rv[i]
+                    cl = cls[b]
+                    c_lo = self.class_start[cl]
+                    width = self.class_start[cl + 1] - c_lo
+                    nq_vecmat(&hb[0] + <int64_t>b * r, r, self.out_t + self.out_t_off[cl], self.out_t_ld[cl],
+                              width, self.out_b + c_lo, sc)
+                    o[b] = c_lo + _draw(sc, width, u[b, 1], sc + wide)
         return out
 
     def _class_log_probs(self, const int32_t[:, ::1] c, const int32_t[::1] wv, out):

@@ -10,8 +10,11 @@ How: many sentences are grown side by side.  Each step computes the hidden state
 all streams in one call of the query core, then draws every stream's next word by
 the Gumbel-max trick (argmax of log p + Gumbel noise is a draw from p):
 
-* class output: the class from the (streams x C) scores, then the word from the
-  scores of that class's rows only, the streams grouped by class, one product each;
+* class output: the class from the C class scores, then the word from the scores of
+  that class's rows only.  A ReLU net draws both by the inverse of the cumulative
+  distribution in the query core (``sample_class_rows``: the zero-skipping products of
+  a single query, the streams grouped by drawn class); other nets by the Gumbel-max
+  trick over one product per class;
 * softmax / tree output: from the exact (streams x V) distribution.
 
 A sentence starts from the context the query API uses after ``<s>`` (``<null>``
@@ -70,8 +73,12 @@ def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress
     sent = [[] for _ in range(streams)]
     made = 0
     class_out = net.config.output == "class"
+    by_core = class_out and core.samples_classes
     while made < n_tokens:
-        w = _class_draw(net, core.hidden(ctx), rng) if class_out else _full_draw(net, ctx, rng)
+        if by_core:
+            w = net.structs["class_words"][core.sample_class_rows(ctx, rng.random((streams, 2)))]
+        else:
+            w = _class_draw(net, core.hidden(ctx), rng) if class_out else _full_draw(net, ctx, rng)
         ok = (w != BOS) & (w != NULL)
         step = 0
         for i in np.flatnonzero(ok):

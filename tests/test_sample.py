@@ -37,8 +37,9 @@ def _expected_first(net):
     return p / p.sum(), start
 
 
-@pytest.mark.parametrize("kind", ["class-full-1", "softmax-diag-0", "tree-full-1"])
+@pytest.mark.parametrize("kind", ["class-full-1", "class-diag-2", "softmax-diag-0", "tree-full-1"])
 def test_draws_follow_the_exact_distribution(tmp_path, kind):
+    """class-full-1 (ReLU) draws in the query core, class-diag-2 by Gumbel-max."""
     net, _, data = _load(tmp_path, kind)
     n = 40000
     d = _draws(data, n)
@@ -60,8 +61,9 @@ def test_draws_follow_the_exact_distribution(tmp_path, kind):
     assert np.all(np.abs(f2 - q) <= 4.5 * se2 + 1e-9), np.max(np.abs(f2 - q) / se2)
 
 
-def test_seeded_sampling_repeats_and_counts_tokens(tmp_path):
-    _, path, data = _load(tmp_path, "class-diag-2")
+@pytest.mark.parametrize("kind", ["class-diag-2", "class-full-1"])
+def test_seeded_sampling_repeats_and_counts_tokens(tmp_path, kind):
+    _, path, data = _load(tmp_path, kind)
     a = list(sample.sample_sentences(data, 3000, seed=4, streams=64))
     b = list(sample.sample_sentences(data, 3000, seed=4, streams=64))
     c = list(sample.sample_sentences(data, 3000, seed=5, streams=64))
@@ -74,6 +76,29 @@ def test_seeded_sampling_repeats_and_counts_tokens(tmp_path):
     assert all(w in vocab and w not in ("<s>", "</s>", "<null>") for s in a for w in s)
     # max_len cuts sentences
     assert max(len(s) for s in sample.sample_sentences(data, 2000, max_len=3, streams=16)) <= 3
+
+
+def test_core_draws_invert_the_cumulative_distribution(tmp_path):
+    """u = 0 draws the first class and its first word; u just below 1 the last ones;
+    u in between the index where the cumulative probability passes u (brute force)."""
+    net, _, data = _load(tmp_path, "class-full-1")
+    core, st = data.core, net.structs
+    assert core.samples_classes
+    start = [NULL] * (net.order - 2) + [BOS]
+    ctx = np.array([start] * 3, np.int32)
+    u = np.array([[0.0, 0.0], [1 - 1e-12, 1 - 1e-12], [0.37, 0.61]])
+    rows = core.sample_class_rows(ctx, u)
+    cs = st["class_start"]
+    assert rows[0] == cs[0] and rows[1] == cs[-1] - 1
+    lp = numpy_log_dist(net, start)                  # by word id
+    words = st["class_words"]
+    pc = np.array([np.exp(lp[words[cs[k]:cs[k + 1]]]).sum() for k in range(len(cs) - 1)])
+    k = int(np.searchsorted(np.cumsum(pc), 0.37, side="right"))
+    pw = np.exp(lp[words[cs[k]:cs[k + 1]]])
+    j = int(np.searchsorted(np.cumsum(pw / pw.sum()), 0.61, side="right"))
+    assert rows[2] == cs[k] + j
+    with pytest.raises(ValueError):
+        core.sample_class_rows(ctx, u[:2])
 
 
 def test_cli_sample_and_distil_lists_the_sample(tmp_path, capsys):
