@@ -609,6 +609,20 @@ cdef int _draw(const float *s, int n, double u, float *tmp) noexcept nogil:
     return last                 # u * total rounded past the sum: the last possible index
 
 
+cdef void _by_class(const int32_t *cls, int n, int C, int32_t *st, int32_t *order) noexcept nogil:
+    """Counting sort: order[st[k]:st[k+1]] are the indices i < n with cls[i] == k, in
+    increasing order (st: C + 2 ints)."""
+    cdef int i, k
+    memset(st, 0, (C + 2) * sizeof(int32_t))
+    for i in range(n):
+        st[cls[i] + 2] += 1
+    for k in range(C):
+        st[k + 2] += st[k + 1]
+    for i in range(n):
+        order[st[cls[i] + 1]] = i
+        st[cls[i] + 1] += 1
+
+
 cdef inline void _gemm_rm(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                           float *C, int ldc, bint b_transposed) noexcept nogil:
     """Row-major C[M,N] := A[M,K] op(B) with op(B) = B[K,N] or B[N,K]^T."""
@@ -1317,6 +1331,7 @@ cdef class NeuralCore(LMCore):
         cdef int hid = self._row_scratch()
         cdef float[:, ::1] ws = np.empty((nt, hid + C + max_width + 64), np.float32)
         cdef int32_t[::1] rv = np.empty(min(B, max(N, 1)), np.int32), st = np.empty(C + 2, np.int32)
+        cdef int32_t[::1] kv = np.empty(min(B, max(N, 1)), np.int32)
         cdef double[::1] o = out
         cdef float *hp
         cdef float *s1
@@ -1325,15 +1340,9 @@ cdef class NeuralCore(LMCore):
             lo = 0
             while lo < N:
                 nb = min(B, N - lo)
-                memset(&st[0], 0, (C + 2) * sizeof(int32_t))
                 for b in range(nb):
-                    st[self.word_class[wv[lo + b]] + 2] += 1
-                for k in range(C):
-                    st[k + 2] += st[k + 1]
-                for b in range(nb):
-                    cl = self.word_class[wv[lo + b]]
-                    rv[st[cl + 1]] = b
-                    st[cl + 1] += 1
+                    kv[b] = self.word_class[wv[lo + b]]
+                _by_class(&kv[0], nb, C, &st[0], &rv[0])
                 for t in prange(nt, schedule='static', num_threads=nt):
                     s1 = &ws[t, 0] + hid
                     s2 = s1 + C + 16
@@ -1380,7 +1389,7 @@ cdef class NeuralCore(LMCore):
         cdef float[:, ::1] ws = np.empty((nt, hid + 2 * wide), np.float32)
         cdef float[::1] hb = np.empty(<int64_t>max(N, 1) * r, np.float32)
         cdef int32_t[::1] cls = np.empty(max(N, 1), np.int32), rv = np.empty(max(N, 1), np.int32)
-        cdef int32_t[::1] st = np.zeros(C + 2, np.int32)
+        cdef int32_t[::1] st = np.empty(C + 2, np.int32)
         out = np.empty(N, np.int32)
         cdef int32_t[::1] o = out
         cdef float *hp
@@ -1394,13 +1403,7 @@ cdef class NeuralCore(LMCore):
                     memcpy(&hb[0] + <int64_t>b * r, hp, r * sizeof(float))
                     nq_vecmat(hp, r, self.cls_t, self.ld_cls, C, self.cls_b, sc)
                     cls[b] = _draw(sc, C, u[b, 0], sc + wide)
-            for b in range(N):
-                st[cls[b] + 2] += 1
-            for k in range(C):
-                st[k + 2] += st[k + 1]
-            for b in range(N):
-                rv[st[cls[b] + 1]] = b
-                st[cls[b] + 1] += 1
+            _by_class(&cls[0], N, C, &st[0], &rv[0])
             for t in prange(nt, schedule='static', num_threads=nt):
                 sc = &ws[t, 0] + hid
                 for i in range(<int64_t>N * t // nt, <int64_t>N * (t + 1) // nt):
@@ -1429,7 +1432,7 @@ cdef class NeuralCore(LMCore):
         starts = np.empty(C + 2, np.int32)
         lc = np.empty(B, np.float64)
         cdef float[::1] xv = X, a0 = A0, a1 = A1, a2 = A2, sv = S, gv = G
-        cdef int32_t[::1] rv = rows, st = starts
+        cdef int32_t[::1] rv = rows, st = starts, kv = np.empty(B, np.int32)
         cdef double[::1] lcv = lc, o = out
         cdef float *H
         cdef float *srow
@@ -1446,16 +1449,10 @@ cdef class NeuralCore(LMCore):
                         srow[k] += self.cls_b[k]
                     cl = self.word_class[wv[lo + b]]
                     lcv[b] = srow[cl] - _logsumexp(srow, C)
-                # group the rows by class (counting sort), then one product per class
-                memset(&st[0], 0, (C + 2) * sizeof(int32_t))
+                # group the rows by class, then one product per class
                 for b in range(nb):
-                    st[self.word_class[wv[lo + b]] + 2] += 1
-                for k in range(C):
-                    st[k + 2] += st[k + 1]
-                for b in range(nb):
-                    cl = self.word_class[wv[lo + b]]
-                    rv[st[cl + 1]] = b
-                    st[cl + 1] += 1
+                    kv[b] = self.word_class[wv[lo + b]]
+                _by_class(&kv[0], nb, C, &st[0], &rv[0])
                 for cl in range(C):
                     n_c = st[cl + 1] - st[cl]
                     if n_c == 0:
