@@ -116,13 +116,12 @@ def probe_groups(LMCore core,
 
 cdef struct GramTable:
     # Order n's distinct n-grams, numbered in order of first sight.  Each is its first
-    # n-1 words' number in order n-1 (order 2: the first word) and its last word;
-    # an open-addressing table finds it by the key prefix * V + word.
-    uint64_t *keys          # slot -> key
-    uint32_t *slot_id       # slot -> number + 1 (0: empty)
+    # n-1 words' number in order n-1 (order 2: the first word) and its last word,
+    # packed as prefix << 32 | word; an open-addressing table of 8-byte slots,
+    # (32 bits of the key's hash) << 32 | (number + 1), finds it.
+    uint64_t *slots         # 0: empty
     int bits                # 2**bits slots
-    int32_t *prefix         # number -> prefix number
-    int32_t *word           # number -> last word
+    uint64_t *pw            # number -> prefix << 32 | word
     int64_t *count          # number -> count
     int64_t size, cap
 
@@ -132,13 +131,20 @@ cdef enum:
     GC_TOO_MANY = -2        # more distinct n-grams of one order than int32 numbers
 
 
+cdef inline uint64_t _gram_hash(uint64_t pw) noexcept nogil:
+    # Fibonacci hashing of the packed pair: the top bits pick the slot, the low 32
+    # bits of the upper half are the tag
+    return (pw ^ (pw >> 29)) * 0x9E3779B97F4A7C15ULL
+
+
 cdef class GramCounter:
     """Counts of the n-grams of orders 2..order in sentences of word ids, fed in
     chunks (``add``), read once at the end (``result``).
 
-    About 40 bytes per distinct n-gram (slots of 12 bytes at load <= 5/8 and 16 bytes
-    of prefix, word and count), where sorting each chunk's rows and merging them took
-    twice that; one hash probe per position and order instead of a sort per chunk."""
+    About 30 bytes per distinct n-gram while counting (slots of 8 bytes at load <= 3/4,
+    16 bytes of packed prefix/word and count, arrays grown by half), where sorting each
+    chunk's rows and merging them took 80; one hash probe per position and order
+    instead of a sort per chunk."""
     cdef readonly int order
     cdef readonly int64_t V
     cdef GramTable t[MAX_ORDER + 1]
@@ -152,69 +158,47 @@ cdef class GramCounter:
             raise ValueError(f"vocabulary size {V} outside 1..2**31-1")
         self.order, self.V = order, V
         for n in range(order + 1):
-            self.t[n].keys = NULL
-            self.t[n].slot_id = NULL
-            self.t[n].prefix = NULL
-            self.t[n].word = NULL
+            self.t[n].slots = NULL
+            self.t[n].pw = NULL
             self.t[n].count = NULL
         for n in range(2, order + 1):
             self.t[n].bits = 12
-            self.t[n].keys = <uint64_t *>malloc((<size_t>1 << 12) * sizeof(uint64_t))
-            self.t[n].slot_id = <uint32_t *>calloc(<size_t>1 << 12, sizeof(uint32_t))
+            self.t[n].slots = <uint64_t *>calloc(<size_t>1 << 12, sizeof(uint64_t))
             self.t[n].cap = 1 << 11
             self.t[n].size = 0
-            self.t[n].prefix = <int32_t *>malloc(self.t[n].cap * sizeof(int32_t))
-            self.t[n].word = <int32_t *>malloc(self.t[n].cap * sizeof(int32_t))
+            self.t[n].pw = <uint64_t *>malloc(self.t[n].cap * sizeof(uint64_t))
             self.t[n].count = <int64_t *>malloc(self.t[n].cap * sizeof(int64_t))
-            if (self.t[n].keys == NULL or self.t[n].slot_id == NULL or self.t[n].prefix == NULL
-                    or self.t[n].word == NULL or self.t[n].count == NULL):
+            if self.t[n].slots == NULL or self.t[n].pw == NULL or self.t[n].count == NULL:
                 raise MemoryError("cannot allocate the n-gram counter")
 
     def __dealloc__(self):
         cdef int n
         for n in range(self.order + 1):
-            self._free_slots(&self.t[n])
-            free(self.t[n].prefix); free(self.t[n].word); free(self.t[n].count)
-
-    cdef void _free_slots(self, GramTable *g) noexcept nogil:
-        free(g.keys); free(g.slot_id)
-        g.keys = NULL
-        g.slot_id = NULL
-
-    cdef inline size_t _slot(self, uint64_t key, int bits) noexcept nogil:
-        # Fibonacci hashing: keys of one prefix are consecutive integers
-        return <size_t>((key * 0x9E3779B97F4A7C15ULL) >> (64 - bits))
+            free(self.t[n].slots); free(self.t[n].pw); free(self.t[n].count)
 
     cdef int _grow_slots(self, GramTable *g) noexcept nogil:
         cdef int bits = g.bits + 1
         cdef size_t mask = ((<size_t>1) << bits) - 1, i, j
-        cdef uint64_t *keys = <uint64_t *>malloc((mask + 1) * sizeof(uint64_t))
-        cdef uint32_t *ids = <uint32_t *>calloc(mask + 1, sizeof(uint32_t))
-        if keys == NULL or ids == NULL:
-            free(keys); free(ids)
+        cdef uint64_t *slots = <uint64_t *>calloc(mask + 1, sizeof(uint64_t))
+        if slots == NULL:
             return GC_NOMEM
         for i in range((<size_t>1) << g.bits):
-            if g.slot_id[i] == 0:
+            if g.slots[i] == 0:
                 continue
-            j = self._slot(g.keys[i], bits)
-            while ids[j] != 0:
+            j = <size_t>(_gram_hash(g.pw[(g.slots[i] & 0xFFFFFFFFULL) - 1]) >> (64 - bits))
+            while slots[j] != 0:
                 j = (j + 1) & mask
-            keys[j] = g.keys[i]
-            ids[j] = g.slot_id[i]
-        self._free_slots(g)
-        g.keys, g.slot_id, g.bits = keys, ids, bits
+            slots[j] = g.slots[i]
+        free(g.slots)
+        g.slots, g.bits = slots, bits
         return 0
 
     cdef int _grow_numbers(self, GramTable *g) noexcept nogil:
-        cdef int64_t cap = g.cap * 2
-        cdef void *p = realloc(g.prefix, cap * sizeof(int32_t))
+        cdef int64_t cap = g.cap + g.cap // 2
+        cdef void *p = realloc(g.pw, cap * sizeof(uint64_t))
         if p == NULL:
             return GC_NOMEM
-        g.prefix = <int32_t *>p
-        p = realloc(g.word, cap * sizeof(int32_t))
-        if p == NULL:
-            return GC_NOMEM
-        g.word = <int32_t *>p
+        g.pw = <uint64_t *>p
         p = realloc(g.count, cap * sizeof(int64_t))
         if p == NULL:
             return GC_NOMEM
@@ -224,30 +208,30 @@ cdef class GramCounter:
 
     cdef int64_t _see(self, GramTable *g, int32_t prefix, int32_t w) noexcept nogil:
         """Count one occurrence of (prefix, w); its number, or GC_NOMEM / GC_TOO_MANY."""
-        cdef uint64_t key = <uint64_t>prefix * <uint64_t>self.V + <uint64_t>w
+        cdef uint64_t pw = (<uint64_t>prefix << 32) | <uint32_t>w
+        cdef uint64_t h, tag, slot
         cdef size_t mask, i
-        cdef uint32_t sid
-        if (g.size + 1) * 8 > ((<int64_t>1) << g.bits) * 5:
+        if (g.size + 1) * 4 > ((<int64_t>1) << g.bits) * 3:
             if self._grow_slots(g) < 0:
                 return GC_NOMEM
+        h = _gram_hash(pw)
+        tag = h & 0xFFFFFFFF00000000ULL
         mask = ((<size_t>1) << g.bits) - 1
-        i = self._slot(key, g.bits)
+        i = <size_t>(h >> (64 - g.bits))
         while True:
-            sid = g.slot_id[i]
-            if sid == 0:
+            slot = g.slots[i]
+            if slot == 0:
                 break
-            if g.keys[i] == key:
-                g.count[sid - 1] += 1
-                return sid - 1
+            if (slot & 0xFFFFFFFF00000000ULL) == tag and g.pw[(slot & 0xFFFFFFFFULL) - 1] == pw:
+                g.count[(slot & 0xFFFFFFFFULL) - 1] += 1
+                return <int64_t>(slot & 0xFFFFFFFFULL) - 1
             i = (i + 1) & mask
         if g.size >= 0x7FFFFFFF:
             return GC_TOO_MANY
         if g.size == g.cap and self._grow_numbers(g) < 0:
             return GC_NOMEM
-        g.keys[i] = key
-        g.slot_id[i] = <uint32_t>(g.size + 1)
-        g.prefix[g.size] = prefix
-        g.word[g.size] = w
+        g.slots[i] = tag | <uint64_t>(g.size + 1)
+        g.pw[g.size] = pw
         g.count[g.size] = 1
         g.size += 1
         return g.size - 1
@@ -291,37 +275,39 @@ cdef class GramCounter:
         if err:
             raise MemoryError("out of memory counting n-grams")
 
-    def result(self):
+    def result(self, min_counts=None):
         """{n: (rows (count, n) int32 word ids oldest first, counts int64)} for
-        n = 2..order, n-grams in order of first sight.  Frees the counter's tables."""
-        cdef int n
+        n = 2..order, n-grams in order of first sight; with ``min_counts`` ({n: c}),
+        only order n's n-grams seen at least c times (their rows are followed through
+        the prefix numbers, so nothing else is built).  Frees the counter's tables."""
+        cdef int n, k
         cdef GramTable *g
-        cdef int32_t[::1] pv, wv
-        cdef int64_t[::1] cv
         if self.done:
             raise RuntimeError("the counts were already read")
         self.done = True
-        for n in range(2, self.order + 1):
-            self._free_slots(&self.t[n])
-        out = {}
-        lower = None
+        pw, count = {}, {}
         for n in range(2, self.order + 1):
             g = &self.t[n]
-            prefix = np.empty(g.size, np.int32)
-            word = np.empty(g.size, np.int32)
-            count = np.empty(g.size, np.int64)
-            if g.size:
-                pv, wv, cv = prefix, word, count
-                memcpy(&pv[0], g.prefix, g.size * sizeof(int32_t))
-                memcpy(&wv[0], g.word, g.size * sizeof(int32_t))
-                memcpy(&cv[0], g.count, g.size * sizeof(int64_t))
-            free(g.prefix); free(g.word); free(g.count)
-            g.prefix = g.word = NULL
-            g.count = NULL
-            rows = np.empty((len(word), n), np.int32)
-            rows[:, :n - 1] = prefix[:, None] if n == 2 else lower[prefix]
-            rows[:, n - 1] = word
-            out[n] = (rows, count)
-            lower = rows
-        return out
-
+            free(g.slots)
+            g.slots = NULL
+            # views of the C arrays, alive until they are freed below
+            pw[n] = np.asarray(<uint64_t[:g.size]>g.pw) if g.size else np.zeros(0, np.uint64)
+            count[n] = np.asarray(<int64_t[:g.size]>g.count) if g.size else np.zeros(0, np.int64)
+        out = {}
+        # highest order first: order n's rows need the lower orders' pairs only, so
+        # each order's arrays are freed once its rows are built
+        for n in range(self.order, 1, -1):
+            c = (min_counts or {}).get(n, 0)
+            keep = np.flatnonzero(count[n] >= c) if c > 1 else None
+            rows = np.empty((len(count[n]) if keep is None else len(keep), n), np.int32)
+            p = pw[n] if keep is None else pw[n][keep]
+            for k in range(n - 1, 0, -1):
+                rows[:, k] = (p & 0xFFFFFFFF).astype(np.int32)
+                p = pw[k][p >> 32] if k > 1 else p >> 32
+            rows[:, 0] = p.astype(np.int32)
+            out[n] = (rows, count[n].copy() if keep is None else count[n][keep])
+            del pw[n], count[n], p, keep
+            free(self.t[n].pw); free(self.t[n].count)
+            self.t[n].pw = NULL
+            self.t[n].count = NULL
+        return {n: out[n] for n in sorted(out)}

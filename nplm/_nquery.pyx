@@ -1356,7 +1356,8 @@ cdef class NeuralCore(LMCore):
                         nq_vecmat2(hp, r, self.cls_t, self.ld_cls, C, self.cls_b, s1,
                                    self.out_t + self.out_t_off[cl], self.out_t_ld[cl], width,
                                    self.out_b + c_lo, s2, False)
-                        o[lo + b] = (s1[cl] - _logsumexp(s1, C)) + (s2[self.word_pos[w] - c_lo] - _logsumexp(s2, width))
+                        o[lo + b] = ((s1[cl] - _logsumexp(s1, C))
+                                     + (s2[self.word_pos[w] - c_lo] - _logsumexp(s2, width)))
                 lo += B
         return out
 

@@ -173,10 +173,11 @@ def _sentence_ids(path, vocab, bos, eos, forbidden):
         yield np.concatenate(buf), np.asarray(starts, np.int64)
 
 
-def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False):
+def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False, min_counts=None):
     """{n: (rows (count, n) int32, counts int64)} for n = 2..order: the n-grams of the
     text with one <s> before and </s> after each line (never ending in <s>), in order of
-    first sight.  Counted by one hash table per order (nplm._distil.GramCounter)."""
+    first sight; with ``min_counts`` ({n: c}) only those seen at least c times.  Counted
+    by one hash table per order (nplm._distil.GramCounter)."""
     from ._distil import GramCounter
     counter = GramCounter(order, V)
     chunks = _sentence_ids(path, vocab, bos, eos, forbidden)
@@ -185,7 +186,7 @@ def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False):
         chunks = tqdm(chunks, desc="count n-grams", unit="chunk")
     for ids, starts in chunks:
         counter.add(ids, starts)
-    return counter.result()
+    return counter.result(min_counts)
 
 
 # ---------------------------------------------------------------------------------
@@ -490,10 +491,11 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
             r, c = counted[n]
             rows[n].append(r[c >= thresholds[n]])
     if sample_text is not None:
-        sampled = count_text(sample_text, teacher.vocab, order, V, bos, eos, forbidden, progress)
+        # only the rows that pass are built: most sampled n-grams are seen once
+        sampled = count_text(sample_text, teacher.vocab, order, V, bos, eos, forbidden, progress,
+                             min_counts=sample_thresholds)
         for n in range(2, order + 1):
-            r, c = sampled[n]
-            rows[n].append(r[c >= sample_thresholds[n]])
+            rows[n].append(sampled[n][0])
         del sampled
     if ngrams is not None:
         from .arpa import read_arpa

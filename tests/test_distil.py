@@ -610,6 +610,12 @@ def test_count_text_equals_a_brute_force_count(tmp_path, monkeypatch):
         rows, counts = got[n]
         assert rows.shape == (len(expect[n]), n) and rows.dtype == np.int32
         assert dict(zip(map(tuple, rows.tolist()), counts.tolist())) == dict(expect[n])
+    # with thresholds, exactly the n-grams seen often enough (rows rebuilt from prefixes)
+    some = distil.count_text(str(text), vocab, 4, V, bos, eos, min_counts={2: 1, 3: 3, 4: 2})
+    for n, c in ((2, 1), (3, 3), (4, 2)):
+        rows, counts = some[n]
+        assert dict(zip(map(tuple, rows.tolist()), counts.tolist())) == \
+            {g: k for g, k in expect[n].items() if k >= c}
 
 
 def test_gram_counter_rejects_bad_input():
