@@ -1245,9 +1245,18 @@ cdef class NeuralCore(LMCore):
         # do exact normalisers without AVX-512: (B x V).
         cdef bint panels = need_z and self.sm_panels != NULL
         cdef bint by_row = self.act == ACT_RELU and (panels or not need_z)
+        # Rows one at a time go in blocks of 2^16 (one OpenMP team per 128 rows cost half
+        # of (a)'s unnormalised batch time), a class output's in class order, so the
+        # output rows of a class's words stay cached while its rows pass.
+        cdef bint by_class = by_row and self.out_kind == OUT_CLASS
         cdef int nt = max(1, min(openmp.omp_get_max_threads(), 64))
-        cdef int B = max(512, 256 * nt) if panels else 512 if need_z else 128
+        cdef int B = max(512, 256 * nt) if panels else 512 if need_z else 1 << 16 if by_row else 128
         cdef int lo, nb, b, i, t, t_lo, t_hi
+        cdef int32_t[::1] kv, rv, st
+        if by_class:
+            kv = np.empty(B, np.int32)
+            rv = np.empty(B, np.int32)
+            st = np.empty(self.C + 2, np.int32)
         cdef int r = self.r, V = self.V, nscores = max(self.V, self.C) + 16
         X, A0, A1, A2 = self._forward_scratch(1 if by_row else B)
         S = np.empty(<int64_t>(B if need_z and not panels else 1) * nscores, np.float32)
@@ -1275,10 +1284,15 @@ cdef class NeuralCore(LMCore):
             while lo < N:
                 nb = min(B, N - lo)
                 if by_row:
+                    if by_class:
+                        for b in range(nb):
+                            kv[b] = self.word_class[wv[lo + b]]
+                        _by_class(&kv[0], nb, self.C, &st[0], &rv[0])
                     for t in prange(nt, schedule='static', num_threads=nt):
                         t_lo = nb * t // nt
                         t_hi = nb * (t + 1) // nt
-                        for b in range(t_lo, t_hi):
+                        for i in range(t_lo, t_hi):
+                            b = rv[i] if by_class else i
                             hp = self._hidden_row(&c[lo + b, 0], &ws[t, 0])
                             if panels:
                                 memcpy(&hv[0] + <int64_t>b * r, hp, r * sizeof(float))

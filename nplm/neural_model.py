@@ -116,36 +116,35 @@ def load(path, normalization=None, cache_size=4096):
 def sentence_items(vocab, m, sentences, bos=True, eos=True):
     """Contexts (N, m) oldest first, targets (N,), real-context lengths (N,), OOV
     flags and per-sentence item offsets for a list of sentences (str), as the
-    network sees them: before <s> (or with no <s>) the positions hold <null>."""
-    pieces, tpos, ctx_len, offsets = [], [], [], [0]
-    pos = 0
-    start = [NULL] * (m - 1) + [BOS] if bos else [NULL] * m
-    known = 1 if bos else 0
-    for s in sentences:
-        ids = vocab.ids(s.split()).tolist()
-        if eos:
-            ids.append(EOS)
-        n = len(ids)
-        pieces.append(start)
-        pieces.append(ids)
-        tpos.append(np.arange(pos + m, pos + m + n))
-        ctx_len.append(np.minimum(np.arange(known, known + n), m))
-        pos += m + n
-        offsets.append(offsets[-1] + n)
-    offsets = np.asarray(offsets, np.int64)
-    if not pieces or offsets[-1] == 0:
+    network sees them: before <s> (or with no <s>) the positions hold <null>.
+    Built with numpy over all sentences at once: one id lookup for every token, then
+    each sentence laid out as its m start positions and its items."""
+    toks = [s.split() for s in sentences]
+    n_words = np.fromiter(map(len, toks), np.int64, count=len(toks))
+    n = n_words + 1 if eos else n_words                   # items per sentence
+    offsets = np.zeros(len(toks) + 1, np.int64)
+    np.cumsum(n, out=offsets[1:])
+    N = int(offsets[-1])
+    if N == 0:
         return (np.zeros((0, m), np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32),
                 np.zeros(0, bool), offsets)
-    flat = np.fromiter((w for p in pieces for w in p), dtype=np.int32, count=pos)
-    tpos = np.concatenate(tpos)
+    ids = vocab.ids([w for t in toks for w in t])
+    # sentence i occupies flat[base[i]:base[i] + m + n[i]]: the start, then its items
+    base = offsets[:-1] + m * np.arange(len(toks))
+    flat = np.empty(N + m * len(toks), np.int32)
+    start = np.array([NULL] * (m - 1) + [BOS] if bos else [NULL] * m, np.int32)
+    flat[(base[:, None] + np.arange(m)).ravel()] = np.tile(start, len(toks))
+    k = np.arange(N) - np.repeat(offsets[:-1], n)          # item index within its sentence
+    tpos = np.repeat(base + m, n) + k
+    is_eos = k == np.repeat(n_words, n) if eos else np.zeros(N, bool)
+    flat[tpos[~is_eos]] = ids
+    flat[tpos[is_eos]] = EOS
     windows = np.lib.stride_tricks.sliding_window_view(flat, m)
     contexts = np.ascontiguousarray(windows[tpos - m])
     words = np.ascontiguousarray(flat[tpos])
-    oov = words == UNK
-    if eos:
-        ends = offsets[1:] - 1
-        oov[ends[offsets[1:] > offsets[:-1]]] = False
-    return contexts, words, np.concatenate(ctx_len).astype(np.int32), oov, offsets
+    oov = (words == UNK) & ~is_eos
+    ctx_len = np.minimum(k + (1 if bos else 0), m).astype(np.int32)
+    return contexts, words, ctx_len, oov, offsets
 
 
 def softmax_logz(core, net, contexts, block=512):

@@ -407,6 +407,12 @@ def test_batched_class_scoring_matches_numpy_across_blocks(tmp_path, kind):
         assert got[i] == pytest.approx(ref, abs=5e-5), i
     # a handful of rows leaves every class below the BLAS threshold: the dot-product branch
     np.testing.assert_allclose(m.core.log_probs(ctx[:6], words[:6]), got[:6], atol=5e-5)
+    # unnormalised rows go through the batch in class order (a ReLU net's) or by BLAS
+    # blocks: each is still its own score
+    u = nplm.Model(str(path), normalization="unnormalized").core
+    batch = u.log_probs(ctx, words)
+    for i in range(0, n, 7):
+        assert batch[i] == pytest.approx(u.log_probs(ctx[i:i + 1], words[i:i + 1])[0], abs=1e-6), i
 
 
 @pytest.mark.parametrize("activation", ["tanh", "identity", "relu"])
