@@ -7,15 +7,16 @@ generalisation lives.  Text sampled from the network does (Deoras et al. 2011,
 the network finds likely, so ``nplm distil --sample N`` lists them.
 
 How: many sentences are grown side by side.  Each step computes the hidden states of
-all streams in one call of the query core, then draws every stream's next word by
-the Gumbel-max trick (argmax of log p + Gumbel noise is a draw from p):
+all streams in one call of the query core, then draws every stream's next word,
+by the inverse cumulative distribution or by the Gumbel-max trick (argmax of log p +
+Gumbel noise is a draw from p):
 
 * class output: the class from the C class scores, then the word from the scores of
   that class's rows only.  A ReLU net draws both by the inverse of the cumulative
   distribution in the query core (``sample_class_rows``: the zero-skipping products of
   a single query, the streams grouped by drawn class); other nets by the Gumbel-max
   trick over one product per class;
-* softmax / tree output: from the exact (streams x V) distribution.
+* softmax / tree output: by Gumbel-max from the exact (streams x V) distribution.
 
 A sentence starts from the context the query API uses after ``<s>`` (``<null>``
 padding, then ``<s>``) and ends at ``</s>`` or at ``max_len`` words.  ``<s>``,
