@@ -12,17 +12,10 @@ import numpy as np
 import pytest
 
 import nplm
-from conftest import DATA, REFERENCE, need_shared, read_lines
+from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
 
 ARPAS = sorted(p.name for p in REFERENCE.glob("*.arpa.xz")) if REFERENCE.is_dir() else []
 TEXTS = ["ptb5k.txt", "wiki3k.txt", "tiny200.txt"]
-
-
-def _quiet():
-    c = nplm.Config()
-    c.show_progress = False
-    c.arpa_complain = nplm.ARPALoadComplain.NONE
-    return c
 
 
 def _kquiet():
@@ -50,7 +43,7 @@ def pair(request, tmp_path_factory):
     need_shared()
     path = str(REFERENCE / request.param)
     km = kenlm.Model(path, _kquiet())
-    nm = nplm.Model(path, _quiet())
+    nm = nplm.Model(path, quiet_config())
     binary = tmp_path_factory.mktemp("bin") / (request.param + ".nplm")
     nplm.build_binary(path, str(binary))
     nb = nplm.Model(str(binary))
@@ -248,7 +241,7 @@ def test_srilm_conventions_and_pruned_suffixes_match_kenlm(tmp_path, texts):
     need_shared()
     for path in _srilm_variants(tmp_path):
         km = kenlm.Model(path, _kquiet())
-        nm = nplm.Model(path, _quiet())
+        nm = nplm.Model(path, quiet_config())
         for line in texts[::3]:
             for (kp, kl, ko), (p, l, o) in zip(km.full_scores(line), nm.full_scores(line)):
                 assert abs(kp - p) <= 1e-5 and kl == l and ko == o, (path, line)

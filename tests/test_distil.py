@@ -11,16 +11,13 @@ from nplm import arpa, distil
 from nplm.errors import FormatError
 from nplm.tables import NGramTables
 
-from conftest import REFERENCE, need_shared
+from conftest import REFERENCE, need_shared, quiet_config
 
 kenlm = pytest.importorskip("kenlm")
 
 
 def _model(path):
-    cfg = nplm.Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
-    return nplm.Model(str(path), cfg)
+    return nplm.Model(str(path), quiet_config())
 
 
 @pytest.fixture(scope="module")
