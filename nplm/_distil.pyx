@@ -4,7 +4,6 @@
 # n-grams of every order, whose frequent ones are listed.
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcpy
 from cython.parallel cimport prange
 
 import numpy as np
@@ -118,7 +117,7 @@ cdef struct GramTable:
     # Order n's distinct n-grams, numbered in order of first sight.  Each is its first
     # n-1 words' number in order n-1 (order 2: the first word) and its last word,
     # packed as prefix << 32 | word; an open-addressing table of 8-byte slots,
-    # (32 bits of the key's hash) << 32 | (number + 1), finds it.
+    # (the low 32 bits of its hash) << 32 | (number + 1), finds it.
     uint64_t *slots         # 0: empty
     int bits                # 2**bits slots
     uint64_t *pw            # number -> prefix << 32 | word
@@ -133,7 +132,8 @@ cdef enum:
 
 cdef inline uint64_t _gram_hash(uint64_t pw) noexcept nogil:
     # Fibonacci hashing of the packed pair: the top bits pick the slot, the low 32
-    # bits of the upper half are the tag
+    # bits are the tag (independent of the slot, so a tag match is nearly always
+    # the n-gram itself)
     return (pw ^ (pw >> 29)) * 0x9E3779B97F4A7C15ULL
 
 
@@ -215,7 +215,7 @@ cdef class GramCounter:
             if self._grow_slots(g) < 0:
                 return GC_NOMEM
         h = _gram_hash(pw)
-        tag = h & 0xFFFFFFFF00000000ULL
+        tag = h << 32
         mask = ((<size_t>1) << g.bits) - 1
         i = <size_t>(h >> (64 - g.bits))
         while True:
