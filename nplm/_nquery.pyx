@@ -1327,6 +1327,13 @@ cdef class NeuralCore(LMCore):
                 lo += B
         return out
 
+    cdef int _widest_class(self) noexcept:
+        """Words in the largest class: the scratch a class's scores need."""
+        cdef int k, widest = 0
+        for k in range(self.C):
+            widest = max(widest, self.class_start[k + 1] - self.class_start[k])
+        return widest
+
     def _class_log_probs_sparse(self, const int32_t[:, ::1] c, const int32_t[::1] wv, out):
         """Exact class-factored log p for a batch of a ReLU net, row by row as a single
         query computes it: each row's class scores and word block read only the
@@ -1338,10 +1345,8 @@ cdef class NeuralCore(LMCore):
         scratch only until its score is written."""
         cdef int N = c.shape[0], B = 1 << 20, r = self.r, C = self.C
         cdef int nt = max(1, min(openmp.omp_get_max_threads(), 64))
-        cdef int lo, nb, b, i, k, t, cl, c_lo, width, max_width = 0
+        cdef int lo, nb, b, i, t, cl, c_lo, width, max_width = self._widest_class()
         cdef WordId w
-        for k in range(C):
-            max_width = max(max_width, self.class_start[k + 1] - self.class_start[k])
         cdef int hid = self._row_scratch()
         cdef float[:, ::1] ws = np.empty((nt, hid + C + max_width + 64), np.float32)
         cdef int32_t[::1] rv = np.empty(min(B, max(N, 1)), np.int32), st = np.empty(C + 2, np.int32)
@@ -1397,10 +1402,8 @@ cdef class NeuralCore(LMCore):
         if N and (np.min(ctx) < 0 or np.max(ctx) >= self.V):
             raise ValueError("context word id out of range")
         cdef int nt = max(1, min(openmp.omp_get_max_threads(), 64))
-        cdef int b, i, k, t, cl, c_lo, width, max_width = 0
-        for k in range(C):
-            max_width = max(max_width, self.class_start[k + 1] - self.class_start[k])
-        cdef int hid = self._row_scratch(), wide = max(C, max_width) + 16
+        cdef int b, i, t, cl, c_lo, width
+        cdef int hid = self._row_scratch(), wide = max(C, self._widest_class()) + 16
         cdef float[:, ::1] ws = np.empty((nt, hid + 2 * wide), np.float32)
         cdef float[::1] hb = np.empty(<int64_t>max(N, 1) * r, np.float32)
         cdef int32_t[::1] cls = np.empty(max(N, 1), np.int32), rv = np.empty(max(N, 1), np.int32)
@@ -1437,9 +1440,7 @@ cdef class NeuralCore(LMCore):
         so each class's word vectors meet all of its rows in one product (blocks of
         2048 rows: smaller ones leave most classes with too few rows for BLAS)."""
         cdef int N = c.shape[0], B = 2048, lo, nb, b, i, k, cl, n_c, width, r = self.r, C = self.C
-        cdef int max_width = 0
-        for k in range(C):
-            max_width = max(max_width, self.class_start[k + 1] - self.class_start[k])
+        cdef int max_width = self._widest_class()
         X, A0, A1, A2 = self._forward_scratch(B)
         S = np.empty(<int64_t>B * max(C, max_width) + 16, np.float32)
         G = np.empty(<int64_t>B * r + 16, np.float32)
