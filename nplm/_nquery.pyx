@@ -1285,9 +1285,7 @@ cdef class NeuralCore(LMCore):
                 nb = min(B, N - lo)
                 if by_row:
                     if by_class:
-                        for b in range(nb):
-                            kv[b] = self.word_class[wv[lo + b]]
-                        _by_class(&kv[0], nb, self.C, &st[0], &rv[0])
+                        self._rows_by_class(&wv[lo], nb, &kv[0], &st[0], &rv[0])
                     for t in prange(nt, schedule='static', num_threads=nt):
                         t_lo = nb * t // nt
                         t_hi = nb * (t + 1) // nt
@@ -1327,6 +1325,14 @@ cdef class NeuralCore(LMCore):
                 lo += B
         return out
 
+    cdef void _rows_by_class(self, const int32_t *words, int n, int32_t *cls, int32_t *st,
+                             int32_t *order) noexcept nogil:
+        """_by_class of rows by their word's class (cls: n ints of scratch)."""
+        cdef int b
+        for b in range(n):
+            cls[b] = self.word_class[words[b]]
+        _by_class(cls, n, self.C, st, order)
+
     cdef int _widest_class(self) noexcept:
         """Words in the largest class: the scratch a class's scores need."""
         cdef int k, widest = 0
@@ -1359,9 +1365,7 @@ cdef class NeuralCore(LMCore):
             lo = 0
             while lo < N:
                 nb = min(B, N - lo)
-                for b in range(nb):
-                    kv[b] = self.word_class[wv[lo + b]]
-                _by_class(&kv[0], nb, C, &st[0], &rv[0])
+                self._rows_by_class(&wv[lo], nb, &kv[0], &st[0], &rv[0])
                 for t in prange(nt, schedule='static', num_threads=nt):
                     s1 = &ws[t, 0] + hid
                     s2 = s1 + C + 16
@@ -1466,9 +1470,7 @@ cdef class NeuralCore(LMCore):
                     cl = self.word_class[wv[lo + b]]
                     lcv[b] = srow[cl] - _logsumexp(srow, C)
                 # group the rows by class, then one product per class
-                for b in range(nb):
-                    kv[b] = self.word_class[wv[lo + b]]
-                _by_class(&kv[0], nb, C, &st[0], &rv[0])
+                self._rows_by_class(&wv[lo], nb, &kv[0], &st[0], &rv[0])
                 for cl in range(C):
                     n_c = st[cl + 1] - st[cl]
                     if n_c == 0:
