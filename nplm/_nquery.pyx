@@ -682,7 +682,8 @@ cdef class NeuralCore(LMCore):
     cdef uint8_t *cache_used
     cdef float *cache_h                  # (slots, r)
     cdef double *cache_logz              # NaN until computed
-    cdef float *cache_cls                # (slots, C) class scores; their log-normaliser in cache_logz
+    cdef float *cls_scores               # a new context's class scores (C + 16); their
+                                         # log-normaliser is kept in cache_logz
     cdef float *cache_wz                 # (slots, C) log-normaliser inside each class, valid
     cdef uint64_t *cache_wzok            # where the slot's bit c is set here (wzw words a slot)
     cdef int wzw
@@ -697,7 +698,7 @@ cdef class NeuralCore(LMCore):
         self.cache_used = NULL
         self.cache_h = NULL
         self.cache_logz = NULL
-        self.cache_cls = NULL
+        self.cls_scores = NULL
         self.cache_wz = NULL
         self.cache_wzok = NULL
         self.scratch = NULL
@@ -710,7 +711,7 @@ cdef class NeuralCore(LMCore):
         free(self.cache_used)
         free(self.cache_h)
         free(self.cache_logz)
-        free(self.cache_cls)
+        free(self.cls_scores)
         free(self.cache_wz)
         free(self.cache_wzok)
         free(self.scratch)
@@ -810,12 +811,14 @@ cdef class NeuralCore(LMCore):
             self._pack_softmax_panels()
         if self.out_kind == OUT_CLASS and mode == MODE_EXACT:
             # A decoder asks many words after one context: keep the class
-            # distribution and the per-class normalisers with the hidden state.
-            self.cache_cls = <float *>malloc(sizeof(float) * self.cache_slots * self.C)
+            # normaliser and the per-class ones with the hidden state.  (Not the class
+            # scores: C floats a slot, written cold and read back, cost a new context
+            # more than the dot product that recomputes the one needed.)
+            self.cls_scores = <float *>malloc(sizeof(float) * (self.C + 16))
             self.cache_wz = <float *>malloc(sizeof(float) * self.cache_slots * self.C)
             self.wzw = (self.C + 63) // 64
             self.cache_wzok = <uint64_t *>malloc(sizeof(uint64_t) * self.cache_slots * self.wzw)
-            if self.cache_cls == NULL or self.cache_wz == NULL or self.cache_wzok == NULL:
+            if self.cls_scores == NULL or self.cache_wz == NULL or self.cache_wzok == NULL:
                 raise MemoryError("cannot allocate the class-normaliser cache")
         memset(self.cache_used, 0, self.cache_slots)
 
@@ -1111,7 +1114,6 @@ cdef class NeuralCore(LMCore):
         both products, which share one pass over h's nonzeros, and w's output row is
         prefetched first, to arrive while they run.  (w's score is that row's dot
         product even where the block has it: hits and misses must give the same bits.)"""
-        cdef float *cls = self.cache_cls + <int64_t>slot * self.C
         cdef float *wz = self.cache_wz + <int64_t>slot * self.C
         cdef uint64_t *ok = self.cache_wzok + <int64_t>slot * self.wzw
         cdef int c = self.word_class[w], i = self.word_pos[w]
@@ -1125,16 +1127,17 @@ cdef class NeuralCore(LMCore):
             for k in range(0, self.r, 16):
                 __builtin_prefetch(wrow + k)
         if need_cls and need_wz:
-            nq_vecmat2(h, self.r, self.cls_t, self.ld_cls, self.C, self.cls_b, cls,
+            nq_vecmat2(h, self.r, self.cls_t, self.ld_cls, self.C, self.cls_b, self.cls_scores,
                        blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores, self.pf_blocks)
         elif need_wz:                   # (a fresh slot needs both)
             nq_vecmat(h, self.r, blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores)
         if need_cls:
-            self.cache_logz[slot] = _logsumexp(cls, self.C)
+            self.cache_logz[slot] = _logsumexp(self.cls_scores, self.C)
         if need_wz:
             wz[c] = <float>_logsumexp(self.scores, hi - lo)
             ok[c >> 6] |= (<uint64_t>1) << (c & 63)
-        return cls[c] - self.cache_logz[slot] + (self._dot(wrow, h) + self.out_b[i]) - wz[c]
+        return ((self._dot(self.cls_w + <int64_t>c * self.r, h) + self.cls_b[c]) - self.cache_logz[slot]
+                + (self._dot(wrow, h) + self.out_b[i]) - wz[c])
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         cdef int32_t ctx[MAX_ORDER]
@@ -1168,7 +1171,7 @@ cdef class NeuralCore(LMCore):
         else:
             self._context(ins, k, ctx)
             slot = self._cached_hidden(ctx, self.mode == MODE_EXACT and self.out_kind == OUT_SOFTMAX, &h, &logz)
-            if self.cache_cls != NULL:
+            if self.cls_scores != NULL:
                 lp = self._class_logp_cached(slot, h, w)
             else:
                 lp = self._logp(h, w, logz, self.scores)
