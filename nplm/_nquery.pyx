@@ -208,47 +208,63 @@ cdef extern from *:
         return nnz;
     }
     /* only the last of the NV vectors can be partial: one mask register, not NV
-       (NV masks spilled to the stack and were reloaded for every row) */
-    #define NQ_VM_CASE(NV) case NV: { \
+       (NV masks spilled to the stack and were reloaded for every row).  WT is the
+       weights' element type, LD(row, k, mask) loads 16 of them as floats. */
+    #define NQ_VM_CASE(NV, WT, LD) case NV: { \
             __m512 acc[NV]; \
             const __mmask16 mt = NQ_TAIL(n_out, j0 + 16 * (NV - 1)); \
             _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
                 acc[k] = _mm512_loadu_ps(src + j0 + 16 * k); \
             acc[NV - 1] = _mm512_maskz_loadu_ps(mt, src + j0 + 16 * (NV - 1)); \
             for (int t = 0; t < nnz; t++) { \
-                const float *row = W + (long)idx[t] * ldw + j0; \
+                const WT *row = (const WT *)W + (long)idx[t] * ldw + j0; \
                 const __m512 xv = _mm512_set1_ps(val[t]); \
                 _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
-                    acc[k] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(row + 16 * k), acc[k]); \
-                acc[NV - 1] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mt, row + 16 * (NV - 1)), acc[NV - 1]); } \
+                    acc[k] = _mm512_fmadd_ps(xv, LD(row + 16 * k, 0xFFFF), acc[k]); \
+                acc[NV - 1] = _mm512_fmadd_ps(xv, LD(row + 16 * (NV - 1), mt), acc[NV - 1]); } \
             _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
                 _mm512_storeu_ps(y + j0 + 16 * k, acc[k]); \
             _mm512_mask_storeu_ps(y + j0 + 16 * (NV - 1), mt, acc[NV - 1]); \
             break; }
-    /* y = src + the rows idx[0:nnz] of W scaled by val (src: the bias, or y itself) */
-    __attribute__((target("avx512f,fma")))
-    static void nq_vecmat_nz_avx512(const int *idx, const float *val, int nnz, const float *W, int ldw,
-                                    int n_out, const float *src, float *__restrict__ y) {
-        for (int j0 = 0; j0 < n_out; j0 += 256) {
-            const int nv = (n_out - j0 + 15) / 16 < 16 ? (n_out - j0 + 15) / 16 : 16;
-            switch (nv) {
-                NQ_VM_CASE(1) NQ_VM_CASE(2) NQ_VM_CASE(3) NQ_VM_CASE(4)
-                NQ_VM_CASE(5) NQ_VM_CASE(6) NQ_VM_CASE(7) NQ_VM_CASE(8)
-                NQ_VM_CASE(9) NQ_VM_CASE(10) NQ_VM_CASE(11) NQ_VM_CASE(12)
-                NQ_VM_CASE(13) NQ_VM_CASE(14) NQ_VM_CASE(15) NQ_VM_CASE(16)
-            }
+    #define NQ_LD_F32(p, mask) _mm512_maskz_loadu_ps(mask, p)
+    /* float16 rows are zero-padded to 16 entries: no mask needed */
+    #define NQ_LD_F16(p, mask) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+    #define NQ_VM_BODY(WT, LD) \
+        for (int j0 = 0; j0 < n_out; j0 += 256) { \
+            const int nv = (n_out - j0 + 15) / 16 < 16 ? (n_out - j0 + 15) / 16 : 16; \
+            switch (nv) { \
+                NQ_VM_CASE(1, WT, LD) NQ_VM_CASE(2, WT, LD) NQ_VM_CASE(3, WT, LD) NQ_VM_CASE(4, WT, LD) \
+                NQ_VM_CASE(5, WT, LD) NQ_VM_CASE(6, WT, LD) NQ_VM_CASE(7, WT, LD) NQ_VM_CASE(8, WT, LD) \
+                NQ_VM_CASE(9, WT, LD) NQ_VM_CASE(10, WT, LD) NQ_VM_CASE(11, WT, LD) NQ_VM_CASE(12, WT, LD) \
+                NQ_VM_CASE(13, WT, LD) NQ_VM_CASE(14, WT, LD) NQ_VM_CASE(15, WT, LD) NQ_VM_CASE(16, WT, LD) \
+            } \
         }
+    /* y = src + the rows idx[0:nnz] of W scaled by val (src: the bias, or y itself);
+       W float32, or (half) float16 with rows padded to 16 entries.  A float16 model's
+       weights are exactly float16, so its products convert each weight in the register
+       and give the float32 kernel's every bit from half the bytes: a class query's
+       products are bound by how fast the weights arrive in L1. */
+    __attribute__((target("avx512f,fma")))
+    static void nq_vecmat_nz_avx512(const int *idx, const float *val, int nnz, const void *W, int ldw,
+                                    int n_out, const float *src, float *__restrict__ y, int half) {
+        if (half) { NQ_VM_BODY(uint16_t, NQ_LD_F16) }
+        else { NQ_VM_BODY(float, NQ_LD_F32) }
     }
     __attribute__((target("avx512f,fma")))
-    static void nq_vecmat_avx512(const float *x, int n_in, const float *W, int ldw, int n_out,
-                                 const float *b, float *__restrict__ y) {
+    static void nq_vecmatw_avx512(const float *x, int n_in, const void *W, int ldw, int n_out,
+                                  const float *b, float *__restrict__ y, int half) {
         int idx[NQ_BLOCK + 16];
         float val[NQ_BLOCK + 16];
         for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
             const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
             const int nnz = nq_nonzeros_avx512(x + i0, ni, i0, idx, val);
-            nq_vecmat_nz_avx512(idx, val, nnz, W, ldw, n_out, i0 == 0 ? b : y, y);
+            nq_vecmat_nz_avx512(idx, val, nnz, W, ldw, n_out, i0 == 0 ? b : y, y, half);
         }
+    }
+    __attribute__((target("avx512f,fma")))
+    static void nq_vecmat_avx512(const float *x, int n_in, const float *W, int ldw, int n_out,
+                                 const float *b, float *__restrict__ y) {
+        nq_vecmatw_avx512(x, n_in, W, ldw, n_out, b, y, 0);
     }
     /* Two products of one input (a class-factored normaliser's class scores and its
        word block): the nonzeros are gathered once.  With `prefetch`, the W2 rows of the
@@ -257,12 +273,13 @@ cdef extern from *:
        and gained nothing, T2 ones took a 40 MB block set's query from 16.3k to 13.1k
        cycles.  For W2 already in L3 they only cost, so the caller decides. */
     __attribute__((target("avx512f,fma")))
-    static void nq_vecmat2_avx512(const float *x, int n_in, const float *W1, int ld1, int n1, const float *b1,
-                                  float *__restrict__ y1, const float *W2, int ld2, int n2, const float *b2,
-                                  float *__restrict__ y2, int prefetch) {
+    static void nq_vecmat2_avx512(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1,
+                                  float *__restrict__ y1, const void *W2, int ld2, int n2, const float *b2,
+                                  float *__restrict__ y2, int prefetch, int half) {
+        const long esize = half ? 2 : 4;
         if (n_in > NQ_BLOCK) {
-            nq_vecmat_avx512(x, n_in, W1, ld1, n1, b1, y1);
-            nq_vecmat_avx512(x, n_in, W2, ld2, n2, b2, y2);
+            nq_vecmatw_avx512(x, n_in, W1, ld1, n1, b1, y1, half);
+            nq_vecmatw_avx512(x, n_in, W2, ld2, n2, b2, y2, half);
             return;
         }
         int idx[NQ_BLOCK + 16];
@@ -270,11 +287,11 @@ cdef extern from *:
         const int nnz = nq_nonzeros_avx512(x, n_in, 0, idx, val);
         if (prefetch)
             for (int t = 0; t < nnz; t++) {
-                const char *row = (const char *)(W2 + (long)idx[t] * ld2);
-                for (long q = 0; q < 4L * n2; q += 64) _mm_prefetch(row + q, _MM_HINT_T2);
+                const char *row = (const char *)W2 + esize * idx[t] * ld2;
+                for (long q = 0; q < esize * n2; q += 64) _mm_prefetch(row + q, _MM_HINT_T2);
             }
-        nq_vecmat_nz_avx512(idx, val, nnz, W1, ld1, n1, b1, y1);
-        nq_vecmat_nz_avx512(idx, val, nnz, W2, ld2, n2, b2, y2);
+        nq_vecmat_nz_avx512(idx, val, nnz, W1, ld1, n1, b1, y1, half);
+        nq_vecmat_nz_avx512(idx, val, nnz, W2, ld2, n2, b2, y2, half);
     }
     __attribute__((target("avx512f,fma")))
     static inline __m512 nq_exp512(__m512 x) {
@@ -466,6 +483,8 @@ cdef extern from *:
     #define nq_rowdots_avx2 nq_rowdots_plain
     #define nq_vecmat_avx512 nq_vecmat_plain
     #define nq_vecmat2_avx512 nq_vecmat2_twice
+    static void nq_vecmatw_avx512(const float *x, int n_in, const void *W, int ldw, int n_out,
+                                  const float *b, float *y, int half) { abort(); }   /* level 3 only */
     #define nq_dot_avx512 nq_dot_plain
     #define nq_rowdots_avx512 nq_rowdots_plain
     #define nq_logsumexp_avx2 nq_logsumexp_plain
@@ -479,14 +498,15 @@ cdef extern from *:
                                      float *mx, float *sv, double *logz) { abort(); }   /* level 3 only */
     #endif
     static void (*nq_vecmat_impl)(const float *, int, const float *, int, int, const float *, float *) = 0;
-    static void nq_vecmat2_twice(const float *x, int n_in, const float *W1, int ld1, int n1, const float *b1,
-                                 float *y1, const float *W2, int ld2, int n2, const float *b2, float *y2,
-                                 int prefetch) {
-        nq_vecmat_impl(x, n_in, W1, ld1, n1, b1, y1);
-        nq_vecmat_impl(x, n_in, W2, ld2, n2, b2, y2);
+    static void nq_vecmat2_twice(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1,
+                                 float *y1, const void *W2, int ld2, int n2, const float *b2, float *y2,
+                                 int prefetch, int half) {
+        if (half) abort();      /* float16 copies exist only where AVX-512 reads them */
+        nq_vecmat_impl(x, n_in, (const float *)W1, ld1, n1, b1, y1);
+        nq_vecmat_impl(x, n_in, (const float *)W2, ld2, n2, b2, y2);
     }
-    static void (*nq_vecmat2_impl)(const float *, int, const float *, int, int, const float *, float *,
-                                   const float *, int, int, const float *, float *, int) = 0;
+    static void (*nq_vecmat2_impl)(const float *, int, const void *, int, int, const float *, float *,
+                                   const void *, int, int, const float *, float *, int, int) = 0;
     static float (*nq_dot_impl)(const float *, const float *, int) = 0;
     static void (*nq_rowdots_impl)(const float *, int, const float *, int, int, const float *, float *) = 0;
     static double (*nq_logsumexp_impl)(const float *, int) = 0;
@@ -504,10 +524,16 @@ cdef extern from *:
     }
     static inline void nq_vecmat(const float *x, int n_in, const float *W, int ldw, int n_out,
                                  const float *b, float *y) { nq_vecmat_impl(x, n_in, W, ldw, n_out, b, y); }
-    static inline void nq_vecmat2(const float *x, int n_in, const float *W1, int ld1, int n1, const float *b1,
-                                  float *y1, const float *W2, int ld2, int n2, const float *b2, float *y2,
-                                  int prefetch) {
-        nq_vecmat2_impl(x, n_in, W1, ld1, n1, b1, y1, W2, ld2, n2, b2, y2, prefetch);
+    /* the class products, over float32 or (half, AVX-512 only) float16 weights */
+    static inline void nq_vecmat2(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1,
+                                  float *y1, const void *W2, int ld2, int n2, const float *b2, float *y2,
+                                  int prefetch, int half) {
+        nq_vecmat2_impl(x, n_in, W1, ld1, n1, b1, y1, W2, ld2, n2, b2, y2, prefetch, half);
+    }
+    static inline void nq_vecmatw(const float *x, int n_in, const void *W, int ldw, int n_out,
+                                  const float *b, float *y, int half) {
+        if (half) nq_vecmatw_avx512(x, n_in, W, ldw, n_out, b, y, 1);
+        else nq_vecmat_impl(x, n_in, (const float *)W, ldw, n_out, b, y);
     }
     static inline float nq_dot(const float *a, const float *b, int n) { return nq_dot_impl(a, b, n); }
     static inline double nq_logsumexp(const float *s, int n) { return nq_logsumexp_impl(s, n); }
@@ -520,8 +546,10 @@ cdef extern from *:
     uint64_t nq_mix(uint64_t h) noexcept nogil
     uint64_t nq_fastrange(uint64_t h, uint64_t n) noexcept nogil
     void nq_vecmat(const float *x, int n_in, const float *W, int ldw, int n_out, const float *b, float *y) noexcept nogil
-    void nq_vecmat2(const float *x, int n_in, const float *W1, int ld1, int n1, const float *b1, float *y1,
-                    const float *W2, int ld2, int n2, const float *b2, float *y2, int prefetch) noexcept nogil
+    void nq_vecmat2(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1, float *y1,
+                    const void *W2, int ld2, int n2, const float *b2, float *y2, int prefetch, int half) noexcept nogil
+    void nq_vecmatw(const float *x, int n_in, const void *W, int ldw, int n_out, const float *b, float *y,
+                    int half) noexcept nogil
     float nq_dot(const float *a, const float *b, int n) noexcept nogil
     void nq_rowdots(const float *W, int ldw, const float *h, int rows, int n, const float *bias, float *out) noexcept nogil
     double nq_logsumexp(const float *s, int n) noexcept nogil
@@ -553,6 +581,11 @@ SIMD = {3: "avx512", 2: "avx2+fma"}.get(nq_simd_level(), "x86-64")
 
 MODES = {"exact": MODE_EXACT, "unnormalized": MODE_UNNORMALIZED, "fallback": MODE_FALLBACK}
 cdef double LOG10E = 0.43429448190325176
+
+
+# Class-mode copies of a float16 model's weights in float16 (tests turn this off to
+# compare the two kernels bit for bit).
+HALF_COPIES = True
 
 
 def context_key(ctx):
@@ -654,11 +687,12 @@ cdef class NeuralCore(LMCore):
     cdef const float *out_b
     cdef const float *cls_w
     cdef const float *cls_b
-    cdef const float *cls_t              # exact class mode: cls_w transposed, (r, ld_cls)
+    cdef const void *cls_t               # exact class mode: cls_w transposed, (r, ld_cls)
     cdef int ld_cls
-    cdef const float *out_t              # and each class's block of out_w transposed,
-    cdef const int64_t *out_t_off        # (r, out_t_ld[c]) at out_t + out_t_off[c]
+    cdef const void *out_t               # and each class's block of out_w transposed,
+    cdef const int64_t *out_t_off        # (r, out_t_ld[c]) at entry out_t_off[c] of out_t
     cdef const int32_t *out_t_ld
+    cdef bint half_t                     # those copies hold float16 (else float32) entries
     cdef bint pf_blocks                  # prefetch a new context's block rows (see nq_vecmat2)
     cdef int ldh                         # row stride of the cached hidden states
     cdef const float *sm_panels          # exact softmax normalisers of ReLU nets on AVX-512:
@@ -822,10 +856,12 @@ cdef class NeuralCore(LMCore):
                 raise MemoryError("cannot allocate the class-normaliser cache")
         memset(self.cache_used, 0, self.cache_slots)
 
-    cdef object _aligned_zeros(self, Py_ssize_t n):
-        """n float32 zeros on a 64-byte boundary, kept alive with the core."""
-        raw = np.zeros(n + 16, np.float32)
-        start = (-(raw.ctypes.data // 4)) % 16
+    cdef object _aligned_zeros(self, Py_ssize_t n, dtype=np.float32):
+        """n zeros (float32, or a dtype of 2 or 4 bytes) on a 64-byte boundary, kept
+        alive with the core."""
+        cdef int per_line = 64 // np.dtype(dtype).itemsize
+        raw = np.zeros(n + per_line, dtype)
+        start = (-(raw.ctypes.data // raw.itemsize)) % per_line
         self._keep.append(raw)
         return raw[start:start + n]
 
@@ -844,29 +880,34 @@ cdef class NeuralCore(LMCore):
 
     cdef void _transposed_class_blocks(self, cls_w, out_w, class_start):
         """Transposed copies of the class matrix and of each class's word block, rows
-        padded to 16 floats: a new context's normalisers then read only the rows of
-        its hidden state's nonzero units (nq_vecmat), about half of them after a ReLU,
-        where row dot products read every weight."""
-        cdef const float[::1] fv
+        padded to 16 entries: a new context's normalisers then read only the rows of
+        its hidden state's nonzero units (nq_vecmat2), about half of them after a ReLU,
+        where row dot products read every weight.  Where both matrices hold float16
+        values exactly (a float16 model) and AVX-512 reads them, the copies are
+        float16: the same bits from half the bytes."""
         cdef const int64_t[::1] ov
         cdef const int32_t[::1] lv
         r, C = self.r, self.C
-        ptr, self.ld_cls = self._padded(np.ascontiguousarray(cls_w.reshape(C, r).T).reshape(-1), r, C)
-        self.cls_t = <const float *><Py_ssize_t>ptr
+        cls_w, out_w = cls_w.reshape(C, r), out_w.reshape(-1, r)
+        self.half_t = HALF_COPIES and nq_simd_level() == 3 and all(
+            np.array_equal(a.astype(np.float16).astype(np.float32), a) for a in (cls_w, out_w))
+        dtype = np.float16 if self.half_t else np.float32
+        self.ld_cls = (C + 15) // 16 * 16
+        cls_copy = self._aligned_zeros(r * self.ld_cls, dtype).reshape(r, self.ld_cls)
+        cls_copy[:, :C] = cls_w.T
+        self.cls_t = <const void *><Py_ssize_t>cls_copy.ctypes.data
         cs = np.asarray(class_start, np.int64)
         lds = ((np.diff(cs) + 15) // 16 * 16).astype(np.int32)
         offs = np.zeros(C + 1, np.int64)
         np.cumsum(lds.astype(np.int64) * r, out=offs[1:])
-        blocks = self._aligned_zeros(int(offs[C]))
-        W = out_w.reshape(-1, r)
+        blocks = self._aligned_zeros(int(offs[C]), dtype)
         for c in range(C):
             blk = blocks[offs[c]:offs[c + 1]].reshape(r, lds[c])
-            blk[:, :cs[c + 1] - cs[c]] = W[cs[c]:cs[c + 1]].T
+            blk[:, :cs[c + 1] - cs[c]] = out_w[cs[c]:cs[c + 1]].T
         self._keep.extend([offs, lds])
         # blocks that cannot stay in L3 between queries come from DRAM: worth prefetching
         self.pf_blocks = blocks.nbytes * 2 > l3_cache_bytes()
-        fv = blocks
-        self.out_t = &fv[0] if blocks.size else NULL
+        self.out_t = <const void *><Py_ssize_t>blocks.ctypes.data if blocks.size else NULL
         ov = offs
         self.out_t_off = &ov[0]
         lv = lds
@@ -895,6 +936,12 @@ cdef class NeuralCore(LMCore):
         """Whether a new context's class-block rows are prefetched into L2 (exact class
         mode, when the blocks are larger than half the L3 cache)."""
         return bool(self.pf_blocks)
+
+    @property
+    def half_class_copies(self):
+        """Whether exact class mode reads float16 transposed copies (a float16 model's
+        weights on AVX-512: the same scores from half the bytes)."""
+        return bool(self.half_t)
 
     @property
     def sparse_softmax_batches(self):
@@ -980,6 +1027,10 @@ cdef class NeuralCore(LMCore):
                 for i in range(self.h2):
                     A2[<int64_t>b * self.h2 + i] = _act(A2[<int64_t>b * self.h2 + i] + self.b2[i], self.act)
             H[0] = A2
+
+    cdef inline const void *_block(self, int c) noexcept nogil:
+        """Class c's transposed word block (float32 or, half_t, float16 entries)."""
+        return <const char *>self.out_t + self.out_t_off[c] * (2 if self.half_t else 4)
 
     cdef inline int _row_scratch(self) noexcept nogil:
         """Floats of work space _hidden_row needs."""
@@ -1120,7 +1171,7 @@ cdef class NeuralCore(LMCore):
         cdef int lo = self.class_start[c], hi = self.class_start[c + 1]
         cdef bint need_cls = isnan(self.cache_logz[slot])
         cdef bint need_wz = not ((ok[c >> 6] >> (c & 63)) & 1)
-        cdef const float *blk = self.out_t + self.out_t_off[c]
+        cdef const void *blk = self._block(c)
         cdef const float *wrow = self.out_w + <int64_t>i * self.r
         cdef int k
         if need_wz:
@@ -1128,9 +1179,9 @@ cdef class NeuralCore(LMCore):
                 __builtin_prefetch(wrow + k)
         if need_cls and need_wz:
             nq_vecmat2(h, self.r, self.cls_t, self.ld_cls, self.C, self.cls_b, self.cls_scores,
-                       blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores, self.pf_blocks)
+                       blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores, self.pf_blocks, self.half_t)
         elif need_wz:                   # (a fresh slot needs both)
-            nq_vecmat(h, self.r, blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores)
+            nq_vecmatw(h, self.r, blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores, self.half_t)
         if need_cls:
             self.cache_logz[slot] = _logsumexp(self.cls_scores, self.C)
         if need_wz:
@@ -1380,8 +1431,8 @@ cdef class NeuralCore(LMCore):
                         width = self.class_start[cl + 1] - c_lo
                         hp = self._hidden_row(&c[lo + b, 0], &ws[t, 0])
                         nq_vecmat2(hp, r, self.cls_t, self.ld_cls, C, self.cls_b, s1,
-                                   self.out_t + self.out_t_off[cl], self.out_t_ld[cl], width,
-                                   self.out_b + c_lo, s2, False)
+                                   self._block(cl), self.out_t_ld[cl], width,
+                                   self.out_b + c_lo, s2, False, self.half_t)
                         o[lo + b] = ((s1[cl] - _logsumexp(s1, C))
                                      + (s2[self.word_pos[w] - c_lo] - _logsumexp(s2, width)))
                 lo += B
@@ -1426,7 +1477,7 @@ cdef class NeuralCore(LMCore):
                 for b in range(<int64_t>N * t // nt, <int64_t>N * (t + 1) // nt):
                     hp = self._hidden_row(&c[b, 0], &ws[t, 0])
                     memcpy(&hb[0] + <int64_t>b * r, hp, r * sizeof(float))
-                    nq_vecmat(hp, r, self.cls_t, self.ld_cls, C, self.cls_b, sc)
+                    nq_vecmatw(hp, r, self.cls_t, self.ld_cls, C, self.cls_b, sc, self.half_t)
                     cls[b] = _draw(sc, C, u[b, 0], sc + wide)
             _by_class(&cls[0], N, C, &st[0], &rv[0])
             for t in prange(nt, schedule='static', num_threads=nt):
@@ -1436,8 +1487,8 @@ cdef class NeuralCore(LMCore):
                     cl = cls[b]
                     c_lo = self.class_start[cl]
                     width = self.class_start[cl + 1] - c_lo
-                    nq_vecmat(&hb[0] + <int64_t>b * r, r, self.out_t + self.out_t_off[cl], self.out_t_ld[cl],
-                              width, self.out_b + c_lo, sc)
+                    nq_vecmatw(&hb[0] + <int64_t>b * r, r, self._block(cl), self.out_t_ld[cl],
+                               width, self.out_b + c_lo, sc, self.half_t)
                     o[b] = c_lo + _draw(sc, width, u[b, 1], sc + wide)
         return out
 

@@ -250,6 +250,24 @@ print(q.SIMD)
 """
 
 
+def _uneven_class_net(width):
+    """A ReLU class net of 600 words whose classes are wider than one 256-float
+    register block (297 words), narrower than a vector (3) and in between."""
+    from nplm.neural import NeuralConfig, NeuralNet
+    from neural_fixtures import randomise
+    from nplm.vocab import SPECIALS, Vocabulary
+    words = list(SPECIALS) + [f"v{i}" for i in range(596)]
+    V = len(words)
+    word_class = np.zeros(V, np.int32)
+    word_class[3:300] = 1
+    word_class[300:303] = 2
+    word_class[303:] = 3
+    cfg = NeuralConfig(order=4, embedding_dim=6, hidden=(width,), context="full", output="class",
+                       objective="mle", classes=4)
+    return randomise(NeuralNet.create(cfg, Vocabulary(words, np.arange(V, 0, -1)), word_class=word_class,
+                                      seed=3), 6, scale=0.3)
+
+
 @pytest.mark.parametrize("width", [37, 1037])
 def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
     """Exact class mode reads transposed class blocks for a new context and for every
@@ -260,19 +278,8 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
     import os
     import subprocess
     import sys
-    from nplm.neural import NeuralConfig, NeuralNet
-    from neural_fixtures import randomise
-    from nplm.vocab import SPECIALS, Vocabulary
-    words = list(SPECIALS) + [f"v{i}" for i in range(596)]
-    V = len(words)
-    word_class = np.zeros(V, np.int32)
-    word_class[3:300] = 1            # 297 words: more than 256 outputs
-    word_class[300:303] = 2          # 3 words
-    word_class[303:] = 3
-    cfg = NeuralConfig(order=4, embedding_dim=6, hidden=(width,), context="full", output="class",
-                       objective="mle", classes=4)
-    net = randomise(NeuralNet.create(cfg, Vocabulary(words, np.arange(V, 0, -1)), word_class=word_class,
-                                     seed=3), 6, scale=0.3)
+    net = _uneven_class_net(width)
+    V = len(net.vocab)
     path = tmp_path / "cls.nplm"
     net.save(str(path))
     script = tmp_path / "probe.py"
@@ -293,6 +300,43 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
             np.testing.assert_allclose(probs, ref, atol=2e-5, err_msg=level or "best")
             np.testing.assert_allclose(batch, ref, atol=2e-5, err_msg=f"batch {level or 'best'}")
     assert levels[2] == "x86-64"
+
+
+@pytest.mark.parametrize("width", [37, 1037])
+def test_float16_class_copies_give_the_float32_bits(tmp_path, monkeypatch, width):
+    """A float16 model's class products read float16 copies of its weights on AVX-512.
+    Its weights are exactly float16, so each converted weight is the float32 one and
+    every score must have the float32 kernels' bits: single queries of new contexts,
+    batches and sampled words, with the copies on and off.  (``nplm convert --to
+    float16`` makes such a model; here the weights are rounded in place.)"""
+    import nplm._nquery as q
+    net = _uneven_class_net(width)
+    for v in net.params.values():
+        v[...] = v.astype(np.float16).astype(np.float32)
+    path = tmp_path / "h.nplm"
+    net.save(str(path))
+    hists = [[], ["v3"], ["v301", "v9", "v500"], ["v200", "v2"]]
+    V = len(net.vocab)
+    ids = np.array([net.vocab.id("</s>")] + list(range(4, V)), np.int32)
+    ctx = np.array([_ctx(net, h) for h in hists for _ in ids], np.int32)
+    got = {}
+    for half in (True, False):
+        monkeypatch.setattr(q, "HALF_COPIES", half)
+        m = nplm.Model(str(path))
+        assert m.core.half_class_copies == (half and q.SIMD == "avx512")
+        single = []
+        for h in hists:
+            s, out = _state_after(m, h), nplm.State()
+            for w in ["</s>"] + net.vocab.words[4:]:
+                m.core.clear_cache()         # a new context for every word
+                single.append(m.BaseScore(s, w, out))
+        u = np.random.default_rng(5).random((len(ctx), 2))
+        got[half] = (np.array(single), m.core.log_probs(ctx, np.tile(ids, len(hists))),
+                     m.core.sample_class_rows(ctx, u))
+    for a, b in zip(got[True], got[False]):
+        np.testing.assert_array_equal(a, b)
+    ref = np.concatenate([numpy_log_dist(net, _ctx(net, h))[ids] for h in hists]) / LN10
+    np.testing.assert_allclose(got[True][0], ref, atol=2e-5)
 
 
 @pytest.mark.parametrize("l3_bytes", [0, 1 << 40])
