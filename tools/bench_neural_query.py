@@ -14,7 +14,11 @@ and its "(b) trained" is Baltescu & Blunsom's own size (150-d diagonal contexts,
 classes, class NCE; the other settings nplm's defaults) trained for 10 epochs by
     nplm train --train ptb.train.txt --valid ptb.valid.txt --out b.nplm --embedding-dim 150 --epochs 10
 
-    python tools/bench_neural_query.py [--model PATH ...] [--tokens N]
+With --float16 each model's float16 conversion (nplm convert --to float16) is timed
+too: exact class mode then reads float16 copies of the output weights, the same scores
+from half the bytes.
+
+    python tools/bench_neural_query.py [--model PATH ...] [--tokens N] [--float16]
 """
 import argparse
 import os
@@ -52,10 +56,17 @@ def main():
     ap.add_argument("--model", action="append", help="trained neural model(s); default: random (a) and (b)")
     ap.add_argument("--tokens", type=int, default=20000, help="PTB test tokens for the per-call loops")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds of the per-call loops (best kept)")
+    ap.add_argument("--float16", action="store_true", help="also each model's float16 conversion")
     args = ap.parse_args()
     CACHE.mkdir(parents=True, exist_ok=True)
     models = args.model or [random_model("a", str(CACHE / "random_a.nplm")),
                             random_model("b", str(CACHE / "random_b.nplm"))]
+    if args.float16:
+        from nplm.formats.quantize import quantize_file
+        halves = [str(CACHE / (os.path.splitext(os.path.basename(p))[0] + ".f16.nplm")) for p in models]
+        for src, dst in zip(models, halves):
+            quantize_file(src, dst, "float16")
+        models = [p for pair in zip(models, halves) for p in pair]
     lines = (PTB / "ptb.test.txt").read_text().splitlines()
     total = sum(len(l.split()) + 1 for l in lines)
     sub, n = [], 0
@@ -93,7 +104,7 @@ def main():
                 per_call[mode][1] = min(per_call[mode][1], decoder_loop(m, words) / len(words))
         whole = {}
         for mode, m in loaded.items():
-            t_fs, _ = best_time(lambda: [list(m.full_scores(l)) for l in sub_text], 1)
+            t_fs, _ = best_time(lambda: [list(m.full_scores(l)) for l in sub_text], 3)
             t_b, _ = best_time(lambda: m.score_sentences(lines), 2)
             whole[mode] = (t_fs, t_b)
             rss = rss_mib_of(f"import nplm\nbefore = rss()\nm = nplm.Model({paths[mode]!r}, normalization={mode!r})\n"
