@@ -694,7 +694,6 @@ cdef class NeuralCore(LMCore):
     cdef const int32_t *out_t_ld
     cdef bint half_t                     # those copies hold float16 (else float32) entries
     cdef bint pf_blocks                  # prefetch a new context's block rows (see nq_vecmat2)
-    cdef int ldh                         # row stride of the cached hidden states
     cdef const float *sm_panels          # exact softmax normalisers of ReLU nets on AVX-512:
     cdef const float *sm_pbias           # out_w packed as panels (see nq_panel_logz) and
                                          # out_b padded to match; NULL otherwise
@@ -712,15 +711,17 @@ cdef class NeuralCore(LMCore):
     cdef bint has_fallback
     # single-query cache: direct-mapped, slot = context hash
     cdef int cache_slots
-    cdef int32_t *cache_ctx              # (slots, m)
+    # The context cache: one record of `lrec` floats a slot, so that a new context's
+    # writes fall on a few adjacent cache lines, not on one line in each of five
+    # arrays: its log-normaliser (a double, NaN until computed),
+    # then the context (m int32), then at rec_h the hidden state (r floats), and in
+    # exact class mode at rec_wz the normaliser inside each class (C floats), valid
+    # where the class's bit is set in the wzw words at rec_ok.
+    cdef float *cache_rec
     cdef uint8_t *cache_used
-    cdef float *cache_h                  # (slots, r)
-    cdef double *cache_logz              # NaN until computed
+    cdef int lrec, rec_ok, rec_h, rec_wz, wzw
     cdef float *cls_scores               # a new context's class scores (C + 16); their
-                                         # log-normaliser is kept in cache_logz
-    cdef float *cache_wz                 # (slots, C) log-normaliser inside each class, valid
-    cdef uint64_t *cache_wzok            # where the slot's bit c is set here (wzw words a slot)
-    cdef int wzw
+                                         # log-normaliser is kept in the record
     cdef float *scratch                  # forward work for one context
     cdef float *scores                   # (max(V, C)) output scores
     cdef pthread_mutex_t lock
@@ -728,26 +729,18 @@ cdef class NeuralCore(LMCore):
 
     def __cinit__(self):
         pthread_mutex_init(&self.lock, NULL)
-        self.cache_ctx = NULL
+        self.cache_rec = NULL
         self.cache_used = NULL
-        self.cache_h = NULL
-        self.cache_logz = NULL
         self.cls_scores = NULL
-        self.cache_wz = NULL
-        self.cache_wzok = NULL
         self.scratch = NULL
         self.scores = NULL
         self.sm_panels = NULL
         self.sm_pbias = NULL
 
     def __dealloc__(self):
-        free(self.cache_ctx)
+        free(self.cache_rec)
         free(self.cache_used)
-        free(self.cache_h)
-        free(self.cache_logz)
         free(self.cls_scores)
-        free(self.cache_wz)
-        free(self.cache_wzok)
         free(self.scratch)
         free(self.scores)
         pthread_mutex_destroy(&self.lock)
@@ -829,31 +822,31 @@ cdef class NeuralCore(LMCore):
         if mode == MODE_FALLBACK and fallback is None:
             raise ValueError("fallback normalisation needs precomputed normaliser tables")
         self.cache_slots = max(cache_slots, 1)
-        self.cache_ctx = <int32_t *>malloc(sizeof(int32_t) * self.cache_slots * self.m)
+        class_cache = self.out_kind == OUT_CLASS and mode == MODE_EXACT
+        self.wzw = (self.C + 63) // 64 if class_cache else 0
+        self.rec_ok = (2 + self.m + 1) // 2 * 2         # after the double and the context, 8-aligned
+        self.rec_h = (self.rec_ok + 2 * self.wzw + 15) // 16 * 16   # each part whole lines
+        self.rec_wz = self.rec_h + (self.r + 15) // 16 * 16
+        self.lrec = self.rec_wz + ((self.C + 15) // 16 * 16 if class_cache else 0)
         self.cache_used = <uint8_t *>malloc(self.cache_slots)
-        self.ldh = (self.r + 15) // 16 * 16          # whole cache lines per hidden state
-        self.cache_h = <float *>aligned_alloc(64, sizeof(float) * self.cache_slots * self.ldh)
-        self.cache_logz = <double *>malloc(sizeof(double) * self.cache_slots)
+        self.cache_rec = <float *>aligned_alloc(64, sizeof(float) * self.cache_slots * self.lrec)
         self.scratch = <float *>malloc(sizeof(float) * self._row_scratch())
         # (also nq_panel_logz's scratch for one row: 2r + 34 entries)
         self.scores = <float *>malloc(sizeof(float) * (max(self.V, self.C, 2 * self.r + 34) + 16))
-        if (self.cache_ctx == NULL or self.cache_used == NULL or self.cache_h == NULL or
-                self.cache_logz == NULL or self.scratch == NULL or self.scores == NULL):
+        if (self.cache_used == NULL or self.cache_rec == NULL or self.scratch == NULL
+                or self.scores == NULL):
             raise MemoryError("cannot allocate the neural query cache")
         if (self.out_kind == OUT_SOFTMAX and mode != MODE_UNNORMALIZED and self.act == ACT_RELU
                 and nq_simd_level() == 3):
             self._pack_softmax_panels()
-        if self.out_kind == OUT_CLASS and mode == MODE_EXACT:
-            # A decoder asks many words after one context: keep the class
+        if class_cache:
+            # A decoder asks many words after one context: the record keeps the class
             # normaliser and the per-class ones with the hidden state.  (Not the class
             # scores: C floats a slot, written cold and read back, cost a new context
             # more than the dot product that recomputes the one needed.)
             self.cls_scores = <float *>malloc(sizeof(float) * (self.C + 16))
-            self.cache_wz = <float *>malloc(sizeof(float) * self.cache_slots * self.C)
-            self.wzw = (self.C + 63) // 64
-            self.cache_wzok = <uint64_t *>malloc(sizeof(uint64_t) * self.cache_slots * self.wzw)
-            if self.cls_scores == NULL or self.cache_wz == NULL or self.cache_wzok == NULL:
-                raise MemoryError("cannot allocate the class-normaliser cache")
+            if self.cls_scores == NULL:
+                raise MemoryError("cannot allocate the class-normaliser scratch")
         memset(self.cache_used, 0, self.cache_slots)
 
     cdef object _aligned_zeros(self, Py_ssize_t n, dtype=np.float32):
@@ -1028,6 +1021,10 @@ cdef class NeuralCore(LMCore):
                     A2[<int64_t>b * self.h2 + i] = _act(A2[<int64_t>b * self.h2 + i] + self.b2[i], self.act)
             H[0] = A2
 
+    cdef inline float *_rec(self, int slot) noexcept nogil:
+        """The cache record of a slot."""
+        return self.cache_rec + <int64_t>slot * self.lrec
+
     cdef inline const void *_block(self, int c) noexcept nogil:
         """Class c's transposed word block (float32 or, half_t, float16 entries)."""
         return <const char *>self.out_t + self.out_t_off[c] * (2 if self.half_t else 4)
@@ -1129,10 +1126,14 @@ cdef class NeuralCore(LMCore):
 
     cdef int _cached_hidden(self, const int32_t *ctx, bint need_logz, float **h, double *logz) noexcept nogil:
         """Look up / compute the hidden state (and softmax normaliser) of a context.
-        Caller holds the lock; *h points into the cache.  Returns the cache slot."""
+        Caller holds the lock; *h (the same values in the cache or in the scratch)
+        is valid until the next call.  Returns the cache slot."""
         cdef uint64_t key = _ctx_hash(ctx, self.m)
         cdef int slot = <int>nq_fastrange(key, <uint64_t>self.cache_slots)
-        cdef int32_t *c = self.cache_ctx + <int64_t>slot * self.m
+        cdef float *rec = self._rec(slot)
+        cdef double *lz = <double *>rec
+        cdef int32_t *c = <int32_t *>(rec + 2)
+        cdef uint64_t *ok = <uint64_t *>(rec + self.rec_ok)
         cdef float *H
         cdef int i
         cdef bint hit = self.cache_used[slot]
@@ -1146,17 +1147,18 @@ cdef class NeuralCore(LMCore):
         else:
             self.cache_misses += 1
             H = self._hidden_row(ctx, self.scratch)
-            memcpy(self.cache_h + <int64_t>slot * self.ldh, H, self.r * sizeof(float))
+            memcpy(rec + self.rec_h, H, self.r * sizeof(float))
             memcpy(c, ctx, self.m * sizeof(int32_t))
             self.cache_used[slot] = 1
-            self.cache_logz[slot] = NAN
-            if self.cache_wzok != NULL:
-                for i in range(self.wzw):       # a word or two: no memset call
-                    self.cache_wzok[<int64_t>slot * self.wzw + i] = 0
-        h[0] = self.cache_h + <int64_t>slot * self.ldh
-        if need_logz and isnan(self.cache_logz[slot]):
-            self.cache_logz[slot] = self._softmax_logz(h[0], self.scores)
-        logz[0] = self.cache_logz[slot]
+            lz[0] = NAN
+            for i in range(self.wzw):           # a word or two: no memset call
+                ok[i] = 0
+        # a new context is read from the scratch it was computed in: the record's copy
+        # is cold, and loads of it would wait for its lines to arrive
+        h[0] = rec + self.rec_h if hit else H
+        if need_logz and isnan(lz[0]):
+            lz[0] = self._softmax_logz(h[0], self.scores)
+        logz[0] = lz[0]
         return slot
 
     cdef double _class_logp_cached(self, int slot, const float *h, WordId w) noexcept nogil:
@@ -1165,11 +1167,13 @@ cdef class NeuralCore(LMCore):
         both products, which share one pass over h's nonzeros, and w's output row is
         prefetched first, to arrive while they run.  (w's score is that row's dot
         product even where the block has it: hits and misses must give the same bits.)"""
-        cdef float *wz = self.cache_wz + <int64_t>slot * self.C
-        cdef uint64_t *ok = self.cache_wzok + <int64_t>slot * self.wzw
+        cdef float *rec = self._rec(slot)
+        cdef double *lz = <double *>rec
+        cdef float *wz = rec + self.rec_wz
+        cdef uint64_t *ok = <uint64_t *>(rec + self.rec_ok)
         cdef int c = self.word_class[w], i = self.word_pos[w]
         cdef int lo = self.class_start[c], hi = self.class_start[c + 1]
-        cdef bint need_cls = isnan(self.cache_logz[slot])
+        cdef bint need_cls = isnan(lz[0])
         cdef bint need_wz = not ((ok[c >> 6] >> (c & 63)) & 1)
         cdef const void *blk = self._block(c)
         cdef const float *wrow = self.out_w + <int64_t>i * self.r
@@ -1183,11 +1187,11 @@ cdef class NeuralCore(LMCore):
         elif need_wz:                   # (a fresh slot needs both)
             nq_vecmatw(h, self.r, blk, self.out_t_ld[c], hi - lo, self.out_b + lo, self.scores, self.half_t)
         if need_cls:
-            self.cache_logz[slot] = _logsumexp(self.cls_scores, self.C)
+            lz[0] = _logsumexp(self.cls_scores, self.C)
         if need_wz:
             wz[c] = <float>_logsumexp(self.scores, hi - lo)
             ok[c >> 6] |= (<uint64_t>1) << (c & 63)
-        return ((self._dot(self.cls_w + <int64_t>c * self.r, h) + self.cls_b[c]) - self.cache_logz[slot]
+        return ((self._dot(self.cls_w + <int64_t>c * self.r, h) + self.cls_b[c]) - lz[0]
                 + (self._dot(wrow, h) + self.out_b[i]) - wz[c])
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
