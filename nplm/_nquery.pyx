@@ -559,7 +559,7 @@ cdef extern from *:
     int NQ_PW
     void nq_panel_logz_avx512(const float *H, int ldh, int n, int r, const float *P, const float *pb, int V,
                               int32_t *idx, float *val, int32_t *cnt, float *mx, float *sv, double *logz) noexcept nogil
-    void __builtin_prefetch(const void *p) noexcept nogil
+    void __builtin_prefetch(const void *p, ...) noexcept nogil
     int nq_simd_level() noexcept nogil
 
 from cython.parallel cimport prange
@@ -1146,6 +1146,10 @@ cdef class NeuralCore(LMCore):
             self.cache_hits += 1
         else:
             self.cache_misses += 1
+            # the record's lines are requested for writing now, to arrive while the
+            # hidden state (and a class query's products) are computed
+            for i in range(0, self.lrec, 16):
+                __builtin_prefetch(rec + i, 1)
             H = self._hidden_row(ctx, self.scratch)
             memcpy(rec + self.rec_h, H, self.r * sizeof(float))
             memcpy(c, ctx, self.m * sizeof(int32_t))
