@@ -931,6 +931,11 @@ cdef class NeuralCore(LMCore):
         return bool(self.pf_blocks)
 
     @property
+    def cache_size(self):
+        """Contexts the single-query cache holds."""
+        return self.cache_slots
+
+    @property
     def half_class_copies(self):
         """Whether exact class mode reads float16 transposed copies (a float16 model's
         weights on AVX-512: the same scores from half the bytes)."""

@@ -55,14 +55,16 @@ def _as_path_bytes(path):
     raise TypeError(f"Cannot convert {type(path)} to string")
 
 
-def _load(path, config, normalization=None):
+def _load(path, config, normalization=None, cache_size=None):
     """The BackoffData (or other model data) of a file."""
     if container.is_container(path):
         head = container.read(path)
         kind = head.kind
         if kind == "neural":
             from . import neural_model
-            return neural_model.load(path, normalization)
+            if cache_size is None:
+                return neural_model.load(path, normalization)
+            return neural_model.load(path, normalization, cache_size)
         if kind == "backoff":
             populate = config.load_method in (LoadMethod.POPULATE_OR_LAZY, LoadMethod.POPULATE_OR_READ,
                                               LoadMethod.READ, LoadMethod.PARALLEL_READ)
@@ -89,21 +91,29 @@ def _load(path, config, normalization=None):
 
 class Model(_kernels.ModelBase):
     """A language model with kenlm.Model's API.  ``path`` may be an ARPA file (plain
-    or .gz/.bz2/.xz) or an nplm binary of any model kind.  All scores are log10."""
+    or .gz/.bz2/.xz) or an nplm binary of any model kind.  All scores are log10.
+    Neural models also take ``normalization`` and ``cache_size``: how many contexts
+    the single-query cache (context -> hidden state and normalisers) holds, 4096 by
+    default; a decoder with more live contexts than that gains from more."""
 
-    def __init__(self, path, config=None, normalization=None):
+    def __init__(self, path, config=None, normalization=None, cache_size=None):
         if config is None:
             config = Config()
         raw = _as_path_bytes(path)
         self.path = os.path.abspath(raw)
         self.config = config
         name = os.fsdecode(raw)
+        if cache_size is not None and (isinstance(cache_size, bool) or not isinstance(cache_size, int)
+                                       or not 1 <= cache_size <= 2**30):
+            raise ValueError(f"cache_size must be an integer from 1 to 2**30, not {cache_size!r}")
         try:
-            data = _load(name, config, normalization)
+            data = _load(name, config, normalization, cache_size)
         except (OSError, ValueError) as e:
             raise ModelLoadError(name, e) from e
-        if normalization is not None and getattr(data, "normalization", None) is None:
-            raise ModelLoadError(name, ValueError("normalization applies to neural models only"))
+        for option, value in (("normalization", normalization), ("cache_size", cache_size)):
+            if value is not None and getattr(data, "normalization", None) is None:
+                raise ModelLoadError(name, ValueError(f"{option} applies to neural models only"))
+        self.cache_size = cache_size
         self._data = data
         self.normalization = getattr(data, "normalization", None)
         self._attach(data.core, data.vocab)
@@ -116,7 +126,7 @@ class Model(_kernels.ModelBase):
     def __reduce__(self):
         if self.normalization is None:
             return (Model, (self.path,))
-        return (_reload, (self.path, self.normalization))
+        return (_reload, (self.path, self.normalization, self.cache_size))
 
     # Neural models score batches through BLAS (whole blocks of contexts at once).
 
@@ -138,8 +148,8 @@ class Model(_kernels.ModelBase):
         return lp.astype(np.float32), lengths.astype(np.int32), oov, offsets
 
 
-def _reload(path, normalization):
-    return Model(path, normalization=normalization)
+def _reload(path, normalization, cache_size=None):
+    return Model(path, normalization=normalization, cache_size=cache_size)
 
 
 class LanguageModel(Model):

@@ -476,3 +476,37 @@ def test_first_layer_table_with_every_activation(tmp_path, activation):
         s = _state_after(m, hist)
         np.testing.assert_allclose(m.log10_distribution(s).astype(np.float64),
                                    numpy_log_dist(net, _ctx(net, hist)) / LN10, atol=2e-5)
+
+
+def test_cache_size_bounds_the_context_cache(tmp_path):
+    """``cache_size`` sets how many contexts the single-query cache holds: with one slot
+    two alternating contexts always miss, with many they hit after their first query;
+    the scores are the same either way, and pickling keeps the size."""
+    import pickle
+    net = make_net("class-full-1")
+    path = str(tmp_path / "c.nplm")
+    net.save(path)
+    small, big = nplm.Model(path, cache_size=1), nplm.Model(path, cache_size=1 << 16)
+    assert (small.core.cache_size, big.core.cache_size) == (1, 1 << 16)
+    assert nplm.Model(path).core.cache_size == 4096
+    a, b = _state_after(small, ["w1"]), _state_after(small, ["w2"])
+    got = {}
+    for m in (small, big):
+        m.core.clear_cache()
+        m.core.cache_hits = m.core.cache_misses = 0
+        out = nplm.State()
+        got[id(m)] = [m.BaseScore(s, w, out) for _ in range(5) for w in ("w3", "w4") for s in (a, b)]
+    assert got[id(small)] == got[id(big)]
+    assert small.core.cache_hits == 0 and small.core.cache_misses == 20
+    assert big.core.cache_misses == 2 and big.core.cache_hits == 18
+    assert pickle.loads(pickle.dumps(small)).core.cache_size == 1
+    for bad in (0, -3, 2.5, True, 2**31):
+        with pytest.raises(ValueError, match="cache_size"):
+            nplm.Model(path, cache_size=bad)
+
+
+def test_cache_size_is_for_neural_models_only(tmp_path):
+    p = tmp_path / "toy.arpa"
+    p.write_text("\\data\\\nngram 1=3\n\n\\1-grams:\n-1.0\t<s>\t0\n-0.5\t</s>\n-0.5\ta\n\n\\end\\\n")
+    with pytest.raises(nplm.ModelLoadError, match="cache_size applies to neural models only"):
+        nplm.Model(str(p), cache_size=16)
