@@ -209,7 +209,7 @@ cdef extern from *:
     }
     /* only the last of the NV vectors can be partial: one mask register, not NV
        (NV masks spilled to the stack and were reloaded for every row).  WT is the
-       weights' element type, LD(row, k, mask) loads 16 of them as floats. */
+       weights' element type, LD(p, mask) loads the 16 at p as floats. */
     #define NQ_VM_CASE(NV, WT, LD) case NV: { \
             __m512 acc[NV]; \
             const __mmask16 mt = NQ_TAIL(n_out, j0 + 16 * (NV - 1)); \
