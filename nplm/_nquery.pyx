@@ -998,6 +998,11 @@ cdef class NeuralCore(LMCore):
                             a[i] += self.b0[i]
         else:
             for b in range(B):
+                # as for the table: every line of the m embedding rows requested at once
+                for j in range(m):
+                    row = self.emb + <int64_t>ctx[b * m + j] * d
+                    for i in range(0, d, 16):
+                        __builtin_prefetch(row + i)
                 a = A0 + <int64_t>b * r0
                 memcpy(a, self.b0, r0 * sizeof(float))
                 for j in range(m):
