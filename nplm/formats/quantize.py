@@ -7,9 +7,11 @@ float32 scale per row in ``qscale.<name>`` (symmetric: w = q * scale, scale =
 max |row| / 127, so every row uses the full int8 range).  Biases and the small
 structures stay float32: they are a negligible part of the size.
 
-Loading dequantises into float32 arrays, so the float32 kernels run unchanged and
-memory at query time is that of the float32 model; the saving is on disk and in
-transfer.  ``NeuralNet.load`` reads plain and quantised files alike through
+Loading dequantises into float32 arrays, so the float32 kernels run unchanged; the
+saving is on disk and in transfer.  At query time such a model is resident in full,
+where a float32 file is memory-mapped and only the pages queries touch count.  (Exact
+class mode of a float16 model on AVX-512 keeps its transposed output copies in
+float16: see ``NeuralCore._transposed_class_blocks``.)  ``NeuralNet.load`` reads plain and quantised files alike through
 ``dequantize_arrays(container)``, which returns the ``{name: float32 array}``
 parameters; ``load_neural`` is kept as a name for it.
 """
