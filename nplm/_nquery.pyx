@@ -339,50 +339,90 @@ cdef extern from *:
             _mm512_mask_storeu_ps(out + j, mk, a);
         }
     }
-    __attribute__((target("avx512f,fma")))
-    static float nq_dot_avx512(const float *a, const float *b, int n) {
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        int i = 0;
-        for (; i + 32 <= n; i += 32) {
-            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
-        }
-        for (; i < n; i += 16) {
-            const __mmask16 m = NQ_TAIL(n, i);
-            acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
-        }
-        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    /* 16 float16 weights at p as floats; a row's last n < 16 through a zeroed buffer
+       (the values a masked float32 load would give) */
+    #define NQ_LDH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+    __attribute__((target("avx512f")))
+    static inline __m512 nq_ldh_part(const uint16_t *p, int n) {
+        uint16_t buf[16] = {0};
+        memcpy(buf, p, (n < 16 ? n : 16) * sizeof(uint16_t));
+        return NQ_LDH(buf);
     }
+    /* Weight loads of the row kernels: the 16 entries at p of a row with n left, as
+       floats (m: the mask of those within the row) */
+    #define NQ_LDW_F32(p, n, m) _mm512_maskz_loadu_ps(m, p)
+    #define NQ_LDW_F16(p, n, m) ((n) >= 16 ? NQ_LDH(p) : nq_ldh_part(p, n))
+    #define NQ_DOT_BODY512(LDW) \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(); \
+        int i = 0; \
+        for (; i + 32 <= n; i += 32) { \
+            acc0 = _mm512_fmadd_ps(LDW(a + i, 32, 0xFFFF), _mm512_loadu_ps(b + i), acc0); \
+            acc1 = _mm512_fmadd_ps(LDW(a + i + 16, 16, 0xFFFF), _mm512_loadu_ps(b + i + 16), acc1); \
+        } \
+        for (; i < n; i += 16) { \
+            const __mmask16 m = NQ_TAIL(n, i); \
+            acc0 = _mm512_fmadd_ps(LDW(a + i, n - i, m), _mm512_maskz_loadu_ps(m, b + i), acc0); \
+        } \
+        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    __attribute__((target("avx512f,fma")))
+    static float nq_dot_avx512(const float *a, const float *b, int n) { NQ_DOT_BODY512(NQ_LDW_F32) }
+    /* nq_dot_avx512 over a float16 row a, vector for vector: a float16 model's weights
+       give the bits of their float32 copies */
+    __attribute__((target("avx512f,fma")))
+    static float nq_doth_avx512(const uint16_t *a, const float *b, int n) { NQ_DOT_BODY512(NQ_LDW_F16) }
+    /* a[0:d] += c[0:d] * row[0:d] (a diagonal context's term; a multiply, then an add,
+       as the plain loop rounds them), row float32 or (half) float16 */
+    __attribute__((target("avx512f"), optimize("fp-contract=off")))
+    static void nq_diag_acc_avx512(float *a, const float *c, const void *row, int d, int half) {
+        for (int i = 0; i < d; i += 16) {
+            const __mmask16 m = NQ_TAIL(d, i);
+            const __m512 w = half ? nq_ldh_part((const uint16_t *)row + i, d - i)
+                                  : _mm512_maskz_loadu_ps(m, (const float *)row + i);
+            const __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i),
+                                           _mm512_mul_ps(_mm512_maskz_loadu_ps(m, c + i), w));
+            _mm512_mask_storeu_ps(a + i, m, x);
+        }
+    }
+    /* dst[0:d] = row[0:d] as floats */
+    __attribute__((target("avx512f")))
+    static void nq_copyh_avx512(float *dst, const uint16_t *row, int d) {
+        for (int i = 0; i < d; i += 16)
+            _mm512_mask_storeu_ps(dst + i, NQ_TAIL(d, i), nq_ldh_part(row + i, d - i));
+    }
+    /* Eight rows at a time: eight independent FMA chains, every load of h serves
+       eight rows, and the eight sums are reduced together by one transposing hadd
+       tree (10% faster than four rows for the 10k-row softmax normaliser).  WT, LDW:
+       the weights' type and load (float16 rows give their float32 copies' bits). */
+    #define NQ_ROWDOTS_BODY512(WT, LDW, DOT) \
+        int r = 0; \
+        for (; r + 8 <= rows; r += 8) { \
+            const WT *w0 = W + (long)r * ldw; \
+            __m512 a[8]; \
+            for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_ps(); \
+            for (int i = 0; i < n; i += 16) { \
+                const __mmask16 m = NQ_TAIL(n, i); \
+                const __m512 hv = _mm512_maskz_loadu_ps(m, h + i); \
+                for (int k = 0; k < 8; k++) \
+                    a[k] = _mm512_fmadd_ps(LDW(w0 + (long)k * ldw + i, n - i, m), hv, a[k]); \
+            } \
+            __m256 y[8]; \
+            for (int k = 0; k < 8; k++) \
+                y[k] = _mm256_add_ps(_mm512_castps512_ps256(a[k]), \
+                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1))); \
+            const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(y[0], y[1]), _mm256_hadd_ps(y[2], y[3])); \
+            const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(y[4], y[5]), _mm256_hadd_ps(y[6], y[7])); \
+            /* h0 = [rows 0-3 over lanes 0-3 | rows 0-3 over lanes 4-7]; the same for h1 */ \
+            const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), \
+                                              _mm256_permute2f128_ps(h0, h1, 0x31)); \
+            _mm256_storeu_ps(out + r, _mm256_add_ps(sums, _mm256_loadu_ps(bias + r))); \
+        } \
+        for (; r < rows; r++) out[r] = bias[r] + DOT(W + (long)r * ldw, h, n);
     __attribute__((target("avx512f,fma")))
     static void nq_rowdots_avx512(const float *W, int ldw, const float *h, int rows, int n,
-                                  const float *bias, float *out) {
-        /* Eight rows at a time: eight independent FMA chains, every load of h serves
-           eight rows, and the eight sums are reduced together by one transposing hadd
-           tree (10% faster than four rows for the 10k-row softmax normaliser). */
-        int r = 0;
-        for (; r + 8 <= rows; r += 8) {
-            const float *w0 = W + (long)r * ldw;
-            __m512 a[8];
-            for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_ps();
-            for (int i = 0; i < n; i += 16) {
-                const __mmask16 m = NQ_TAIL(n, i);
-                const __m512 hv = _mm512_maskz_loadu_ps(m, h + i);
-                for (int k = 0; k < 8; k++)
-                    a[k] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w0 + (long)k * ldw + i), hv, a[k]);
-            }
-            __m256 y[8];
-            for (int k = 0; k < 8; k++)
-                y[k] = _mm256_add_ps(_mm512_castps512_ps256(a[k]),
-                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[k]), 1)));
-            const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(y[0], y[1]), _mm256_hadd_ps(y[2], y[3]));
-            const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(y[4], y[5]), _mm256_hadd_ps(y[6], y[7]));
-            /* h0 = [rows 0-3 over lanes 0-3 | rows 0-3 over lanes 4-7]; the same for h1 */
-            const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20),
-                                              _mm256_permute2f128_ps(h0, h1, 0x31));
-            _mm256_storeu_ps(out + r, _mm256_add_ps(sums, _mm256_loadu_ps(bias + r)));
-        }
-        for (; r < rows; r++) out[r] = bias[r] + nq_dot_avx512(W + (long)r * ldw, h, n);
-    }
+                                  const float *bias, float *out) { NQ_ROWDOTS_BODY512(float, NQ_LDW_F32, nq_dot_avx512) }
+    __attribute__((target("avx512f,fma")))
+    static void nq_rowdotsh_avx512(const uint16_t *W, int ldw, const float *h, int rows, int n,
+                                   const float *bias, float *out) { NQ_ROWDOTS_BODY512(uint16_t, NQ_LDW_F16, nq_doth_avx512) }
     /* Exact softmax log-normalisers of n rows of H (r wide, rows ldh apart), for the
        batch API.  The output matrix comes packed as panels of NQ_PW words: panel p
        holds the (r x NQ_PW) block of transposed weights, so a row's logits for the
@@ -483,6 +523,12 @@ cdef extern from *:
     #define nq_rowdots_avx2 nq_rowdots_plain
     #define nq_vecmat_avx512 nq_vecmat_plain
     #define nq_vecmat2_avx512 nq_vecmat2_twice
+    /* float16 weights are kept only where AVX-512 reads them */
+    static float nq_doth_avx512(const uint16_t *a, const float *b, int n) { abort(); }
+    static void nq_rowdotsh_avx512(const uint16_t *W, int ldw, const float *h, int rows, int n,
+                                   const float *bias, float *out) { abort(); }
+    static void nq_diag_acc_avx512(float *a, const float *c, const void *row, int d, int half) { abort(); }
+    static void nq_copyh_avx512(float *dst, const uint16_t *row, int d) { abort(); }
     static void nq_vecmatw_avx512(const float *x, int n_in, const void *W, int ldw, int n_out,
                                   const float *b, float *y, int half) { abort(); }   /* level 3 only */
     #define nq_dot_avx512 nq_dot_plain
@@ -536,6 +582,23 @@ cdef extern from *:
         else nq_vecmat_impl(x, n_in, (const float *)W, ldw, n_out, b, y);
     }
     static inline float nq_dot(const float *a, const float *b, int n) { return nq_dot_impl(a, b, n); }
+    /* weight-row kernels over float32 or (half, AVX-512 only) float16 rows */
+    static inline float nq_dotw(const void *a, const float *b, int n, int half) {
+        return half ? nq_doth_avx512((const uint16_t *)a, b, n) : nq_dot_impl((const float *)a, b, n);
+    }
+    static inline void nq_rowdotsw(const void *W, int ldw, const float *h, int rows, int n, const float *bias,
+                                   float *out, int half) {
+        if (half) nq_rowdotsh_avx512((const uint16_t *)W, ldw, h, rows, n, bias, out);
+        else nq_rowdots_impl((const float *)W, ldw, h, rows, n, bias, out);
+    }
+    static inline void nq_diag_acc(float *a, const float *c, const void *row, int d, int half) {
+        if (nq_simd_level() == 3) { nq_diag_acc_avx512(a, c, row, d, half); return; }
+        for (int i = 0; i < d; i++) a[i] += c[i] * ((const float *)row)[i];
+    }
+    static inline void nq_copyw(float *dst, const void *row, int d, int half) {
+        if (half) nq_copyh_avx512(dst, (const uint16_t *)row, d);
+        else memcpy(dst, row, d * sizeof(float));
+    }
     static inline double nq_logsumexp(const float *s, int n) { return nq_logsumexp_impl(s, n); }
     static inline void nq_expshift(const float *s, int n, float mx, float *out) { nq_expshift_impl(s, n, mx, out); }
     static inline void nq_addrows(const float *b, const float *const *rows, int m, int n, int relu,
@@ -551,6 +614,11 @@ cdef extern from *:
     void nq_vecmatw(const float *x, int n_in, const void *W, int ldw, int n_out, const float *b, float *y,
                     int half) noexcept nogil
     float nq_dot(const float *a, const float *b, int n) noexcept nogil
+    float nq_dotw(const void *a, const float *b, int n, int half) noexcept nogil
+    void nq_rowdotsw(const void *W, int ldw, const float *h, int rows, int n, const float *bias, float *out,
+                     int half) noexcept nogil
+    void nq_diag_acc(float *a, const float *c, const void *row, int d, int half) noexcept nogil
+    void nq_copyw(float *dst, const void *row, int d, int half) noexcept nogil
     void nq_rowdots(const float *W, int ldw, const float *h, int rows, int n, const float *bias, float *out) noexcept nogil
     double nq_logsumexp(const float *s, int n) noexcept nogil
     void nq_expshift(const float *s, int n, float mx, float *out) noexcept nogil
@@ -583,9 +651,11 @@ MODES = {"exact": MODE_EXACT, "unnormalized": MODE_UNNORMALIZED, "fallback": MOD
 cdef double LOG10E = 0.43429448190325176
 
 
-# Class-mode copies of a float16 model's weights in float16 (tests turn this off to
-# compare the two kernels bit for bit).
+# Class-mode copies of a float16 model's weights in float16, and its embedding and
+# output matrices kept float16 (tests turn these off to compare the kernels bit for bit).
 HALF_COPIES = True
+HALF_WEIGHTS = True
+HALF_PARAMS = ("emb", "out_w", "cls_w")
 
 
 def _exactly_float16(a):
@@ -679,7 +749,8 @@ cdef class NeuralCore(LMCore):
     cdef object _keep
     cdef public int mode
     cdef int V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len
-    cdef const float *emb
+    cdef const void *emb                 # emb, out_w, cls_w: float32, or float16 where
+                                         # half_w (a float16 model on AVX-512)
     cdef const float *ctxw
     cdef const float *b0
     cdef const float *w1
@@ -690,9 +761,11 @@ cdef class NeuralCore(LMCore):
     cdef const float *w2_p
     cdef int ld0, ld1, ld2
     cdef const float *b2
-    cdef const float *out_w
+    cdef const void *out_w
     cdef const float *out_b
-    cdef const float *cls_w
+    cdef const void *cls_w
+    cdef bint half_w
+    cdef object _w32                     # float32 copies made for BLAS paths (half_w)
     cdef const float *cls_b
     cdef const void *cls_t               # exact class mode: cls_w transposed, (r, ld_cls)
     cdef int ld_cls
@@ -771,12 +844,20 @@ cdef class NeuralCore(LMCore):
         self.bos_id = BOS_ID
         self.eos_id = EOS_ID
         self.mode = mode
+        # A float16 model's three big matrices stay float16 (memory-mapped from the file,
+        # so only the rows queries touch are resident) where AVX-512 reads them and no
+        # dense (BLAS) path needs them: a ReLU net.  Elsewhere they are converted.
+        self.half_w = (HALF_WEIGHTS and nq_simd_level() == 3 and self.act == ACT_RELU
+                       and all(np.asarray(params[n]).dtype == np.float16 or np.asarray(params[n]).size == 0
+                               for n in HALF_PARAMS))
         flat = {}
         for name, a in params.items():
-            a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+            dtype = np.float16 if self.half_w and name in HALF_PARAMS else np.float32
+            a = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
             if a.size == 0:
-                a = np.zeros(1, np.float32)
+                a = np.zeros(1, dtype)
             flat[name] = a
+        self._w32 = {}
         sflat = {}
         for name, a in structs.items():
             a = np.ascontiguousarray(a).reshape(-1)
@@ -784,7 +865,7 @@ cdef class NeuralCore(LMCore):
                 a = np.zeros(1, a.dtype)
             sflat[name] = a
         self._keep = [flat, sflat, T, fallback]
-        fv = flat["emb"]; self.emb = &fv[0]
+        self.emb = <const void *><Py_ssize_t>flat["emb"].ctypes.data
         fv = flat["ctx"]; self.ctxw = &fv[0]
         fv = flat["b0"]; self.b0 = &fv[0]
         fv = flat["w1"]; self.w1 = &fv[0]
@@ -801,9 +882,9 @@ cdef class NeuralCore(LMCore):
         self.w1_p = <const float *><Py_ssize_t>ptr
         ptr, self.ld2 = self._padded(flat["w2"], self.h1 if self.n_dense >= 2 else 0, self.h2)
         self.w2_p = <const float *><Py_ssize_t>ptr
-        fv = flat["out_w"]; self.out_w = &fv[0]
+        self.out_w = <const void *><Py_ssize_t>flat["out_w"].ctypes.data
         fv = flat["out_b"]; self.out_b = &fv[0]
-        fv = flat["cls_w"]; self.cls_w = &fv[0]
+        self.cls_w = <const void *><Py_ssize_t>flat["cls_w"].ctypes.data
         fv = flat["cls_b"]; self.cls_b = &fv[0]
         if self.out_kind == OUT_CLASS and mode == MODE_EXACT:
             self._transposed_class_blocks(flat["cls_w"], flat["out_w"], sflat["class_start"])
@@ -921,7 +1002,7 @@ cdef class NeuralCore(LMCore):
         cdef int V = self.V, r = self.r, pw = NQ_PW
         np_ = (V + pw - 1) // pw
         W = np.zeros((np_ * pw, r), np.float32)
-        W[:V] = np.asarray(<const float[:V * r]>self.out_w).reshape(V, r)
+        W[:V] = self._keep[0]["out_w"].reshape(V, r)          # (float16 values convert)
         panels = self._aligned_zeros(np_ * r * pw)
         panels.reshape(np_, r, pw)[:] = W.reshape(np_, pw, r).transpose(0, 2, 1)
         bias = np.zeros(np_ * pw, np.float32)
@@ -942,6 +1023,12 @@ cdef class NeuralCore(LMCore):
     def cache_size(self):
         """Contexts the single-query cache holds."""
         return self.cache_slots
+
+    @property
+    def half_weights(self):
+        """Whether the embedding and output matrices are read as float16 (a float16
+        model's ReLU net on AVX-512: they stay memory-mapped from the file)."""
+        return bool(self.half_w)
 
     @property
     def half_class_copies(self):
@@ -965,8 +1052,7 @@ cdef class NeuralCore(LMCore):
                             float *A2, float **H) noexcept nogil:
         """Hidden states of B contexts (B x m ids, oldest first) -> *H (B x r)."""
         cdef int b, j, i
-        cdef const float *row
-        cdef const float *cj
+        cdef const char *erow
         cdef float *a
         cdef const float *rows[MAX_ORDER]
         cdef bint activated = False
@@ -986,8 +1072,8 @@ cdef class NeuralCore(LMCore):
             else:
                 for b in range(B):
                     for j in range(m):
-                        memcpy(X + (<int64_t>b * m + j) * d, self.emb + <int64_t>ctx[b * m + j] * d,
-                               d * sizeof(float))
+                        nq_copyw(X + (<int64_t>b * m + j) * d, self._wrow(self.emb, ctx[b * m + j], d), d,
+                                 self.half_w)
                 if B == 1:
                     nq_vecmat(X, m * d, self.ctxw_p, self.ld0, r0, self.b0, A0)
                 else:
@@ -1000,16 +1086,14 @@ cdef class NeuralCore(LMCore):
             for b in range(B):
                 # as for the table: every line of the m embedding rows requested at once
                 for j in range(m):
-                    row = self.emb + <int64_t>ctx[b * m + j] * d
-                    for i in range(0, d, 16):
-                        __builtin_prefetch(row + i)
+                    erow = <const char *>self._wrow(self.emb, ctx[b * m + j], d)
+                    for i in range(0, d * (2 if self.half_w else 4), 64):
+                        __builtin_prefetch(erow + i)
                 a = A0 + <int64_t>b * r0
                 memcpy(a, self.b0, r0 * sizeof(float))
                 for j in range(m):
-                    row = self.emb + <int64_t>ctx[b * m + j] * d
-                    cj = self.ctxw + <int64_t>j * d
-                    for i in range(d):
-                        a[i] += cj[i] * row[i]
+                    nq_diag_acc(a, self.ctxw + <int64_t>j * d, self._wrow(self.emb, ctx[b * m + j], d), d,
+                                self.half_w)
         if not activated:
             for i in range(B * r0):
                 A0[i] = _act(A0[i], self.act)
@@ -1061,8 +1145,24 @@ cdef class NeuralCore(LMCore):
         self._hidden_block(ctx, 1, ws, ws + md + 16, ws + md + self.r0 + 32, ws + md + self.r0 + self.h1 + 48, &h)
         return h
 
-    cdef inline double _dot(self, const float *a, const float *b) noexcept nogil:
-        return nq_dot(a, b, self.r)
+    cdef inline const void *_wrow(self, const void *base, int64_t row, int width) noexcept nogil:
+        """Row `row` of a (rows, width) matrix of emb/out_w/cls_w (float16 where half_w)."""
+        return <const char *>base + row * width * (2 if self.half_w else 4)
+
+    cdef inline double _wdot(self, const void *base, int64_t row, const float *h) noexcept nogil:
+        """Row `row` of out_w or cls_w dotted with the hidden state h."""
+        return nq_dotw(self._wrow(base, row, self.r), h, self.r, self.half_w)
+
+    cdef const float *_f32(self, name) except NULL:
+        """emb/out_w/cls_w as float32 for the dense (BLAS) paths: the array itself, or
+        with half_w a float32 copy made on first use (those paths serve other nets; this
+        keeps any path that reaches one correct)."""
+        a = self._keep[0][name]
+        if a.dtype != np.float32:
+            if name not in self._w32:
+                self._w32[name] = a.astype(np.float32)
+            a = self._w32[name]
+        return <const float *><Py_ssize_t>a.ctypes.data
 
     cdef double _softmax_logz(self, const float *h, float *scores) noexcept nogil:
         """log sum_w exp(out_w[w] . h + out_b[w]) over the vocabulary.  One vector
@@ -1077,7 +1177,7 @@ cdef class NeuralCore(LMCore):
                                  <int32_t *>scores, scores + r + 16, <int32_t *>(scores + 2 * r + 32),
                                  scores + 2 * r + 33, scores + 2 * r + 34, &logz)
             return logz
-        nq_rowdots(self.out_w, self.r, h, self.V, self.r, self.out_b, scores)
+        nq_rowdotsw(self.out_w, self.r, h, self.V, self.r, self.out_b, scores, self.half_w)
         return _logsumexp(scores, self.V)
 
     cdef double _logp(self, const float *h, WordId w, double logz, float *scores) noexcept nogil:
@@ -1086,29 +1186,30 @@ cdef class NeuralCore(LMCore):
         cdef double s, lc, lw
         cdef int c, i, lo, hi, L, node
         if self.out_kind == OUT_SOFTMAX:
-            s = self._dot(self.out_w + <int64_t>w * self.r, h) + self.out_b[w]
+            s = self._wdot(self.out_w, w, h) + self.out_b[w]
             if self.mode == MODE_UNNORMALIZED:
                 return s
             return s - logz
         if self.out_kind == OUT_CLASS:
             c = self.word_class[w]
-            s = self._dot(self.cls_w + <int64_t>c * self.r, h) + self.cls_b[c]
+            s = self._wdot(self.cls_w, c, h) + self.cls_b[c]
             i = self.word_pos[w]
-            lw = self._dot(self.out_w + <int64_t>i * self.r, h) + self.out_b[i]
+            lw = self._wdot(self.out_w, i, h) + self.out_b[i]
             if self.mode == MODE_UNNORMALIZED:
                 return s + lw
-            nq_rowdots(self.cls_w, self.r, h, self.C, self.r, self.cls_b, scores)
+            nq_rowdotsw(self.cls_w, self.r, h, self.C, self.r, self.cls_b, scores, self.half_w)
             lc = s - _logsumexp(scores, self.C)
             lo = self.class_start[c]
             hi = self.class_start[c + 1]
-            nq_rowdots(self.out_w + <int64_t>lo * self.r, self.r, h, hi - lo, self.r, self.out_b + lo, scores)
+            nq_rowdotsw(self._wrow(self.out_w, lo, self.r), self.r, h, hi - lo, self.r, self.out_b + lo, scores,
+                        self.half_w)
             return lc + lw - _logsumexp(scores, hi - lo)
         # tree: code 1 takes sigmoid(+score), code 0 sigmoid(-score)
         L = self.lengths[w]
         s = 0
         for i in range(L):
             node = self.points[<int64_t>w * self.max_len + i]
-            lw = self._dot(self.out_w + <int64_t>node * self.r, h) + self.out_b[node]
+            lw = self._wdot(self.out_w, node, h) + self.out_b[node]
             s += _log_sigmoid(lw if self.codes[<int64_t>w * self.max_len + i] != 0 else -lw)
         return s
 
@@ -1198,10 +1299,10 @@ cdef class NeuralCore(LMCore):
         cdef bint need_cls = isnan(lz[0])
         cdef bint need_wz = not ((ok[c >> 6] >> (c & 63)) & 1)
         cdef const void *blk = self._block(c)
-        cdef const float *wrow = self.out_w + <int64_t>i * self.r
+        cdef const char *wrow = <const char *>self._wrow(self.out_w, i, self.r)
         cdef int k
         if need_wz:
-            for k in range(0, self.r, 16):
+            for k in range(0, self.r * (2 if self.half_w else 4), 64):
                 __builtin_prefetch(wrow + k)
         if need_cls and need_wz:
             nq_vecmat2(h, self.r, self.cls_t, self.ld_cls, self.C, self.cls_b, self.cls_scores,
@@ -1213,8 +1314,8 @@ cdef class NeuralCore(LMCore):
         if need_wz:
             wz[c] = <float>_logsumexp(self.scores, hi - lo)
             ok[c >> 6] |= (<uint64_t>1) << (c & 63)
-        return ((self._dot(self.cls_w + <int64_t>c * self.r, h) + self.cls_b[c]) - lz[0]
-                + (self._dot(wrow, h) + self.out_b[i]) - wz[c])
+        return ((self._wdot(self.cls_w, c, h) + self.cls_b[c]) - lz[0]
+                + (self._wdot(self.out_w, i, h) + self.out_b[i]) - wz[c])
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         cdef int32_t ctx[MAX_ORDER]
@@ -1359,6 +1460,7 @@ cdef class NeuralCore(LMCore):
         cdef float *hp
         cdef float *row
         cdef double logz
+        cdef const float *ow = self._f32("out_w") if need_z and not panels else NULL
         with nogil:
             lo = 0
             while lo < N:
@@ -1391,7 +1493,7 @@ cdef class NeuralCore(LMCore):
                 if need_z:
                     # one product for the block's scores, then the rows' normalisers in
                     # parallel (the softmax _logp touches no scratch)
-                    _gemm_rm(nb, V, r, H, r, self.out_w, r, &sv[0], V, True)
+                    _gemm_rm(nb, V, r, H, r, ow, r, &sv[0], V, True)
                     for b in prange(nb, schedule='static'):
                         row = &sv[0] + <int64_t>b * V
                         for i in range(V):
@@ -1536,13 +1638,15 @@ cdef class NeuralCore(LMCore):
         cdef double[::1] lcv = lc, o = out
         cdef float *H
         cdef float *srow
+        cdef const float *ow = self._f32("out_w")
+        cdef const float *cw = self._f32("cls_w")
         with nogil:
             lo = 0
             while lo < N:
                 nb = min(B, N - lo)
                 self._hidden_block(&c[lo, 0], nb, &xv[0], &a0[0], &a1[0], &a2[0], &H)
                 # log p(class | h) of each row's word
-                _gemm_rm(nb, C, r, H, r, self.cls_w, r, &sv[0], C, True)
+                _gemm_rm(nb, C, r, H, r, cw, r, &sv[0], C, True)
                 for b in range(nb):
                     srow = &sv[0] + <int64_t>b * C
                     for k in range(C):
@@ -1559,7 +1663,7 @@ cdef class NeuralCore(LMCore):
                     if n_c >= 4:
                         for i in range(n_c):
                             memcpy(&gv[0] + <int64_t>i * r, H + <int64_t>rv[st[cl] + i] * r, r * sizeof(float))
-                        _gemm_rm(n_c, width, r, &gv[0], r, self.out_w + <int64_t>self.class_start[cl] * r, r,
+                        _gemm_rm(n_c, width, r, &gv[0], r, ow + <int64_t>self.class_start[cl] * r, r,
                                  &sv[0], width, True)
                         for i in range(n_c):
                             srow = &sv[0] + <int64_t>i * width
@@ -1568,7 +1672,7 @@ cdef class NeuralCore(LMCore):
                     else:
                         # too few rows for a BLAS call to pay: the eight-row dot kernel
                         for i in range(n_c):
-                            nq_rowdots(self.out_w + <int64_t>self.class_start[cl] * r, r,
+                            nq_rowdots(ow + <int64_t>self.class_start[cl] * r, r,
                                        H + <int64_t>rv[st[cl] + i] * r, width, r,
                                        self.out_b + self.class_start[cl], &sv[0] + <int64_t>i * width)
                     for i in range(n_c):

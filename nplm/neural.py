@@ -233,12 +233,13 @@ class NeuralNet:
                   "w2": (sizes[1], sizes[2]) if len(dense) >= 2 else (0, 0), "b2": (sizes[2],) if len(dense) >= 2 else (0,),
                   "out_w": (self.n_out_rows, sizes[-1]), "out_b": (self.n_out_rows,),
                   "cls_w": (C, sizes[-1]) if c.output == "class" else (0, 0), "cls_b": (C,) if c.output == "class" else (0,)}
+        spec = getattr(self.params, "spec", None)    # (a lazily converted mapping)
         for name in PARAM_NAMES:
-            a = self.params.get(name)
-            if a is None:
+            if name not in self.params:
                 raise FormatError(f"parameter {name!r} is missing")
-            if tuple(a.shape) != expect[name] or a.dtype != np.float32:
-                raise FormatError(f"parameter {name!r} has shape {tuple(a.shape)} {a.dtype}, "
+            shape, dtype = spec(name) if spec else (tuple(self.params[name].shape), self.params[name].dtype)
+            if shape != expect[name] or dtype != np.float32:
+                raise FormatError(f"parameter {name!r} has shape {shape} {dtype}, "
                                   f"expected {expect[name]} float32")
         s = self.structs
         if c.output == "class":
@@ -404,9 +405,10 @@ class NeuralNet:
         container.write(path, KIND, config, arrays)
 
     @classmethod
-    def load(cls, path, return_container=False):
+    def load(cls, path, return_container=False, lazy=False):
         """Map a saved network (arrays stay read-only views into the file; a
-        quantised file's weights are dequantised to float32 arrays)."""
+        quantised file's weights are dequantised to float32 arrays, with ``lazy``
+        each when first used: see formats.quantize.dequantize_arrays)."""
         c = container.read(path, expect_kind=KIND)
         try:
             if c.config.get("format") != FORMAT:
@@ -415,7 +417,7 @@ class NeuralNet:
             vocab = Vocabulary.from_arrays(c.arrays)
             if c.config.get("quantized"):
                 from .formats.quantize import dequantize_arrays
-                params = dequantize_arrays(c)          # float16/int8 weights -> float32
+                params = dequantize_arrays(c, lazy)    # float16/int8 weights -> float32
             else:
                 params = {n: c.arrays["param." + n] for n in PARAM_NAMES}
             structs = {n[len("struct."):]: v for n, v in c.arrays.items() if n.startswith("struct.")}

@@ -97,13 +97,16 @@ class NeuralData:
 
 def load(path, normalization=None, cache_size=4096):
     from .formats.quantize import load_neural
-    net, c = load_neural(path, return_container=True)     # float32, or float16/int8 dequantised
+    # float32, or float16/int8 converted when first used: the core reads a float16
+    # model's big matrices as they are stored (where it can), so they stay mapped
+    net, c = load_neural(path, return_container=True, lazy=True)
     mode, name = resolve_mode(net, normalization)
     fallback = _fallback_tables(c.arrays, net.order - 1)
     if name == "fallback" and fallback is None:
         raise FormatError("no fallback normaliser tables in this model: run "
                           "`nplm precompute MODEL --text TRAIN --min-count C` first", path)
-    core = _nquery.NeuralCore(_dims(net), dict(net.params), dict(net.structs), mode,
+    stored = getattr(net.params, "stored", net.params.__getitem__)
+    core = _nquery.NeuralCore(_dims(net), {n: stored(n) for n in net.params}, dict(net.structs), mode,
                               first_layer_table(net), fallback, cache_size)
     words = list(net.vocab.words)
     vocab = _kernels.Vocab(*_kernels.build_vocab_arrays(words, unreachable=("<null>",)))

@@ -339,6 +339,92 @@ def test_float16_class_copies_give_the_float32_bits(tmp_path, monkeypatch, width
     np.testing.assert_allclose(got[True][0], ref, atol=2e-5)
 
 
+@pytest.mark.parametrize("shape", [("full", (12,), "class", "relu"), ("diagonal", (), "class", "relu"),
+                                   ("diagonal", (7,), "softmax", "relu"), ("full", (12,), "tree", "relu"),
+                                   ("diagonal", (9,), "tree", "tanh")])
+@pytest.mark.parametrize("table", [True, False])
+def test_float16_weights_stay_float16_and_give_the_float32_bits(tmp_path, monkeypatch, shape, table):
+    """A float16 model's embedding and output matrices are read as float16 by a ReLU
+    net's query core on AVX-512, so they are never converted (they stay memory-mapped):
+    every mode's single queries of new contexts, distributions, batches and samples
+    have the bits of the same core over float32 copies.  Nets of other activations
+    convert them.  ``table``: a full context through the first-layer table, or (off)
+    through the embedding rows."""
+    import nplm._nquery as q
+    import nplm.neural_model as nm
+    from nplm.formats.quantize import quantize_file
+    from nplm.neural import NeuralConfig, NeuralNet
+    from neural_fixtures import COUNTS, WORDS, randomise
+    from nplm.clusters import frequency_bins, huffman_tree
+    from nplm.vocab import Vocabulary
+    context, hidden, output, act = shape
+    if not table:
+        monkeypatch.setattr(nm, "PRECOMPUTE_BYTES", 0)
+    cfg = NeuralConfig(order=4, embedding_dim=21, hidden=hidden, context=context, output=output,
+                       objective="mle", classes=5, activation=act)
+    t = huffman_tree(COUNTS) if output == "tree" else None
+    net = randomise(NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=2,
+                                     word_class=frequency_bins(COUNTS, 5) if output == "class" else None,
+                                     tree=(t.points, t.codes, t.lengths) if t else None), 4)
+    src, path = str(tmp_path / "f32.nplm"), str(tmp_path / "f16.nplm")
+    net.save(src)
+    quantize_file(src, path, "float16")
+    modes = [None, "unnormalized"]
+    if output == "softmax":
+        text = tmp_path / "t.txt"
+        text.write_text("w1 w2 w3\nw1 w2 w3 w4\nw5 w1 w2\n")
+        precompute(path, str(text), 1, progress=False)
+        modes.append("fallback")
+    hists = [[], ["w3"], ["w1", "w2"], ["w9", "w30", "w2", "w5"]]
+    words = ["</s>"] + WORDS[4:]
+    V = len(WORDS)
+    ctx = np.array([_ctx(net, h) for h in hists for _ in words], np.int32)
+    ids = np.tile([net.vocab.id(w) for w in words], len(hists)).astype(np.int32)
+    u = np.random.default_rng(3).random((len(ctx), 2))
+    for mode in modes:
+        got = {}
+        for half in (True, False):
+            monkeypatch.setattr(q, "HALF_WEIGHTS", half)
+            m = nplm.Model(path, normalization=mode)
+            assert m.core.half_weights == (half and q.SIMD == "avx512" and act == "relu")
+            single = []
+            for h in hists:
+                s, out = _state_after(m, h), nplm.State()
+                for w in words:
+                    m.core.clear_cache()
+                    single.append(m.BaseScore(s, w, out))
+            dists = [m.log10_distribution(_state_after(m, h)) for h in hists]
+            got[half] = [np.array(single), np.array(dists), m.core.log_probs(ctx, ids)]
+            if m.core.samples_classes:
+                got[half].append(m.core.sample_class_rows(ctx, u))
+            if half and m.core.half_weights:
+                kept = {"out_w", "cls_w"} | (set() if context == "full" and table else {"emb"})
+                assert not (m._data.net.params.converted() & kept)
+        for a, b in zip(got[True], got[False]):
+            np.testing.assert_array_equal(a, b)
+    # and the values are the float16 net's (numpy over its float32 conversion)
+    rounded = _f16(net)
+    ref = np.concatenate([numpy_log_dist(rounded, _ctx(net, h))[[net.vocab.id(w) for w in words]]
+                          for h in hists]) / LN10
+    m = nplm.Model(path)
+    single = []
+    for h in hists:
+        s, out = _state_after(m, h), nplm.State()
+        single.extend(m.BaseScore(s, w, out) for w in words)
+    np.testing.assert_allclose(single, ref, atol=2e-5)
+
+
+def _f16(net):
+    """The net with every quantised matrix rounded to float16, as the file holds it."""
+    import copy
+    from nplm.formats.quantize import MATRICES
+    net = copy.deepcopy(net)
+    for name in MATRICES:
+        if net.params[name].ndim == 2 and net.params[name].size:
+            net.params[name] = net.params[name].astype(np.float16).astype(np.float32)
+    return net
+
+
 @pytest.mark.parametrize("l3_bytes", [0, 1 << 40])
 def test_class_block_prefetch_changes_no_score(tmp_path, monkeypatch, l3_bytes):
     """Class blocks larger than half the L3 cache are prefetched for a new context (a

@@ -15,6 +15,8 @@ float16: see ``NeuralCore._transposed_class_blocks``.)  ``NeuralNet.load`` reads
 ``dequantize_arrays(container)``, which returns the ``{name: float32 array}``
 parameters; ``load_neural`` is kept as a name for it.
 """
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..errors import FormatError
@@ -49,40 +51,83 @@ def quantize_params(params, dtype):
     return arrays, names
 
 
-def dequantize_arrays(cont):
-    """{parameter name: float32 array} of a loaded neural container, quantised or not."""
+def dequantize_arrays(cont, lazy=False):
+    """{parameter name: float32 array} of a loaded neural container, quantised or not.
+    With ``lazy``, a DequantizedParams mapping that converts each array when it is
+    first asked for (every array is checked now)."""
     from ..neural import PARAM_NAMES
     q = cont.config.get("quantized")
     if q and not isinstance(q, dict):  # (reliability fix: a non-object raised AttributeError)
         raise FormatError(f"malformed quantisation description {q!r}", cont.path)
-    out = {}
     names = set(q.get("params", [])) if q else set()
     if q and q.get("dtype") not in DTYPES:
         raise FormatError(f"unknown quantisation {q.get('dtype')!r}", cont.path)
+    stored, scales = {}, {}
     for name in PARAM_NAMES:
         key = "param." + name
         if key not in cont.arrays:
             raise FormatError(f"parameter {name!r} is missing", cont.path)
-        a = cont.arrays[key]
+        a = stored[name] = cont.arrays[key]
         if name not in names:
-            out[name] = a
-        elif q["dtype"] == "float16":
+            continue
+        if q["dtype"] == "float16":
             if a.dtype != np.float16:
                 raise FormatError(f"parameter {name!r} should be float16, is {a.dtype}", cont.path)
-            out[name] = a.astype(np.float32)
         else:
-            scale = cont.arrays.get("qscale." + name)
+            scale = scales[name] = cont.arrays.get("qscale." + name)
             if a.dtype != np.int8 or scale is None or scale.shape != (a.shape[0],) or scale.dtype != np.float32:
                 raise FormatError(f"parameter {name!r}: int8 values or their row scales are malformed", cont.path)
-            out[name] = a.astype(np.float32) * scale[:, None]
-    return out
+    params = DequantizedParams(stored, names, scales)
+    return params if lazy else {name: params[name] for name in PARAM_NAMES}
 
 
-def load_neural(path, return_container=False):
+class DequantizedParams(Mapping):
+    """A quantised network's parameters as float32 arrays, each converted when first
+    asked for and kept.  A query core that reads float16 weights itself takes them
+    from ``stored`` and never converts them, so they stay memory-mapped."""
+
+    def __init__(self, stored, quantised, scales):
+        self._stored, self._quantised, self._scales = stored, quantised, scales
+        self._float32 = {}
+
+    def __getitem__(self, name):
+        if name not in self._float32:
+            a = self._stored[name]
+            if name in self._quantised:
+                a = a.astype(np.float32)
+                if name in self._scales:
+                    a *= self._scales[name][:, None]
+            self._float32[name] = a
+        return self._float32[name]
+
+    def __contains__(self, name):
+        return name in self._stored       # (Mapping's would convert the array)
+
+    def __iter__(self):
+        return iter(self._stored)
+
+    def __len__(self):
+        return len(self._stored)
+
+    def stored(self, name):
+        """The array as the file holds it: float16 stays float16 (int8 is converted)."""
+        a = self._stored[name]
+        return a if a.dtype != np.int8 else self[name]
+
+    def spec(self, name):
+        """(shape, dtype) of the float32 array, without converting it."""
+        return tuple(self._stored[name].shape), np.dtype(np.float32)
+
+    def converted(self):
+        """Names of the quantised arrays converted so far."""
+        return set(self._float32) & self._quantised
+
+
+def load_neural(path, return_container=False, lazy=False):
     """A NeuralNet from an nplm neural file, float32 or quantised (NeuralNet.load
-    reads both)."""
+    reads both; ``lazy``: see dequantize_arrays)."""
     from ..neural import NeuralNet
-    return NeuralNet.load(path, return_container=return_container)
+    return NeuralNet.load(path, return_container=return_container, lazy=lazy)
 
 
 def quantize_file(src, dst, dtype):
