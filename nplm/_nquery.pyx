@@ -376,8 +376,8 @@ cdef extern from *:
     static void nq_diag_acc_avx512(float *a, const float *c, const void *row, int d, int half) {
         for (int i = 0; i < d; i += 16) {
             const __mmask16 m = NQ_TAIL(d, i);
-            const __m512 w = half ? nq_ldh_part((const uint16_t *)row + i, d - i)
-                                  : _mm512_maskz_loadu_ps(m, (const float *)row + i);
+            const __m512 w = half ? NQ_LDW_F16((const uint16_t *)row + i, d - i, m)
+                                  : NQ_LDW_F32((const float *)row + i, d - i, m);
             const __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i),
                                            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, c + i), w));
             _mm512_mask_storeu_ps(a + i, m, x);
@@ -387,7 +387,7 @@ cdef extern from *:
     __attribute__((target("avx512f")))
     static void nq_copyh_avx512(float *dst, const uint16_t *row, int d) {
         for (int i = 0; i < d; i += 16)
-            _mm512_mask_storeu_ps(dst + i, NQ_TAIL(d, i), nq_ldh_part(row + i, d - i));
+            _mm512_mask_storeu_ps(dst + i, NQ_TAIL(d, i), NQ_LDW_F16(row + i, d - i, 0));
     }
     /* Eight rows at a time: eight independent FMA chains, every load of h serves
        eight rows, and the eight sums are reduced together by one transposing hadd
