@@ -319,3 +319,30 @@ def test_converted_isi_model_scores_sentences_like_the_toolkit(tmp_path, normali
 
     for sentence in ("a b c", "the cat", "c", "the zebra a the cat b"):
         assert abs(model.score(sentence) - toolkit(sentence)) < 1e-4, sentence
+
+
+@pytest.mark.parametrize("damage,message", [
+    (("float16", "param.emb", lambda a: a.astype(np.float32)), "'emb' should be float16"),
+    (("float16", "param.out_b", lambda a: a.astype(np.float64)), "'out_b' has shape .* float64"),
+    (("int8", "qscale.out_w", None), "'out_w': int8 values or their row scales are malformed"),
+])
+def test_damaged_quantised_files_are_refused_when_loaded(tmp_path, damage, message):
+    """A quantised model's arrays are checked when it is loaded, also where their
+    float32 values are made only when first used (nplm.Model), naming the array."""
+    from nplm.formats import container
+    from nplm.neural import KIND
+    dtype, key, change = damage
+    src, dst, bad = tmp_path / "net.nplm", tmp_path / "q.nplm", tmp_path / "bad.nplm"
+    _random_net().save(src)
+    quantize.quantize_file(src, dst, dtype)
+    c = container.read(dst)
+    arrays = dict(c.arrays)
+    if change is None:
+        del arrays[key]
+    else:
+        arrays[key] = change(arrays[key])
+    container.write(bad, KIND, c.config, arrays)
+    with pytest.raises(nplm.ModelLoadError, match=message):
+        nplm.Model(str(bad))
+    with pytest.raises(nplm.FormatError, match=message):
+        quantize.load_neural(bad)

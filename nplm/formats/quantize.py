@@ -7,13 +7,15 @@ float32 scale per row in ``qscale.<name>`` (symmetric: w = q * scale, scale =
 max |row| / 127, so every row uses the full int8 range).  Biases and the small
 structures stay float32: they are a negligible part of the size.
 
-Loading dequantises into float32 arrays, so the float32 kernels run unchanged; the
-saving is on disk and in transfer.  At query time such a model is resident in full,
-where a float32 file is memory-mapped and only the pages queries touch count.  (Exact
-class mode of a float16 model on AVX-512 keeps its transposed output copies in
-float16: see ``NeuralCore._transposed_class_blocks``.)  ``NeuralNet.load`` reads plain and quantised files alike through
-``dequantize_arrays(container)``, which returns the ``{name: float32 array}``
-parameters; ``load_neural`` is kept as a name for it.
+Loading checks every array; the float32 values are made when first asked for
+(``DequantizedParams``).  A float16 ReLU net's query core on AVX-512 reads the
+embedding and output matrices as stored, memory-mapped from the file, and never
+asks (``nplm/_nquery.pyx``: the float16 row kernels give the float32 kernels' bits).
+Other nets and int8 models are converted at load, so their saving is on disk; at
+query time they are resident in full, where a float32 file is memory-mapped and only
+the pages queries touch count.  ``NeuralNet.load`` reads plain and quantised files
+alike through ``dequantize_arrays(container)``; ``load_neural`` is kept as a name
+for it.
 """
 from collections.abc import Mapping
 
@@ -115,8 +117,10 @@ class DequantizedParams(Mapping):
         return a if a.dtype != np.int8 else self[name]
 
     def spec(self, name):
-        """(shape, dtype) of the float32 array, without converting it."""
-        return tuple(self._stored[name].shape), np.dtype(np.float32)
+        """(shape, dtype) the array has once converted, without converting it (an
+        array stored unquantised keeps its own dtype, for the loader's checks)."""
+        a = self._stored[name]
+        return tuple(a.shape), np.dtype(np.float32) if name in self._quantised else a.dtype
 
     def converted(self):
         """Names of the quantised arrays converted so far."""
