@@ -157,32 +157,57 @@ cdef extern from *:
     __attribute__((target("avx2,fma")))
     static void nq_vecmat_avx2(const float *x, int n_in, const float *W, int ldw, int n_out,
                                const float *b, float *__restrict__ y) { NQ_VECMAT_BODY }
-    __attribute__((target("avx2,fma")))
-    static float nq_dot_avx2(const float *a, const float *b, int n) {
-        /* explicit vectors: without -ffast-math the compiler keeps a float
-           reduction scalar */
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        int i = 0;
-        for (; i + 16 <= n; i += 16) {
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-        }
-        for (; i + 8 <= n; i += 8)
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-        acc0 = _mm256_add_ps(acc0, acc1);
-        __m128 lo = _mm256_castps256_ps128(acc0), hi = _mm256_extractf128_ps(acc0, 1);
-        lo = _mm_add_ps(lo, hi);
-        lo = _mm_hadd_ps(lo, lo);
-        lo = _mm_hadd_ps(lo, lo);
-        float s = _mm_cvtss_f32(lo);
-        for (; i < n; i++) s += a[i] * b[i];
+    /* explicit vectors: without -ffast-math the compiler keeps a float reduction
+       scalar.  LD8 loads 8 weights at p as floats, SC converts one (float16 rows give
+       their float32 copies' bits: the same vectors in the same order, and no FMA
+       contraction of the tail, which the compiler vectorises for one and not the
+       other). */
+    #define NQ_DOT_BODY256(LD8, SC) \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(); \
+        int i = 0; \
+        for (; i + 16 <= n; i += 16) { \
+            acc0 = _mm256_fmadd_ps(LD8(a + i), _mm256_loadu_ps(b + i), acc0); \
+            acc1 = _mm256_fmadd_ps(LD8(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1); \
+        } \
+        for (; i + 8 <= n; i += 8) \
+            acc0 = _mm256_fmadd_ps(LD8(a + i), _mm256_loadu_ps(b + i), acc0); \
+        acc0 = _mm256_add_ps(acc0, acc1); \
+        __m128 lo = _mm256_castps256_ps128(acc0), hi = _mm256_extractf128_ps(acc0, 1); \
+        lo = _mm_add_ps(lo, hi); \
+        lo = _mm_hadd_ps(lo, lo); \
+        lo = _mm_hadd_ps(lo, lo); \
+        float s = _mm_cvtss_f32(lo); \
+        for (; i < n; i++) s += SC(a[i]) * b[i]; \
         return s;
-    }
+    #define NQ_LD8_F32(p) _mm256_loadu_ps(p)
+    #define NQ_LD8_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+    #define NQ_SC_F32(x) (x)
+    #define NQ_SC_F16(x) _cvtsh_ss(x)
+    __attribute__((target("avx2,fma"), optimize("fp-contract=off")))
+    static float nq_dot_avx2(const float *a, const float *b, int n) { NQ_DOT_BODY256(NQ_LD8_F32, NQ_SC_F32) }
+    __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
+    static float nq_doth_avx2(const uint16_t *a, const float *b, int n) { NQ_DOT_BODY256(NQ_LD8_F16, NQ_SC_F16) }
     __attribute__((target("avx2,fma")))
     static void nq_rowdots_avx2(const float *W, int ldw, const float *h, int rows, int n,
                                 const float *bias, float *out) {
         for (int i = 0; i < rows; i++) out[i] = bias[i] + nq_dot_avx2(W + (long)i * ldw, h, n);
     }
+    __attribute__((target("avx2,fma,f16c")))
+    static void nq_rowdotsh_avx2(const uint16_t *W, int ldw, const float *h, int rows, int n,
+                                 const float *bias, float *out) {
+        for (int i = 0; i < rows; i++) out[i] = bias[i] + nq_doth_avx2(W + (long)i * ldw, h, n);
+    }
+    /* the plain loops over float16 rows (a multiply, then an add: no FMA in this
+       target, as in the plain float32 loop) */
+    __attribute__((target("f16c")))
+    static void nq_diag_acch_f16c(float *a, const float *c, const uint16_t *row, int d) {
+        for (int i = 0; i < d; i++) a[i] += c[i] * _cvtsh_ss(row[i]);
+    }
+    __attribute__((target("f16c")))
+    static void nq_copyh_f16c(float *dst, const uint16_t *row, int d) {
+        for (int i = 0; i < d; i++) dst[i] = _cvtsh_ss(row[i]);
+    }
+    static int nq_has_f16c(void) { __builtin_cpu_init(); return __builtin_cpu_supports("f16c"); }
 
     /* AVX-512.  vecmat keeps a block of up to 16 output vectors (256 floats) in
        registers while it streams the rows of W for the nonzero inputs, which it
@@ -523,8 +548,14 @@ cdef extern from *:
     #define nq_rowdots_avx2 nq_rowdots_plain
     #define nq_vecmat_avx512 nq_vecmat_plain
     #define nq_vecmat2_avx512 nq_vecmat2_twice
-    /* float16 weights are kept only where AVX-512 reads them */
+    /* float16 weights are read only where AVX2 or AVX-512 reads them */
     static float nq_doth_avx512(const uint16_t *a, const float *b, int n) { abort(); }
+    static float nq_doth_avx2(const uint16_t *a, const float *b, int n) { abort(); }
+    static void nq_rowdotsh_avx2(const uint16_t *W, int ldw, const float *h, int rows, int n,
+                                 const float *bias, float *out) { abort(); }
+    static void nq_diag_acch_f16c(float *a, const float *c, const uint16_t *row, int d) { abort(); }
+    static void nq_copyh_f16c(float *dst, const uint16_t *row, int d) { abort(); }
+    static int nq_has_f16c(void) { return 0; }
     static void nq_rowdotsh_avx512(const uint16_t *W, int ldw, const float *h, int rows, int n,
                                    const float *bias, float *out) { abort(); }
     static void nq_diag_acc_avx512(float *a, const float *c, const void *row, int d, int half) { abort(); }
@@ -584,20 +615,24 @@ cdef extern from *:
     static inline float nq_dot(const float *a, const float *b, int n) { return nq_dot_impl(a, b, n); }
     /* weight-row kernels over float32 or (half, AVX-512 only) float16 rows */
     static inline float nq_dotw(const void *a, const float *b, int n, int half) {
-        return half ? nq_doth_avx512((const uint16_t *)a, b, n) : nq_dot_impl((const float *)a, b, n);
+        if (!half) return nq_dot_impl((const float *)a, b, n);
+        return nq_simd_level() == 3 ? nq_doth_avx512((const uint16_t *)a, b, n) : nq_doth_avx2((const uint16_t *)a, b, n);
     }
     static inline void nq_rowdotsw(const void *W, int ldw, const float *h, int rows, int n, const float *bias,
                                    float *out, int half) {
-        if (half) nq_rowdotsh_avx512((const uint16_t *)W, ldw, h, rows, n, bias, out);
-        else nq_rowdots_impl((const float *)W, ldw, h, rows, n, bias, out);
+        if (!half) nq_rowdots_impl((const float *)W, ldw, h, rows, n, bias, out);
+        else if (nq_simd_level() == 3) nq_rowdotsh_avx512((const uint16_t *)W, ldw, h, rows, n, bias, out);
+        else nq_rowdotsh_avx2((const uint16_t *)W, ldw, h, rows, n, bias, out);
     }
     static inline void nq_diag_acc(float *a, const float *c, const void *row, int d, int half) {
-        if (nq_simd_level() == 3) { nq_diag_acc_avx512(a, c, row, d, half); return; }
-        for (int i = 0; i < d; i++) a[i] += c[i] * ((const float *)row)[i];
+        if (nq_simd_level() == 3) nq_diag_acc_avx512(a, c, row, d, half);
+        else if (half) nq_diag_acch_f16c(a, c, (const uint16_t *)row, d);
+        else for (int i = 0; i < d; i++) a[i] += c[i] * ((const float *)row)[i];
     }
     static inline void nq_copyw(float *dst, const void *row, int d, int half) {
-        if (half) nq_copyh_avx512(dst, (const uint16_t *)row, d);
-        else memcpy(dst, row, d * sizeof(float));
+        if (!half) memcpy(dst, row, d * sizeof(float));
+        else if (nq_simd_level() == 3) nq_copyh_avx512(dst, (const uint16_t *)row, d);
+        else nq_copyh_f16c(dst, (const uint16_t *)row, d);
     }
     static inline double nq_logsumexp(const float *s, int n) { return nq_logsumexp_impl(s, n); }
     static inline void nq_expshift(const float *s, int n, float mx, float *out) { nq_expshift_impl(s, n, mx, out); }
@@ -629,6 +664,7 @@ cdef extern from *:
                               int32_t *idx, float *val, int32_t *cnt, float *mx, float *sv, double *logz) noexcept nogil
     void __builtin_prefetch(const void *p, ...) noexcept nogil
     int nq_simd_level() noexcept nogil
+    int nq_has_f16c() noexcept nogil
 
 from cython.parallel cimport prange
 cimport openmp
@@ -847,7 +883,8 @@ cdef class NeuralCore(LMCore):
         # A float16 model's three big matrices stay float16 (memory-mapped from the file,
         # so only the rows queries touch are resident) where AVX-512 reads them and no
         # dense (BLAS) path needs them: a ReLU net.  Elsewhere they are converted.
-        self.half_w = (HALF_WEIGHTS and nq_simd_level() == 3 and self.act == ACT_RELU
+        self.half_w = (HALF_WEIGHTS and self.act == ACT_RELU
+                       and (nq_simd_level() == 3 or (nq_simd_level() == 2 and nq_has_f16c()))
                        and all(np.asarray(params[n]).dtype == np.float16 or np.asarray(params[n]).size == 0
                                for n in HALF_PARAMS))
         flat = {}
