@@ -786,7 +786,7 @@ cdef class NeuralCore(LMCore):
     cdef public int mode
     cdef int V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len
     cdef const void *emb                 # emb, out_w, cls_w: float32, or float16 where
-                                         # half_w (a float16 model on AVX-512)
+                                         # half_w (a float16 ReLU net on AVX2 or AVX-512)
     cdef const float *ctxw
     cdef const float *b0
     cdef const float *w1
@@ -881,8 +881,10 @@ cdef class NeuralCore(LMCore):
         self.eos_id = EOS_ID
         self.mode = mode
         # A float16 model's three big matrices stay float16 (memory-mapped from the file,
-        # so only the rows queries touch are resident) where AVX-512 reads them and no
-        # dense (BLAS) path needs them: a ReLU net.  Elsewhere they are converted.
+        # so only the rows queries touch are resident) where AVX2 (with F16C) or AVX-512
+        # reads them, in a ReLU net, whose batches need no dense (BLAS) products but for
+        # exact softmax without AVX-512 (a float32 copy is made then: _f32).  Elsewhere
+        # they are converted at load.
         self.half_w = (HALF_WEIGHTS and self.act == ACT_RELU
                        and (nq_simd_level() == 3 or (nq_simd_level() == 2 and nq_has_f16c()))
                        and all(np.asarray(params[n]).dtype == np.float16 or np.asarray(params[n]).size == 0
@@ -1064,7 +1066,8 @@ cdef class NeuralCore(LMCore):
     @property
     def half_weights(self):
         """Whether the embedding and output matrices are read as float16 (a float16
-        model's ReLU net on AVX-512: they stay memory-mapped from the file)."""
+        model's ReLU net on AVX2 with F16C or AVX-512: they stay memory-mapped from
+        the file)."""
         return bool(self.half_w)
 
     @property

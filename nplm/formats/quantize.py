@@ -8,7 +8,7 @@ max |row| / 127, so every row uses the full int8 range).  Biases and the small
 structures stay float32: they are a negligible part of the size.
 
 Loading checks every array; the float32 values are made when first asked for
-(``DequantizedParams``).  A float16 ReLU net's query core on AVX-512 reads the
+(``DequantizedParams``).  A float16 ReLU net's query core on AVX2 or AVX-512 reads the
 embedding and output matrices as stored, memory-mapped from the file, and never
 asks (``nplm/_nquery.pyx``: the float16 row kernels give the float32 kernels' bits).
 Other nets and int8 models are converted at load, so their saving is on disk; at
