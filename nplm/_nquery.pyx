@@ -154,9 +154,55 @@ cdef extern from *:
         for (int k = 0; k < 8; k++) tail += buf[k];
         return mx + log(tail);
     }
+    #define NQ_BLOCK 1024          /* inputs gathered at a time (vecmat kernels) */
+    /* AVX2: a block of up to 13 output vectors (104 floats: 13 accumulators, the
+       broadcast input and the tail mask fill the 16 registers) stays in registers
+       while the rows of W for the nonzero inputs stream past; the nonzeros are
+       gathered first, without branches.  Each output is the plain loop's FMA chain
+       in the same order, so the same bits, without loading and storing y for every
+       input (the class products of the default model: 2-3x faster). */
+    #define NQ_VM8_BLOCK 13
+    #define NQ_VM8_CASE(NV) case NV: { \
+            __m256 acc[NV]; \
+            const __m256i mt = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_out - j0 - 8 * (NV - 1)), \
+                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
+            _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
+                acc[k] = _mm256_loadu_ps(src + j0 + 8 * k); \
+            acc[NV - 1] = _mm256_maskload_ps(src + j0 + 8 * (NV - 1), mt); \
+            for (int t = 0; t < nnz; t++) { \
+                const float *row = W + (long)idx[t] * ldw + j0; \
+                const __m256 xv = _mm256_set1_ps(val[t]); \
+                _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
+                    acc[k] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 8 * k), acc[k]); \
+                acc[NV - 1] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(row + 8 * (NV - 1), mt), acc[NV - 1]); } \
+            _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
+                _mm256_storeu_ps(y + j0 + 8 * k, acc[k]); \
+            _mm256_maskstore_ps(y + j0 + 8 * (NV - 1), mt, acc[NV - 1]); \
+            break; }
     __attribute__((target("avx2,fma")))
     static void nq_vecmat_avx2(const float *x, int n_in, const float *W, int ldw, int n_out,
-                               const float *b, float *__restrict__ y) { NQ_VECMAT_BODY }
+                               const float *b, float *__restrict__ y) {
+        int idx[NQ_BLOCK];
+        float val[NQ_BLOCK];
+        for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
+            const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
+            int nnz = 0;
+            for (int i = 0; i < ni; i++) {
+                idx[nnz] = i0 + i;
+                val[nnz] = x[i0 + i];
+                nnz += x[i0 + i] != 0.0f;
+            }
+            const float *src = i0 == 0 ? b : y;
+            for (int j0 = 0; j0 < n_out; j0 += 8 * NQ_VM8_BLOCK) {
+                const int nv = (n_out - j0 + 7) / 8 < NQ_VM8_BLOCK ? (n_out - j0 + 7) / 8 : NQ_VM8_BLOCK;
+                switch (nv) {
+                    NQ_VM8_CASE(1) NQ_VM8_CASE(2) NQ_VM8_CASE(3) NQ_VM8_CASE(4) NQ_VM8_CASE(5)
+                    NQ_VM8_CASE(6) NQ_VM8_CASE(7) NQ_VM8_CASE(8) NQ_VM8_CASE(9) NQ_VM8_CASE(10)
+                    NQ_VM8_CASE(11) NQ_VM8_CASE(12) NQ_VM8_CASE(13)
+                }
+            }
+        }
+    }
     /* explicit vectors: without -ffast-math the compiler keeps a float reduction
        scalar.  LD8 loads 8 weights at p as floats, SC converts one (float16 rows give
        their float32 copies' bits: the same vectors in the same order, and no FMA
@@ -218,7 +264,6 @@ cdef extern from *:
     /* AVX-512.  vecmat keeps a block of up to 16 output vectors (256 floats) in
        registers while it streams the rows of W for the nonzero inputs, which it
        gathers first (nq_nonzeros). */
-    #define NQ_BLOCK 1024
     #define NQ_TAIL(n, j) ((__mmask16)((n) - (j) >= 16 ? 0xFFFF : ((1u << ((n) - (j))) - 1)))
     /* Indices (first + i) and values of the nonzero x[i], i < n: a ReLU layer's zeros
        follow no pattern a branch predictor could learn.  Compressed in registers,
