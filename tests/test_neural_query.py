@@ -428,6 +428,9 @@ import nplm._nquery as q
 import nplm.neural_model as nm
 nm.PRECOMPUTE_BYTES = 0 if sys.argv[2] == "rows" else nm.PRECOMPUTE_BYTES
 path, ctx, words = sys.argv[1], np.load(sys.argv[3]), np.load(sys.argv[4])
+if q.SIMD != "avx2+fma":
+    print(q.SIMD, "-")             # no AVX2 on this CPU: nothing to compare
+    sys.exit(0)
 got = []
 for half in (True, False):
     q.HALF_WEIGHTS = half
@@ -469,6 +472,8 @@ def test_float16_weights_on_the_avx2_path(tmp_path, output, context, first_layer
     done = subprocess.run([sys.executable, str(script), path, first_layer, str(tmp_path / "ctx.npy"),
                            str(tmp_path / "w.npy")], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    if done.stdout.split()[0] != "avx2+fma":
+        pytest.skip("this CPU has no AVX2 (the path under test)")
     assert done.stdout.split() == ["avx2+fma", "True"]
 
 
