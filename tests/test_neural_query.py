@@ -11,6 +11,21 @@ from neural_fixtures import KINDS, make_net, numpy_log_dist
 LN10 = np.log(10.0)
 
 
+def _run_at_simd(level, script, *args):
+    """Run a probe script in a fresh interpreter with NPLM_SIMD=level ("" for this
+    machine's best kernels), this checkout first on the path; its stderr is the
+    failure message if it exits non-zero."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(nplm.__file__))
+    env = dict(os.environ, NPLM_SIMD=level,
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, str(script), *map(str, args)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 @pytest.fixture(scope="module", params=sorted(KINDS))
 def saved(request, tmp_path_factory):
     net = make_net(request.param)
@@ -183,9 +198,6 @@ def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
     """The AVX-512, AVX2 and plain kernels (picked by CPU features, forced down with
     NPLM_SIMD) agree on a network wide enough for every blocking branch: more than 256
     outputs and, without the first-layer table, more than 1024 inputs to one layer."""
-    import os
-    import subprocess
-    import sys
     from nplm.neural import NeuralConfig, NeuralNet
     from neural_fixtures import COUNTS, WORDS, randomise
     from nplm.vocab import Vocabulary
@@ -199,11 +211,7 @@ def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
     results, levels = {}, []
     for level in ("", "avx2", "none"):
         out = tmp_path / f"r{level or 'best'}.npz"
-        root = os.path.dirname(os.path.dirname(nplm.__file__))
-        env = dict(os.environ, NPLM_SIMD=level,
-                   PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        done = subprocess.run([sys.executable, str(script), str(path), str(out), table], env=env,
-                              capture_output=True, text=True, check=True)
+        done = _run_at_simd(level, script, path, out, table)
         levels.append(done.stdout.strip())
         results[level] = dict(np.load(out))
     assert levels[2] == "x86-64" and levels[1] in ("avx2+fma", "x86-64")
@@ -275,9 +283,6 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
     vector, and a hidden width that is no multiple of 16, on the AVX-512, AVX2 and
     plain kernels, against numpy.  The wide net passes the 1024 inputs that the shared
     nonzero gather holds at once."""
-    import os
-    import subprocess
-    import sys
     net = _uneven_class_net(width)
     V = len(net.vocab)
     path = tmp_path / "cls.nplm"
@@ -285,13 +290,9 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
     script = tmp_path / "probe.py"
     script.write_text(_CLASS_SCRIPT)
     levels = []
-    root = os.path.dirname(os.path.dirname(nplm.__file__))
     for level in ("", "avx2", "none"):
         out = tmp_path / f"c{level or 'best'}.npz"
-        env = dict(os.environ, NPLM_SIMD=level,
-                   PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        done = subprocess.run([sys.executable, str(script), str(path), str(out)], env=env,
-                              capture_output=True, text=True, check=True)
+        done = _run_at_simd(level, script, path, out)
         levels.append(done.stdout.strip())
         res = np.load(out)
         for hist, probs, batch in zip(res["hist"], res["probs"], res["batch"]):
@@ -456,9 +457,6 @@ def test_float16_weights_on_the_avx2_path(tmp_path, output, context, first_layer
     """Without AVX-512 (AVX2 with F16C) a float16 ReLU net's embedding and output
     matrices are read as float16 too, by the AVX2 twins of the row kernels: single
     queries of new contexts and batches have the bits of float32 copies."""
-    import os
-    import subprocess
-    import sys
     from neural_fixtures import WORDS
     net, path = _float16_model(tmp_path, context, (13,) if context == "full" else (), output, "relu", seed=6)
     rng = np.random.default_rng(9)
@@ -466,12 +464,7 @@ def test_float16_weights_on_the_avx2_path(tmp_path, output, context, first_layer
     np.save(tmp_path / "w.npy", rng.integers(2, len(WORDS), 60).astype(np.int32))
     script = tmp_path / "probe.py"
     script.write_text(_HALF_SCRIPT)
-    root = os.path.dirname(os.path.dirname(nplm.__file__))
-    env = dict(os.environ, NPLM_SIMD="avx2",
-               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, str(script), path, first_layer, str(tmp_path / "ctx.npy"),
-                           str(tmp_path / "w.npy")], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    done = _run_at_simd("avx2", script, path, first_layer, tmp_path / "ctx.npy", tmp_path / "w.npy")
     if done.stdout.split()[0] != "avx2+fma":
         pytest.skip("this CPU has no AVX2 (the path under test)")
     assert done.stdout.split() == ["avx2+fma", "True"]
@@ -529,9 +522,6 @@ def test_batched_softmax_normalisers_on_every_simd_path(tmp_path, dead):
     vocabulary of 3 panels and a partial one, a hidden width that is no multiple of 16,
     1101 rows (blocks of 512 split between two threads, the last one odd), every path
     against numpy; ``dead`` makes every hidden unit zero (no products at all)."""
-    import os
-    import subprocess
-    import sys
     from nplm.neural import NeuralConfig, NeuralNet
     from neural_fixtures import randomise
     from nplm.vocab import SPECIALS, Vocabulary
@@ -552,17 +542,12 @@ def test_batched_softmax_normalisers_on_every_simd_path(tmp_path, dead):
     np.save(tmp_path / "tgt.npy", tgt)
     script = tmp_path / "probe.py"
     script.write_text(_SOFTMAX_BATCH_SCRIPT)
-    root = os.path.dirname(os.path.dirname(nplm.__file__))
     checked = list(range(0, n, 37)) + [255, 256, 511, 512, 767, 1023, 1024, n - 1]
     ref = np.array([numpy_log_dist(net, ctx[i])[tgt[i]] for i in checked])
     kernels = {}
     for level in ("", "avx2", "none"):
         out = tmp_path / f"s{level or 'best'}.npy"
-        env = dict(os.environ, NPLM_SIMD=level,
-                   PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        done = subprocess.run([sys.executable, str(script), str(path), str(tmp_path / "ctx.npy"),
-                               str(tmp_path / "tgt.npy"), str(out)], env=env, capture_output=True, text=True,
-                              check=True)
+        done = _run_at_simd(level, script, path, tmp_path / "ctx.npy", tmp_path / "tgt.npy", out)
         simd, sparse = done.stdout.split()
         kernels[simd] = sparse
         np.testing.assert_allclose(np.load(out)[checked], ref, atol=2e-5, err_msg=level or "best")
