@@ -746,7 +746,9 @@ HALF_PARAMS = ("emb", "out_w", "cls_w")
 
 
 def _exactly_float16(a):
-    """Whether every value of the float32 array a is a float16 value."""
+    """Whether every value of the array a (float16 or float32) is a float16 value."""
+    if a.dtype == np.float16:
+        return True
     flat = a.reshape(-1)
     return all(np.array_equal(part.astype(np.float16).astype(np.float32), part)
                for part in (flat[:4096], flat[4096:]))
