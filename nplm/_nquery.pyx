@@ -283,9 +283,22 @@ cdef extern from *:
         }
         return nnz;
     }
+    /* 16 float16 weights at p as floats; a row's last n < 16 through a zeroed buffer
+       (the values a masked float32 load would give) */
+    #define NQ_LDH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+    __attribute__((target("avx512f")))
+    static inline __m512 nq_ldh_part(const uint16_t *p, int n) {
+        uint16_t buf[16] = {0};
+        memcpy(buf, p, (n < 16 ? n : 16) * sizeof(uint16_t));
+        return NQ_LDH(buf);
+    }
+    /* Weight loads of the row kernels: the 16 entries at p of a row with n left, as
+       floats (m: the mask of those within the row) */
+    #define NQ_LDW_F32(p, n, m) _mm512_maskz_loadu_ps(m, p)
+    #define NQ_LDW_F16(p, n, m) ((n) >= 16 ? NQ_LDH(p) : nq_ldh_part(p, n))
     /* only the last of the NV vectors can be partial: one mask register, not NV
        (NV masks spilled to the stack and were reloaded for every row).  WT is the
-       weights' element type, LD(p, mask) loads the 16 at p as floats. */
+       weights' element type, LD one of the NQ_LDW loads (rows padded to 16 entries). */
     #define NQ_VM_CASE(NV, WT, LD) case NV: { \
             __m512 acc[NV]; \
             const __mmask16 mt = NQ_TAIL(n_out, j0 + 16 * (NV - 1)); \
@@ -296,15 +309,12 @@ cdef extern from *:
                 const WT *row = (const WT *)W + (long)idx[t] * ldw + j0; \
                 const __m512 xv = _mm512_set1_ps(val[t]); \
                 _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
-                    acc[k] = _mm512_fmadd_ps(xv, LD(row + 16 * k, 0xFFFF), acc[k]); \
-                acc[NV - 1] = _mm512_fmadd_ps(xv, LD(row + 16 * (NV - 1), mt), acc[NV - 1]); } \
+                    acc[k] = _mm512_fmadd_ps(xv, LD(row + 16 * k, 16, 0xFFFF), acc[k]); \
+                acc[NV - 1] = _mm512_fmadd_ps(xv, LD(row + 16 * (NV - 1), 16, mt), acc[NV - 1]); } \
             _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
                 _mm512_storeu_ps(y + j0 + 16 * k, acc[k]); \
             _mm512_mask_storeu_ps(y + j0 + 16 * (NV - 1), mt, acc[NV - 1]); \
             break; }
-    #define NQ_LD_F32(p, mask) _mm512_maskz_loadu_ps(mask, p)
-    /* float16 rows are zero-padded to 16 entries: no mask needed */
-    #define NQ_LD_F16(p, mask) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
     #define NQ_VM_BODY(WT, LD) \
         for (int j0 = 0; j0 < n_out; j0 += 256) { \
             const int nv = (n_out - j0 + 15) / 16 < 16 ? (n_out - j0 + 15) / 16 : 16; \
@@ -323,8 +333,8 @@ cdef extern from *:
     __attribute__((target("avx512f,fma")))
     static void nq_vecmat_nz_avx512(const int *idx, const float *val, int nnz, const void *W, int ldw,
                                     int n_out, const float *src, float *__restrict__ y, int half) {
-        if (half) { NQ_VM_BODY(uint16_t, NQ_LD_F16) }
-        else { NQ_VM_BODY(float, NQ_LD_F32) }
+        if (half) { NQ_VM_BODY(uint16_t, NQ_LDW_F16) }
+        else { NQ_VM_BODY(float, NQ_LDW_F32) }
     }
     __attribute__((target("avx512f,fma")))
     static void nq_vecmatw_avx512(const float *x, int n_in, const void *W, int ldw, int n_out,
@@ -415,19 +425,6 @@ cdef extern from *:
             _mm512_mask_storeu_ps(out + j, mk, a);
         }
     }
-    /* 16 float16 weights at p as floats; a row's last n < 16 through a zeroed buffer
-       (the values a masked float32 load would give) */
-    #define NQ_LDH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-    __attribute__((target("avx512f")))
-    static inline __m512 nq_ldh_part(const uint16_t *p, int n) {
-        uint16_t buf[16] = {0};
-        memcpy(buf, p, (n < 16 ? n : 16) * sizeof(uint16_t));
-        return NQ_LDH(buf);
-    }
-    /* Weight loads of the row kernels: the 16 entries at p of a row with n left, as
-       floats (m: the mask of those within the row) */
-    #define NQ_LDW_F32(p, n, m) _mm512_maskz_loadu_ps(m, p)
-    #define NQ_LDW_F16(p, n, m) ((n) >= 16 ? NQ_LDH(p) : nq_ldh_part(p, n))
     #define NQ_DOT_BODY512(LDW) \
         __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(); \
         int i = 0; \
