@@ -162,7 +162,15 @@ cdef extern from *:
        in the same order, so the same bits, without loading and storing y for every
        input (the class products of the default model: 2-3x faster). */
     #define NQ_VM8_BLOCK 13
-    #define NQ_VM8_CASE(NV) case NV: { \
+    /* AVX2 weight loads: 8 entries at p as floats, and a row's last vector (mt: the
+       lanes inside the row).  Float16 rows are the class copies, padded to 16 entries
+       with zeros, so their last vector is a whole load and gives the masked float32
+       load's values. */
+    #define NQ_LT8_F32(p, mt) _mm256_maskload_ps(p, mt)
+    #define NQ_LT8_F16(p, mt) NQ_LD8_F16(p)
+    #define NQ_LD8_F32(p) _mm256_loadu_ps(p)
+    #define NQ_LD8_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+    #define NQ_VM8_CASE(NV, WT, LD8, LT8) case NV: { \
             __m256 acc[NV]; \
             const __m256i mt = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_out - j0 - 8 * (NV - 1)), \
                                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
@@ -170,38 +178,118 @@ cdef extern from *:
                 acc[k] = _mm256_loadu_ps(src + j0 + 8 * k); \
             acc[NV - 1] = _mm256_maskload_ps(src + j0 + 8 * (NV - 1), mt); \
             for (int t = 0; t < nnz; t++) { \
-                const float *row = W + (long)idx[t] * ldw + j0; \
+                const WT *row = (const WT *)W + (long)idx[t] * ldw + j0; \
                 const __m256 xv = _mm256_set1_ps(val[t]); \
                 _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
-                    acc[k] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row + 8 * k), acc[k]); \
-                acc[NV - 1] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(row + 8 * (NV - 1), mt), acc[NV - 1]); } \
+                    acc[k] = _mm256_fmadd_ps(xv, LD8(row + 8 * k), acc[k]); \
+                acc[NV - 1] = _mm256_fmadd_ps(xv, LT8(row + 8 * (NV - 1), mt), acc[NV - 1]); } \
             _Pragma("GCC unroll 16") for (int k = 0; k < NV - 1; k++) \
                 _mm256_storeu_ps(y + j0 + 8 * k, acc[k]); \
             _mm256_maskstore_ps(y + j0 + 8 * (NV - 1), mt, acc[NV - 1]); \
             break; }
+    #define NQ_VM8_BODY(WT, LD8, LT8) \
+        for (int j0 = 0; j0 < n_out; j0 += 8 * NQ_VM8_BLOCK) { \
+            const int nv = (n_out - j0 + 7) / 8 < NQ_VM8_BLOCK ? (n_out - j0 + 7) / 8 : NQ_VM8_BLOCK; \
+            switch (nv) { \
+                NQ_VM8_CASE(1, WT, LD8, LT8) NQ_VM8_CASE(2, WT, LD8, LT8) NQ_VM8_CASE(3, WT, LD8, LT8) \
+                NQ_VM8_CASE(4, WT, LD8, LT8) NQ_VM8_CASE(5, WT, LD8, LT8) NQ_VM8_CASE(6, WT, LD8, LT8) \
+                NQ_VM8_CASE(7, WT, LD8, LT8) NQ_VM8_CASE(8, WT, LD8, LT8) NQ_VM8_CASE(9, WT, LD8, LT8) \
+                NQ_VM8_CASE(10, WT, LD8, LT8) NQ_VM8_CASE(11, WT, LD8, LT8) NQ_VM8_CASE(12, WT, LD8, LT8) \
+                NQ_VM8_CASE(13, WT, LD8, LT8) \
+            } \
+        }
+    /* Lane order of the nonzero lanes of each 8-bit mask, packed 4 bits a lane: AVX2
+       has no compress instruction, so nq_nonzeros_avx2 permutes by this table. */
+    static uint32_t nq_pack8[256];
+    static void nq_init_pack8(void) {
+        for (int mk = 0; mk < 256; mk++) {
+            uint32_t code = 0;
+            int k = 0;
+            for (int lane = 0; lane < 8; lane++)
+                if (mk >> lane & 1) code |= (uint32_t)lane << (4 * k++);
+            nq_pack8[mk] = code;
+        }
+    }
+    /* Indices (first + i) and values of the nonzero x[i], i < n, eight at a time,
+       without branches; idx and val need 8 entries of room past n. */
+    __attribute__((target("avx2,fma")))
+    static int nq_nonzeros_avx2(const float *x, int n, int first, int *idx, float *val) {
+        int nnz = 0, i = 0;
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        for (; i + 8 <= n; i += 8) {
+            const __m256 v = _mm256_loadu_ps(x + i);
+            const int mk = _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ));
+            const __m256i perm = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)nq_pack8[mk]), shifts),
+                                                  _mm256_set1_epi32(15));
+            _mm256_storeu_si256((__m256i *)(idx + nnz),
+                                _mm256_add_epi32(_mm256_set1_epi32(first + i), _mm256_permutevar8x32_epi32(lane, perm)));
+            _mm256_storeu_ps(val + nnz, _mm256_permutevar8x32_ps(v, perm));
+            nnz += __builtin_popcount((unsigned)mk);
+        }
+        for (; i < n; i++) {
+            idx[nnz] = first + i;
+            val[nnz] = x[i];
+            nnz += x[i] != 0.0f;
+        }
+        return nnz;
+    }
+    /* y = src + the rows idx[0:nnz] of W scaled by val; W float32, or (half, F16C)
+       float16 with rows padded to 16 entries, which gives the float32 rows' bits */
+    __attribute__((target("avx2,fma")))
+    static void nq_vecmat_nz_avx2(const int *idx, const float *val, int nnz, const float *W, int ldw,
+                                  int n_out, const float *src, float *__restrict__ y) {
+        NQ_VM8_BODY(float, NQ_LD8_F32, NQ_LT8_F32)
+    }
+    __attribute__((target("avx2,fma,f16c")))
+    static void nq_vecmat_nzh_avx2(const int *idx, const float *val, int nnz, const uint16_t *W, int ldw,
+                                   int n_out, const float *src, float *__restrict__ y) {
+        NQ_VM8_BODY(uint16_t, NQ_LD8_F16, NQ_LT8_F16)
+    }
+    __attribute__((target("avx2,fma")))
+    static inline void nq_vecmat_nzw_avx2(const int *idx, const float *val, int nnz, const void *W, int ldw,
+                                          int n_out, const float *src, float *__restrict__ y, int half) {
+        if (half) nq_vecmat_nzh_avx2(idx, val, nnz, (const uint16_t *)W, ldw, n_out, src, y);
+        else nq_vecmat_nz_avx2(idx, val, nnz, (const float *)W, ldw, n_out, src, y);
+    }
+    __attribute__((target("avx2,fma")))
+    static void nq_vecmatw_avx2(const float *x, int n_in, const void *W, int ldw, int n_out,
+                                const float *b, float *__restrict__ y, int half) {
+        int idx[NQ_BLOCK + 8];
+        float val[NQ_BLOCK + 8];
+        for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
+            const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
+            const int nnz = nq_nonzeros_avx2(x + i0, ni, i0, idx, val);
+            nq_vecmat_nzw_avx2(idx, val, nnz, W, ldw, n_out, i0 == 0 ? b : y, y, half);
+        }
+    }
     __attribute__((target("avx2,fma")))
     static void nq_vecmat_avx2(const float *x, int n_in, const float *W, int ldw, int n_out,
                                const float *b, float *__restrict__ y) {
-        int idx[NQ_BLOCK];
-        float val[NQ_BLOCK];
-        for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
-            const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
-            int nnz = 0;
-            for (int i = 0; i < ni; i++) {
-                idx[nnz] = i0 + i;
-                val[nnz] = x[i0 + i];
-                nnz += x[i0 + i] != 0.0f;
-            }
-            const float *src = i0 == 0 ? b : y;
-            for (int j0 = 0; j0 < n_out; j0 += 8 * NQ_VM8_BLOCK) {
-                const int nv = (n_out - j0 + 7) / 8 < NQ_VM8_BLOCK ? (n_out - j0 + 7) / 8 : NQ_VM8_BLOCK;
-                switch (nv) {
-                    NQ_VM8_CASE(1) NQ_VM8_CASE(2) NQ_VM8_CASE(3) NQ_VM8_CASE(4) NQ_VM8_CASE(5)
-                    NQ_VM8_CASE(6) NQ_VM8_CASE(7) NQ_VM8_CASE(8) NQ_VM8_CASE(9) NQ_VM8_CASE(10)
-                    NQ_VM8_CASE(11) NQ_VM8_CASE(12) NQ_VM8_CASE(13)
-                }
-            }
+        nq_vecmatw_avx2(x, n_in, W, ldw, n_out, b, y, 0);
+    }
+    /* the class products of one input, as nq_vecmat2_avx512: one gather of the
+       nonzeros, and (prefetch) the W2 rows requested into L2 before the W1 product */
+    __attribute__((target("avx2,fma")))
+    static void nq_vecmat2_avx2(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1,
+                                float *__restrict__ y1, const void *W2, int ld2, int n2, const float *b2,
+                                float *__restrict__ y2, int prefetch, int half) {
+        const long esize = half ? 2 : 4;
+        if (n_in > NQ_BLOCK) {
+            nq_vecmatw_avx2(x, n_in, W1, ld1, n1, b1, y1, half);
+            nq_vecmatw_avx2(x, n_in, W2, ld2, n2, b2, y2, half);
+            return;
         }
+        int idx[NQ_BLOCK + 8];
+        float val[NQ_BLOCK + 8];
+        const int nnz = nq_nonzeros_avx2(x, n_in, 0, idx, val);
+        if (prefetch)
+            for (int t = 0; t < nnz; t++) {
+                const char *row = (const char *)W2 + esize * idx[t] * ld2;
+                for (long q = 0; q < esize * n2; q += 64) _mm_prefetch(row + q, _MM_HINT_T2);
+            }
+        nq_vecmat_nzw_avx2(idx, val, nnz, W1, ld1, n1, b1, y1, half);
+        nq_vecmat_nzw_avx2(idx, val, nnz, W2, ld2, n2, b2, y2, half);
     }
     /* explicit vectors: without -ffast-math the compiler keeps a float reduction
        scalar.  LD8 loads 8 weights at p as floats, SC converts one (float16 rows give
@@ -225,8 +313,6 @@ cdef extern from *:
         float s = _mm_cvtss_f32(lo); \
         for (; i < n; i++) s += SC(a[i]) * b[i]; \
         return s;
-    #define NQ_LD8_F32(p) _mm256_loadu_ps(p)
-    #define NQ_LD8_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
     #define NQ_SC_F32(x) (x)
     #define NQ_SC_F16(x) _cvtsh_ss(x)
     __attribute__((target("avx2,fma"), optimize("fp-contract=off")))
@@ -596,6 +682,10 @@ cdef extern from *:
     #define nq_rowdots_avx2 nq_rowdots_plain
     #define nq_vecmat_avx512 nq_vecmat_plain
     #define nq_vecmat2_avx512 nq_vecmat2_twice
+    #define nq_vecmat2_avx2 nq_vecmat2_twice
+    static void nq_init_pack8(void) {}
+    static void nq_vecmatw_avx2(const float *x, int n_in, const void *W, int ldw, int n_out,
+                                const float *b, float *y, int half) { abort(); }   /* level 2 only */
     /* float16 weights are read only where AVX2 or AVX-512 reads them */
     static float nq_doth_avx512(const uint16_t *a, const float *b, int n) { abort(); }
     static float nq_doth_avx2(const uint16_t *a, const float *b, int n) { abort(); }
@@ -626,7 +716,7 @@ cdef extern from *:
     static void nq_vecmat2_twice(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1,
                                  float *y1, const void *W2, int ld2, int n2, const float *b2, float *y2,
                                  int prefetch, int half) {
-        if (half) abort();      /* float16 copies exist only where AVX-512 reads them */
+        if (half) abort();      /* float16 copies exist only where AVX2 or AVX-512 reads them */
         nq_vecmat_impl(x, n_in, (const float *)W1, ld1, n1, b1, y1);
         nq_vecmat_impl(x, n_in, (const float *)W2, ld2, n2, b2, y2);
     }
@@ -643,13 +733,14 @@ cdef extern from *:
         nq_logsumexp_impl = level == 3 ? nq_logsumexp_avx512 : level == 2 ? nq_logsumexp_avx2 : nq_logsumexp_plain;
         nq_expshift_impl = level == 3 ? nq_expshift_avx512 : nq_expshift_plain;
         nq_vecmat_impl = level == 3 ? nq_vecmat_avx512 : level == 2 ? nq_vecmat_avx2 : nq_vecmat_plain;
-        nq_vecmat2_impl = level == 3 ? nq_vecmat2_avx512 : nq_vecmat2_twice;
+        nq_vecmat2_impl = level == 3 ? nq_vecmat2_avx512 : level == 2 ? nq_vecmat2_avx2 : nq_vecmat2_twice;
+        nq_init_pack8();
         nq_dot_impl = level == 3 ? nq_dot_avx512 : level == 2 ? nq_dot_avx2 : nq_dot_plain;
         nq_rowdots_impl = level == 3 ? nq_rowdots_avx512 : level == 2 ? nq_rowdots_avx2 : nq_rowdots_plain;
     }
     static inline void nq_vecmat(const float *x, int n_in, const float *W, int ldw, int n_out,
                                  const float *b, float *y) { nq_vecmat_impl(x, n_in, W, ldw, n_out, b, y); }
-    /* the class products, over float32 or (half, AVX-512 only) float16 weights */
+    /* the class products, over float32 or (half, AVX2 with F16C or AVX-512) float16 weights */
     static inline void nq_vecmat2(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1,
                                   float *y1, const void *W2, int ld2, int n2, const float *b2, float *y2,
                                   int prefetch, int half) {
@@ -657,7 +748,8 @@ cdef extern from *:
     }
     static inline void nq_vecmatw(const float *x, int n_in, const void *W, int ldw, int n_out,
                                   const float *b, float *y, int half) {
-        if (half) nq_vecmatw_avx512(x, n_in, W, ldw, n_out, b, y, 1);
+        if (half && nq_simd_level() == 3) nq_vecmatw_avx512(x, n_in, W, ldw, n_out, b, y, 1);
+        else if (half) nq_vecmatw_avx2(x, n_in, W, ldw, n_out, b, y, 1);
         else nq_vecmat_impl(x, n_in, (const float *)W, ldw, n_out, b, y);
     }
     static inline float nq_dot(const float *a, const float *b, int n) { return nq_dot_impl(a, b, n); }
@@ -730,6 +822,8 @@ cdef enum:
 
 nq_init_simd()
 SIMD = {3: "avx512", 2: "avx2+fma"}.get(nq_simd_level(), "x86-64")
+# whether the CPU converts float16 in hardware (AVX2 kernels read float16 weights then)
+F16C = bool(nq_has_f16c())
 
 MODES = {"exact": MODE_EXACT, "unnormalized": MODE_UNNORMALIZED, "fallback": MODE_FALLBACK}
 cdef double LOG10E = 0.43429448190325176
@@ -1053,14 +1147,14 @@ cdef class NeuralCore(LMCore):
         padded to 16 entries: a new context's normalisers then read only the rows of
         its hidden state's nonzero units (nq_vecmat2), about half of them after a ReLU,
         where row dot products read every weight.  Where both matrices hold float16
-        values exactly (a float16 model) and AVX-512 reads them, the copies are
+        values exactly (a float16 model) and AVX-512 or AVX2 with F16C reads them, the copies are
         float16: the same bits from half the bytes."""
         cdef const int64_t[::1] ov
         cdef const int32_t[::1] lv
         r, C = self.r, self.C
         cls_w, out_w = cls_w.reshape(C, r), out_w.reshape(-1, r)
         # (a float32 model fails on its first values: the check costs it nothing)
-        self.half_t = HALF_COPIES and nq_simd_level() == 3 and all(
+        self.half_t = HALF_COPIES and (nq_simd_level() == 3 or (nq_simd_level() == 2 and nq_has_f16c())) and all(
             _exactly_float16(a) for a in (cls_w, out_w))
         dtype = np.float16 if self.half_t else np.float32
         self.ld_cls = (C + 15) // 16 * 16

@@ -303,14 +303,48 @@ def test_class_normalisers_of_new_contexts_on_every_simd_path(tmp_path, width):
     assert levels[2] == "x86-64"
 
 
+_HALF_COPIES_SCRIPT = """
+import sys
+import numpy as np
+import nplm
+import nplm._nquery as q
+path, ctx_file, out = sys.argv[1:4]
+ctx = np.load(ctx_file)
+hists = [[], ["v3"], ["v301", "v9", "v500"], ["v200", "v2"]]
+res, flags = {}, []
+for half in (True, False):
+    q.HALF_COPIES = half
+    m = nplm.Model(path)
+    flags.append(m.core.half_class_copies)
+    words = ["</s>"] + [w for w in m.vocab.words() if w.startswith("v")]
+    ids = np.array([m.vocab.id(w) for w in words], np.int32)
+    single = []
+    for h in hists:
+        s, o = nplm.State(), nplm.State()
+        m.BeginSentenceWrite(s)
+        for w in h:
+            m.BaseScore(s, w, o); s, o = o, s
+        for w in words:
+            m.core.clear_cache()         # a new context for every word
+            single.append(m.BaseScore(s, w, o))
+    u = np.random.default_rng(5).random((len(ctx), 2))
+    res[f"single{int(half)}"] = np.array(single)
+    res[f"batch{int(half)}"] = m.core.log_probs(ctx, np.tile(ids, len(hists)))
+    res[f"sample{int(half)}"] = m.core.sample_class_rows(ctx, u)
+np.savez(out, flags=np.array(flags), **res)
+print(q.SIMD, q.F16C)
+"""
+
+
+@pytest.mark.parametrize("level", ["", "avx2"])
 @pytest.mark.parametrize("width", [37, 1037])
-def test_float16_class_copies_give_the_float32_bits(tmp_path, monkeypatch, width):
-    """A float16 model's class products read float16 copies of its weights on AVX-512.
-    Its weights are exactly float16, so each converted weight is the float32 one and
-    every score must have the float32 kernels' bits: single queries of new contexts,
-    batches and sampled words, with the copies on and off.  (``nplm convert --to
-    float16`` makes such a model; here the weights are rounded in place.)"""
-    import nplm._nquery as q
+def test_float16_class_copies_give_the_float32_bits(tmp_path, level, width):
+    """A float16 model's class products read float16 copies of its weights on AVX-512
+    and on AVX2 with F16C.  Its weights are exactly float16, so each converted weight
+    is the float32 one and every score must have the float32 kernels' bits: single
+    queries of new contexts, batches and sampled words, with the copies on and off.
+    (``nplm convert --to float16`` makes such a model; here the weights are rounded in
+    place.)"""
     net = _uneven_class_net(width)
     for v in net.params.values():
         v[...] = v.astype(np.float16).astype(np.float32)
@@ -319,25 +353,19 @@ def test_float16_class_copies_give_the_float32_bits(tmp_path, monkeypatch, width
     hists = [[], ["v3"], ["v301", "v9", "v500"], ["v200", "v2"]]
     V = len(net.vocab)
     ids = np.array([net.vocab.id("</s>")] + list(range(4, V)), np.int32)
-    ctx = np.array([_ctx(net, h) for h in hists for _ in ids], np.int32)
-    got = {}
-    for half in (True, False):
-        monkeypatch.setattr(q, "HALF_COPIES", half)
-        m = nplm.Model(str(path))
-        assert m.core.half_class_copies == (half and q.SIMD == "avx512")
-        single = []
-        for h in hists:
-            s, out = _state_after(m, h), nplm.State()
-            for w in ["</s>"] + net.vocab.words[4:]:
-                m.core.clear_cache()         # a new context for every word
-                single.append(m.BaseScore(s, w, out))
-        u = np.random.default_rng(5).random((len(ctx), 2))
-        got[half] = (np.array(single), m.core.log_probs(ctx, np.tile(ids, len(hists))),
-                     m.core.sample_class_rows(ctx, u))
-    for a, b in zip(got[True], got[False]):
-        np.testing.assert_array_equal(a, b)
+    np.save(tmp_path / "ctx.npy", np.array([_ctx(net, h) for h in hists for _ in ids], np.int32))
+    script = tmp_path / "probe.py"
+    script.write_text(_HALF_COPIES_SCRIPT)
+    simd, f16c = _run_at_simd(level, script, path, tmp_path / "ctx.npy", tmp_path / "r.npz").stdout.split()
+    if level and simd != "avx2+fma":
+        pytest.skip("this CPU has no AVX2 (the path under test)")
+    res = np.load(tmp_path / "r.npz")
+    copies = simd == "avx512" or (simd == "avx2+fma" and f16c == "True")
+    assert list(res["flags"]) == [copies, False]
+    for part in ("single", "batch", "sample"):
+        np.testing.assert_array_equal(res[part + "1"], res[part + "0"], err_msg=part)
     ref = np.concatenate([numpy_log_dist(net, _ctx(net, h))[ids] for h in hists]) / LN10
-    np.testing.assert_allclose(got[True][0], ref, atol=2e-5)
+    np.testing.assert_allclose(res["single1"], ref, atol=2e-5)
 
 
 @pytest.mark.parametrize("shape", [("full", (12,), "class", "relu"), ("diagonal", (), "class", "relu"),
