@@ -926,7 +926,8 @@ cdef inline void _gemm_rm(int M, int N, int K, const float *A, int lda, const fl
 
 cdef class NeuralCore(LMCore):
     """A neural n-gram network as an LMCore.  Built by nplm.neural_model."""
-    cdef object _keep
+    cdef object _keep                    # arrays the pointers below point into
+    cdef dict _flat                      # the parameters by name, flattened (float32 or float16)
     cdef public int mode
     cdef int V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len
     cdef const void *emb                 # emb, out_w, cls_w: float32, or float16 where
@@ -1047,6 +1048,7 @@ cdef class NeuralCore(LMCore):
             if a.size == 0:
                 a = np.zeros(1, a.dtype)
             sflat[name] = a
+        self._flat = flat
         self._keep = [flat, sflat, T, fallback]
         self.emb = <const void *><Py_ssize_t>flat["emb"].ctypes.data
         fv = flat["ctx"]; self.ctxw = &fv[0]
@@ -1185,7 +1187,7 @@ cdef class NeuralCore(LMCore):
         cdef int V = self.V, r = self.r, pw = NQ_PW
         np_ = (V + pw - 1) // pw
         W = np.zeros((np_ * pw, r), np.float32)
-        W[:V] = self._keep[0]["out_w"].reshape(V, r)          # (float16 values convert)
+        W[:V] = self._flat["out_w"].reshape(V, r)          # (float16 values convert)
         panels = self._aligned_zeros(np_ * r * pw)
         panels.reshape(np_, r, pw)[:] = W.reshape(np_, pw, r).transpose(0, 2, 1)
         bias = np.zeros(np_ * pw, np.float32)
@@ -1271,7 +1273,7 @@ cdef class NeuralCore(LMCore):
                 # as for the table: every line of the m embedding rows requested at once
                 for j in range(m):
                     erow = <const char *>self._wrow(self.emb, ctx[b * m + j], d)
-                    for i in range(0, d * (2 if self.half_w else 4), 64):
+                    for i in range(0, d * self._wsize(), 64):
                         __builtin_prefetch(erow + i)
                 a = A0 + <int64_t>b * r0
                 memcpy(a, self.b0, r0 * sizeof(float))
@@ -1329,9 +1331,13 @@ cdef class NeuralCore(LMCore):
         self._hidden_block(ctx, 1, ws, ws + md + 16, ws + md + self.r0 + 32, ws + md + self.r0 + self.h1 + 48, &h)
         return h
 
+    cdef inline int _wsize(self) noexcept nogil:
+        """Bytes an entry of emb/out_w/cls_w."""
+        return 2 if self.half_w else 4
+
     cdef inline const void *_wrow(self, const void *base, int64_t row, int width) noexcept nogil:
         """Row `row` of a (rows, width) matrix of emb/out_w/cls_w (float16 where half_w)."""
-        return <const char *>base + row * width * (2 if self.half_w else 4)
+        return <const char *>base + row * width * self._wsize()
 
     cdef inline double _wdot(self, const void *base, int64_t row, const float *h) noexcept nogil:
         """Row `row` of out_w or cls_w dotted with the hidden state h."""
@@ -1341,7 +1347,7 @@ cdef class NeuralCore(LMCore):
         """emb/out_w/cls_w as float32 for the dense (BLAS) paths: the array itself, or
         with half_w a float32 copy made on first use (those paths serve other nets; this
         keeps any path that reaches one correct)."""
-        a = self._keep[0][name]
+        a = self._flat[name]
         if a.dtype != np.float32:
             if name not in self._w32:
                 self._w32[name] = a.astype(np.float32)
@@ -1486,7 +1492,7 @@ cdef class NeuralCore(LMCore):
         cdef const char *wrow = <const char *>self._wrow(self.out_w, i, self.r)
         cdef int k
         if need_wz:
-            for k in range(0, self.r * (2 if self.half_w else 4), 64):
+            for k in range(0, self.r * self._wsize(), 64):
                 __builtin_prefetch(wrow + k)
         if need_cls and need_wz:
             nq_vecmat2(h, self.r, self.cls_t, self.ld_cls, self.C, self.cls_b, self.cls_scores,
