@@ -234,6 +234,16 @@ cdef extern from *:
         }
         return nnz;
     }
+    /* y = b + x W over the nonzero x, NQ_BLOCK inputs gathered at a time (one body for
+       each vector width: its nonzero gather and product of gathered rows) */
+    #define NQ_VECMATW_BODY(NONZEROS, VECMAT_NZ) \
+        int idx[NQ_BLOCK + 16]; \
+        float val[NQ_BLOCK + 16]; \
+        for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) { \
+            const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK; \
+            const int nnz = NONZEROS(x + i0, ni, i0, idx, val); \
+            VECMAT_NZ(idx, val, nnz, W, ldw, n_out, i0 == 0 ? b : y, y, half); \
+        }
     /* y = src + the rows idx[0:nnz] of W scaled by val; W float32, or (half, F16C)
        float16 with rows padded to 16 entries, which gives the float32 rows' bits */
     __attribute__((target("avx2,fma")))
@@ -255,41 +265,43 @@ cdef extern from *:
     __attribute__((target("avx2,fma")))
     static void nq_vecmatw_avx2(const float *x, int n_in, const void *W, int ldw, int n_out,
                                 const float *b, float *__restrict__ y, int half) {
-        int idx[NQ_BLOCK + 8];
-        float val[NQ_BLOCK + 8];
-        for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
-            const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
-            const int nnz = nq_nonzeros_avx2(x + i0, ni, i0, idx, val);
-            nq_vecmat_nzw_avx2(idx, val, nnz, W, ldw, n_out, i0 == 0 ? b : y, y, half);
-        }
+        NQ_VECMATW_BODY(nq_nonzeros_avx2, nq_vecmat_nzw_avx2)
     }
     __attribute__((target("avx2,fma")))
     static void nq_vecmat_avx2(const float *x, int n_in, const float *W, int ldw, int n_out,
                                const float *b, float *__restrict__ y) {
         nq_vecmatw_avx2(x, n_in, W, ldw, n_out, b, y, 0);
     }
-    /* the class products of one input, as nq_vecmat2_avx512: one gather of the
-       nonzeros, and (prefetch) the W2 rows requested into L2 before the W1 product */
+    /* Two products of one input (a class-factored normaliser's class scores and its
+       word block): the nonzeros are gathered once.  With `prefetch`, the W2 rows of the
+       nonzeros are first requested into L2 (prefetcht2), to arrive from DRAM while the
+       W1 product runs: on Zen 4, T0 prefetches compete with that product for L1 fills
+       and gained nothing, T2 ones took a 40 MB block set's query from 16.3k to 13.1k
+       cycles (AVX-512; 5-8% of the default model's class call on AVX2).  For W2
+       already in L3 they only cost, so the caller decides.  One body for each vector
+       width: its block product, nonzero gather and product of gathered rows. */
+    #define NQ_VECMAT2_BODY(VECMATW, NONZEROS, VECMAT_NZ) \
+        const long esize = half ? 2 : 4; \
+        if (n_in > NQ_BLOCK) { \
+            VECMATW(x, n_in, W1, ld1, n1, b1, y1, half); \
+            VECMATW(x, n_in, W2, ld2, n2, b2, y2, half); \
+            return; \
+        } \
+        int idx[NQ_BLOCK + 16]; \
+        float val[NQ_BLOCK + 16]; \
+        const int nnz = NONZEROS(x, n_in, 0, idx, val); \
+        if (prefetch) \
+            for (int t = 0; t < nnz; t++) { \
+                const char *row = (const char *)W2 + esize * idx[t] * ld2; \
+                for (long q = 0; q < esize * n2; q += 64) _mm_prefetch(row + q, _MM_HINT_T2); \
+            } \
+        VECMAT_NZ(idx, val, nnz, W1, ld1, n1, b1, y1, half); \
+        VECMAT_NZ(idx, val, nnz, W2, ld2, n2, b2, y2, half);
     __attribute__((target("avx2,fma")))
     static void nq_vecmat2_avx2(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1,
                                 float *__restrict__ y1, const void *W2, int ld2, int n2, const float *b2,
                                 float *__restrict__ y2, int prefetch, int half) {
-        const long esize = half ? 2 : 4;
-        if (n_in > NQ_BLOCK) {
-            nq_vecmatw_avx2(x, n_in, W1, ld1, n1, b1, y1, half);
-            nq_vecmatw_avx2(x, n_in, W2, ld2, n2, b2, y2, half);
-            return;
-        }
-        int idx[NQ_BLOCK + 8];
-        float val[NQ_BLOCK + 8];
-        const int nnz = nq_nonzeros_avx2(x, n_in, 0, idx, val);
-        if (prefetch)
-            for (int t = 0; t < nnz; t++) {
-                const char *row = (const char *)W2 + esize * idx[t] * ld2;
-                for (long q = 0; q < esize * n2; q += 64) _mm_prefetch(row + q, _MM_HINT_T2);
-            }
-        nq_vecmat_nzw_avx2(idx, val, nnz, W1, ld1, n1, b1, y1, half);
-        nq_vecmat_nzw_avx2(idx, val, nnz, W2, ld2, n2, b2, y2, half);
+        NQ_VECMAT2_BODY(nq_vecmatw_avx2, nq_nonzeros_avx2, nq_vecmat_nzw_avx2)
     }
     /* explicit vectors: without -ffast-math the compiler keeps a float reduction
        scalar.  LD8 loads 8 weights at p as floats, SC converts one (float16 rows give
@@ -425,45 +437,18 @@ cdef extern from *:
     __attribute__((target("avx512f,fma")))
     static void nq_vecmatw_avx512(const float *x, int n_in, const void *W, int ldw, int n_out,
                                   const float *b, float *__restrict__ y, int half) {
-        int idx[NQ_BLOCK + 16];
-        float val[NQ_BLOCK + 16];
-        for (int i0 = 0; i0 < n_in; i0 += NQ_BLOCK) {
-            const int ni = n_in - i0 < NQ_BLOCK ? n_in - i0 : NQ_BLOCK;
-            const int nnz = nq_nonzeros_avx512(x + i0, ni, i0, idx, val);
-            nq_vecmat_nz_avx512(idx, val, nnz, W, ldw, n_out, i0 == 0 ? b : y, y, half);
-        }
+        NQ_VECMATW_BODY(nq_nonzeros_avx512, nq_vecmat_nz_avx512)
     }
     __attribute__((target("avx512f,fma")))
     static void nq_vecmat_avx512(const float *x, int n_in, const float *W, int ldw, int n_out,
                                  const float *b, float *__restrict__ y) {
         nq_vecmatw_avx512(x, n_in, W, ldw, n_out, b, y, 0);
     }
-    /* Two products of one input (a class-factored normaliser's class scores and its
-       word block): the nonzeros are gathered once.  With `prefetch`, the W2 rows of the
-       nonzeros are first requested into L2 (prefetcht2), to arrive from DRAM while the
-       W1 product runs: on Zen 4, T0 prefetches compete with that product for L1 fills
-       and gained nothing, T2 ones took a 40 MB block set's query from 16.3k to 13.1k
-       cycles.  For W2 already in L3 they only cost, so the caller decides. */
     __attribute__((target("avx512f,fma")))
     static void nq_vecmat2_avx512(const float *x, int n_in, const void *W1, int ld1, int n1, const float *b1,
                                   float *__restrict__ y1, const void *W2, int ld2, int n2, const float *b2,
                                   float *__restrict__ y2, int prefetch, int half) {
-        const long esize = half ? 2 : 4;
-        if (n_in > NQ_BLOCK) {
-            nq_vecmatw_avx512(x, n_in, W1, ld1, n1, b1, y1, half);
-            nq_vecmatw_avx512(x, n_in, W2, ld2, n2, b2, y2, half);
-            return;
-        }
-        int idx[NQ_BLOCK + 16];
-        float val[NQ_BLOCK + 16];
-        const int nnz = nq_nonzeros_avx512(x, n_in, 0, idx, val);
-        if (prefetch)
-            for (int t = 0; t < nnz; t++) {
-                const char *row = (const char *)W2 + esize * idx[t] * ld2;
-                for (long q = 0; q < esize * n2; q += 64) _mm_prefetch(row + q, _MM_HINT_T2);
-            }
-        nq_vecmat_nz_avx512(idx, val, nnz, W1, ld1, n1, b1, y1, half);
-        nq_vecmat_nz_avx512(idx, val, nnz, W2, ld2, n2, b2, y2, half);
+        NQ_VECMAT2_BODY(nq_vecmatw_avx512, nq_nonzeros_avx512, nq_vecmat_nz_avx512)
     }
     __attribute__((target("avx512f,fma")))
     static inline __m512 nq_exp512(__m512 x) {
