@@ -809,6 +809,8 @@ nq_init_simd()
 SIMD = {3: "avx512", 2: "avx2+fma"}.get(nq_simd_level(), "x86-64")
 # whether the CPU converts float16 in hardware (AVX2 kernels read float16 weights then)
 F16C = bool(nq_has_f16c())
+# whether the kernels chosen read float16 weights: AVX-512, or AVX2 with F16C
+READS_FLOAT16 = nq_simd_level() == 3 or (nq_simd_level() == 2 and F16C)
 
 MODES = {"exact": MODE_EXACT, "unnormalized": MODE_UNNORMALIZED, "fallback": MODE_FALLBACK}
 cdef double LOG10E = 0.43429448190325176
@@ -1016,7 +1018,7 @@ cdef class NeuralCore(LMCore):
         # exact softmax without AVX-512 (a float32 copy is made then: _f32).  Elsewhere
         # they are converted at load.
         self.half_w = (HALF_WEIGHTS and self.act == ACT_RELU
-                       and (nq_simd_level() == 3 or (nq_simd_level() == 2 and nq_has_f16c()))
+                       and READS_FLOAT16
                        and all(np.asarray(params[n]).dtype == np.float16 or np.asarray(params[n]).size == 0
                                for n in HALF_PARAMS))
         flat = {}
@@ -1141,7 +1143,7 @@ cdef class NeuralCore(LMCore):
         r, C = self.r, self.C
         cls_w, out_w = cls_w.reshape(C, r), out_w.reshape(-1, r)
         # (a float32 model fails on its first values: the check costs it nothing)
-        self.half_t = HALF_COPIES and (nq_simd_level() == 3 or (nq_simd_level() == 2 and nq_has_f16c())) and all(
+        self.half_t = HALF_COPIES and READS_FLOAT16 and all(
             _exactly_float16(a) for a in (cls_w, out_w))
         dtype = np.float16 if self.half_t else np.float32
         self.ld_cls = (C + 15) // 16 * 16
