@@ -15,6 +15,7 @@ from libc.math cimport exp, log, log10, pow, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
+from nplm._hashing cimport fmix64
 from cython.parallel cimport prange
 
 import sys
@@ -54,20 +55,11 @@ cdef struct ZEntry:
     uint8_t used
 
 
-cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
-    h ^= h >> 33
-    h *= 0xff51afd7ed558ccdULL
-    h ^= h >> 33
-    h *= 0xc4ceb9fe1a85ec53ULL
-    h ^= h >> 33
-    return h
-
-
 cdef inline uint64_t _state_key(const NState *s) noexcept nogil:
     cdef uint64_t h = 0x9e3779b97f4a7c15ULL + s.length
     cdef int i
     for i in range(min(s.length, MAX_ORDER - 1)):
-        h = _mix(h ^ (<uint64_t>s.words[i] + 0x632be59bd9b4e019ULL * (i + 1)))
+        h = fmix64(h ^ (<uint64_t>s.words[i] + 0x632be59bd9b4e019ULL * (i + 1)))
     return h
 
 

@@ -21,6 +21,7 @@ Kernels return status codes; the Python layer turns them into exceptions.
 from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memcmp, memset, memchr
+from nplm._hashing cimport fmix64
 
 from cython.parallel cimport prange
 
@@ -70,23 +71,13 @@ def release_free_memory():
         nplm_trim()
 
 
-cdef inline uint64_t _mix64(uint64_t h) noexcept nogil:
-    """Finaliser of MurmurHash3: spreads every input bit over the word."""
-    h ^= h >> 33
-    h *= 0xff51afd7ed558ccdULL
-    h ^= h >> 33
-    h *= 0xc4ceb9fe1a85ec53ULL
-    h ^= h >> 33
-    return h
-
-
 cdef inline uint64_t _hash_bytes(const uint8_t *p, size_t n) noexcept nogil:
     """FNV-1a over the bytes, then mixed (FNV alone clusters short words)."""
     cdef uint64_t h = 0xcbf29ce484222325ULL
     cdef size_t i
     for i in range(n):
         h = (h ^ p[i]) * 0x100000001b3ULL
-    return _mix64(h ^ n)
+    return fmix64(h ^ n)
 
 
 cdef inline uint64_t _hash_words(const uint32_t *w, int n) noexcept nogil:
@@ -95,7 +86,7 @@ cdef inline uint64_t _hash_words(const uint32_t *w, int n) noexcept nogil:
     for i in range(n):
         h = (h ^ w[i]) * 0xbf58476d1ce4e5b9ULL
         h ^= h >> 31
-    return _mix64(h)
+    return fmix64(h)
 
 
 cdef inline bint _is_delim(uint8_t c) noexcept nogil:
@@ -165,22 +156,32 @@ cdef class Counter:
         self.ent = NULL; self.nslots = NULL
 
     # ---------------------------------------------------------------- vocabulary
-    cdef int64_t _word_id(self, const uint8_t *p, size_t n) noexcept nogil:
-        """Id of the word p[:n], inserting it; KN_NOMEM or KN_TOO_MANY on failure."""
-        cdef uint64_t h = _hash_bytes(p, n)
+    cdef int64_t _probe(self, const uint8_t *p, size_t n, uint64_t h, size_t *slot) noexcept nogil:
+        """Id of the word p[:n] (hash h), or -1 with *slot at the empty slot that ends
+        its probe sequence (where it would go)."""
         cdef size_t i = h & self.vmask
         cdef uint32_t s
         cdef uint64_t off
         while True:
             s = self.vslots[i]
             if s == 0:
-                break
+                slot[0] = i
+                return -1
             s -= 1
             if self.vhashes[s] == h:
                 off = self.voffsets[s]
                 if self.voffsets[s + 1] - off == n and memcmp(self.arena + off, p, n) == 0:
                     return s
             i = (i + 1) & self.vmask
+
+    cdef int64_t _word_id(self, const uint8_t *p, size_t n) noexcept nogil:
+        """Id of the word p[:n], inserting it; KN_NOMEM or KN_TOO_MANY on failure."""
+        cdef uint64_t h = _hash_bytes(p, n)
+        cdef size_t i
+        cdef int64_t found = self._probe(p, n, h, &i)
+        cdef uint32_t s
+        if found >= 0:
+            return found
         # insert
         if self.vsize >= MAX_ENTRIES:
             return KN_TOO_MANY
@@ -204,20 +205,8 @@ cdef class Counter:
         return s
 
     cdef int64_t _find_word(self, const uint8_t *p, size_t n) noexcept nogil:
-        cdef uint64_t h = _hash_bytes(p, n)
-        cdef size_t i = h & self.vmask
-        cdef uint32_t s
-        cdef uint64_t off
-        while True:
-            s = self.vslots[i]
-            if s == 0:
-                return -1
-            s -= 1
-            if self.vhashes[s] == h:
-                off = self.voffsets[s]
-                if self.voffsets[s + 1] - off == n and memcmp(self.arena + off, p, n) == 0:
-                    return s
-            i = (i + 1) & self.vmask
+        cdef size_t i
+        return self._probe(p, n, _hash_bytes(p, n), &i)
 
     cdef int _grow_vocab_arrays(self) noexcept nogil:
         cdef size_t cap = self.vcap * 2
