@@ -25,6 +25,9 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+# The highest order a model can have (MAX_ORDER of _kernels.pxd), for the Python layer.
+QUERY_MAX_ORDER = MAX_ORDER
+
 cdef extern from *:
     """
     #include <stdint.h>
@@ -718,8 +721,19 @@ def build_backoff_tables(int order, uni, list ids, list probs, list backoffs, do
     cdef const int32_t[:, ::1] idv
     cdef const float[::1] pv
     cdef const float[::1] bv
-    # The unigram backoffs: zero means "does not extend" until a bigram says so.
     cdef Py_ssize_t i
+    # mid, mid_buckets, mid_used and _insert_order's keys/between are MAX_ORDER long.
+    if order < 1 or order > MAX_ORDER:
+        raise ValueError(f"order {order} outside 1..{MAX_ORDER}")
+    if not len(ids) == len(probs) == len(backoffs) == order - 1:
+        raise ValueError(f"expected {order - 1} arrays of ids, probabilities and back-offs")
+    for n in range(2, order + 1):
+        if np.ndim(ids[n - 2]) != 2 or np.shape(ids[n - 2])[1] != n \
+                or not len(ids[n - 2]) == len(probs[n - 2]) == len(backoffs[n - 2]):
+            raise ValueError(f"malformed {n}-gram arrays")
+        if len(ids[n - 2]) and (np.min(ids[n - 2]) < 0 or np.max(ids[n - 2]) >= u.shape[0]):
+            raise ValueError(f"{n}-gram word ids outside the vocabulary")
+    # The unigram backoffs: zero means "does not extend" until a bigram says so.
     for i in range(u.shape[0]):
         if u[i, 1] == 0.0:
             u[i, 1] = nplm_no_ext()
