@@ -898,7 +898,10 @@ cdef class ModelBase:
         cdef const char *s = _utf8(sentence, &n)
         cdef float total = 0
         cdef Py_ssize_t count = self._score_buf(s, n, True, True, &total, NULL, NULL, NULL, 0)
-        return 10.0 ** (-total / count)
+        # kenlm divides score()'s float32 total, widened, in double (Python floats);
+        # -total / count here would divide in float32.
+        cdef double t = total
+        return 10.0 ** (-t / <double>count)
 
     def BeginSentenceWrite(self, State state):
         """Overwrite ``state`` with the beginning-of-sentence context."""
