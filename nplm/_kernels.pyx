@@ -777,6 +777,32 @@ class _BuildError(Exception):
 
 
 # ---------------------------------------------------------------------------------
+# Batch totals.
+
+@cython.boundscheck(False)
+def segment_sums(const float[::1] probs, const int64_t[::1] offsets):
+    """Sum of each segment probs[offsets[i]:offsets[i+1]] as float64, added one by
+    one in a float32 total as score() (and kenlm) does; 0.0 for an empty one."""
+    cdef Py_ssize_t m = offsets.shape[0] - 1, i
+    cdef int64_t j
+    if m < 0 or offsets[0] < 0 or offsets[m] > probs.shape[0]:
+        raise ValueError("offsets outside the probabilities")
+    for i in range(m):
+        if offsets[i + 1] < offsets[i]:
+            raise ValueError("offsets must be non-decreasing")
+    out = np.empty(m, dtype=np.float64)
+    cdef double[::1] o = out
+    cdef float total
+    with nogil:
+        for i in range(m):
+            total = 0
+            for j in range(offsets[i], offsets[i + 1]):
+                total += probs[j]
+            o[i] = total
+    return out
+
+
+# ---------------------------------------------------------------------------------
 # The kenlm-compatible API, written once over (LMCore, Vocab).
 
 cdef class ModelBase:
