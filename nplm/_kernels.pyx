@@ -20,6 +20,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 from cython.parallel cimport prange
 
+import operator
+
 import numpy as np
 cimport numpy as cnp
 
@@ -803,6 +805,37 @@ def segment_sums(const float[::1] probs, const int64_t[::1] offsets):
 
 
 # ---------------------------------------------------------------------------------
+# Arguments of the batch API, checked the same way for every model kind.
+
+def sentence_list(sentences):
+    """``sentences`` (a list, or any iterable, of str/bytes) as a list.  A single
+    string is refused: iterating it would score each character as a sentence."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(f"expected a list of sentences, got a single {type(sentences).__name__}; "
+                        f"wrap it in a list")
+    try:
+        keep = list(sentences)
+    except TypeError:
+        raise TypeError(f"expected a list of sentences (str or bytes), got "
+                        f"{type(sentences).__name__}") from None
+    for i, s in enumerate(keep):
+        if not isinstance(s, (str, bytes)):
+            raise TypeError(f"sentence {i} is {type(s).__name__}, expected str or bytes")
+    return keep
+
+
+def thread_count(threads):
+    """``threads`` as an int >= 1 (TypeError / ValueError otherwise)."""
+    try:
+        n = operator.index(threads)
+    except TypeError:
+        raise TypeError(f"threads must be an integer, not {threads!r}") from None
+    if n < 1:
+        raise ValueError(f"threads must be >= 1, not {n}")
+    return n
+
+
+# ---------------------------------------------------------------------------------
 # The kenlm-compatible API, written once over (LMCore, Vocab).
 
 cdef class ModelBase:
@@ -994,13 +1027,15 @@ cdef class ModelBase:
                 o[w] = ret.prob
         return out
 
-    def score_sentences(self, sentences, bos=True, eos=True, int threads=1):
-        """Total log10 probability of each sentence (a sequence of str/bytes) as a
-        float64 array: equal to [score(s, bos, eos) for s in sentences], computed
-        in one call without the GIL (``threads`` > 1 splits the work)."""
+    def score_sentences(self, sentences, bos=True, eos=True, threads=1):
+        """Total log10 probability of each sentence (a list, or any iterable, of
+        str/bytes) as a float64 array: equal to [score(s, bos, eos) for s in
+        sentences], computed in one call without the GIL (``threads`` > 1 splits
+        the work)."""
         self._check()
-        cdef Py_ssize_t m = len(sentences), i
-        keep = list(sentences)
+        cdef int nthreads = thread_count(threads)
+        keep = sentence_list(sentences)
+        cdef Py_ssize_t m = len(keep), i
         ptrs = np.empty(m, dtype=np.uintp)
         lens = np.empty(m, dtype=np.intp)
         cdef size_t[::1] pv = ptrs
@@ -1013,16 +1048,14 @@ cdef class ModelBase:
         cdef double[::1] o = out
         cdef float total
         cdef bint b = bos, e = eos
-        if threads < 1:
-            raise ValueError("threads must be >= 1")
-        if threads == 1 or m < 64:
+        if nthreads == 1 or m < 64:
             with nogil:
                 for i in range(m):
                     total = 0
                     self._score_buf(<const char *>pv[i], lv[i], b, e, &total, NULL, NULL, NULL, 0)
                     o[i] = total
         else:
-            for i in prange(m, nogil=True, schedule="dynamic", chunksize=256, num_threads=threads):
+            for i in prange(m, nogil=True, schedule="dynamic", chunksize=256, num_threads=nthreads):
                 total = 0
                 self._score_buf(<const char *>pv[i], lv[i], b, e, &total, NULL, NULL, NULL, 0)
                 o[i] = total
@@ -1033,8 +1066,8 @@ cdef class ModelBase:
         (log10_prob float32, ngram_length int32, oov bool, offsets int64) where
         sentence i's items are [offsets[i]:offsets[i+1]] (tokens, then </s>)."""
         self._check()
-        cdef Py_ssize_t m = len(sentences), i, n, total_cap = 0, pos = 0, got
-        keep = list(sentences)
+        keep = sentence_list(sentences)
+        cdef Py_ssize_t m = len(keep), i, n, total_cap = 0, pos = 0, got
         ptrs = np.empty(m, dtype=np.uintp)
         lens = np.empty(m, dtype=np.intp)
         cdef size_t[::1] pv = ptrs

@@ -106,3 +106,59 @@ def test_totals_accumulate_like_score(model, bos, eos):
     9000-word sentence of a trained model)."""
     name, m, lines = model
     _check_totals(name, m, lines, m.score_sentences(lines, bos=bos, eos=eos), bos, eos)
+
+
+def test_iterables_of_sentences(model, tmp_path):
+    """Any iterable of str/bytes is scored like the list of its items."""
+    _, m, lines = model
+    short = lines[:3] + lines[4:8]
+    expect = m.score_sentences(short).tolist()
+    assert m.score_sentences(iter(short)).tolist() == expect
+    assert m.score_sentences(s for s in short).tolist() == expect
+    assert m.score_sentences(tuple(short), threads=2).tolist() == expect
+    assert m.score_sentences([s.encode() for s in short]).tolist() == expect
+    path = tmp_path / "text.txt"
+    path.write_text("\n".join(short) + "\n")
+    with open(path) as f:
+        assert m.score_sentences(f).tolist() == expect
+    got = m.full_scores_batch(iter(short))
+    for a, b in zip(got, m.full_scores_batch(short)):
+        assert np.array_equal(a, b)
+
+
+def test_bad_arguments(model):
+    """The same errors for every model kind, raised before any scoring."""
+    _, m, lines = model
+    for batch_api in (m.score_sentences, m.full_scores_batch):
+        for single in (lines[1], lines[1].encode()):
+            with pytest.raises(TypeError, match=f"list of sentences, got a single {type(single).__name__}"):
+                batch_api(single)
+        with pytest.raises(TypeError, match="sentence 0 is NoneType, expected str or bytes"):
+            batch_api([None])
+        with pytest.raises(TypeError, match="sentence 2 is int"):
+            batch_api([lines[1], "", 7])
+        with pytest.raises(TypeError, match="list of sentences .* got int"):
+            batch_api(5)
+    for threads in (0, -1):
+        with pytest.raises(ValueError, match="threads must be >= 1"):
+            m.score_sentences(lines[:2], threads=threads)
+    for threads in ("2", 1.5, None):
+        with pytest.raises(TypeError, match="threads must be an integer"):
+            m.score_sentences(lines[:2], threads=threads)
+
+
+def test_mixture_helpers_check_arguments_alike(built):
+    """An InterpolatedModel's other batch methods take sentences and threads the same way."""
+    mix = nplm.interpolate([nplm.Model(built["class-full-1"]), nplm.Model(built["tree-full-1"])], [0.5, 0.5],
+                           "loglinear")
+    lines = ["w1 w2 w3", "", "w4 zzqx"]
+    for method in (mix.component_scores, mix.context_buckets):
+        with pytest.raises(TypeError, match="got a single str"):
+            method("w1 w2 w3")
+        with pytest.raises(TypeError, match="sentence 1 is NoneType"):
+            method(["w1", None])
+        assert np.array_equal(method(iter(lines)), method(lines))
+    for threads in (0, -1):
+        with pytest.raises(ValueError, match="threads must be >= 1"):
+            mix.tune(lines, threads=threads)
+    assert mix.weights.tolist() == [0.5, 0.5]       # refused before anything changed
