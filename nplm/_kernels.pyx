@@ -20,10 +20,15 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 from cython.parallel cimport prange
 
+import operator
+
 import numpy as np
 cimport numpy as cnp
 
 cnp.import_array()
+
+# The highest order a model can have (MAX_ORDER of _kernels.pxd), for the Python layer.
+QUERY_MAX_ORDER = MAX_ORDER
 
 cdef extern from *:
     """
@@ -718,8 +723,19 @@ def build_backoff_tables(int order, uni, list ids, list probs, list backoffs, do
     cdef const int32_t[:, ::1] idv
     cdef const float[::1] pv
     cdef const float[::1] bv
-    # The unigram backoffs: zero means "does not extend" until a bigram says so.
     cdef Py_ssize_t i
+    # mid, mid_buckets, mid_used and _insert_order's keys/between are MAX_ORDER long.
+    if order < 1 or order > MAX_ORDER:
+        raise ValueError(f"order {order} outside 1..{MAX_ORDER}")
+    if not len(ids) == len(probs) == len(backoffs) == order - 1:
+        raise ValueError(f"expected {order - 1} arrays of ids, probabilities and back-offs")
+    for n in range(2, order + 1):
+        if np.ndim(ids[n - 2]) != 2 or np.shape(ids[n - 2])[1] != n \
+                or not len(ids[n - 2]) == len(probs[n - 2]) == len(backoffs[n - 2]):
+            raise ValueError(f"malformed {n}-gram arrays")
+        if len(ids[n - 2]) and (np.min(ids[n - 2]) < 0 or np.max(ids[n - 2]) >= u.shape[0]):
+            raise ValueError(f"{n}-gram word ids outside the vocabulary")
+    # The unigram backoffs: zero means "does not extend" until a bigram says so.
     for i in range(u.shape[0]):
         if u[i, 1] == 0.0:
             u[i, 1] = nplm_no_ext()
@@ -760,6 +776,63 @@ class _BuildError(Exception):
         self.code = code
         self.order = order
         self.index = index
+
+
+# ---------------------------------------------------------------------------------
+# Batch totals.
+
+@cython.boundscheck(False)
+def segment_sums(const float[::1] probs, const int64_t[::1] offsets):
+    """Sum of each segment probs[offsets[i]:offsets[i+1]] as float64, added one by
+    one in a float32 total as score() (and kenlm) does; 0.0 for an empty one."""
+    cdef Py_ssize_t m = offsets.shape[0] - 1, i
+    cdef int64_t j
+    if m < 0 or offsets[0] < 0 or offsets[m] > probs.shape[0]:
+        raise ValueError("offsets outside the probabilities")
+    for i in range(m):
+        if offsets[i + 1] < offsets[i]:
+            raise ValueError("offsets must be non-decreasing")
+    out = np.empty(m, dtype=np.float64)
+    cdef double[::1] o = out
+    cdef float total
+    with nogil:
+        for i in range(m):
+            total = 0
+            for j in range(offsets[i], offsets[i + 1]):
+                total += probs[j]
+            o[i] = total
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# Arguments of the batch API, checked the same way for every model kind.
+
+def sentence_list(sentences):
+    """``sentences`` (a list, or any iterable, of str/bytes) as a list.  A single
+    string is refused: iterating it would score each character as a sentence."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(f"expected a list of sentences, got a single {type(sentences).__name__}; "
+                        f"wrap it in a list")
+    try:
+        keep = list(sentences)
+    except TypeError:
+        raise TypeError(f"expected a list of sentences (str or bytes), got "
+                        f"{type(sentences).__name__}") from None
+    for i, s in enumerate(keep):
+        if not isinstance(s, (str, bytes)):
+            raise TypeError(f"sentence {i} is {type(s).__name__}, expected str or bytes")
+    return keep
+
+
+def thread_count(threads):
+    """``threads`` as an int >= 1 (TypeError / ValueError otherwise)."""
+    try:
+        n = operator.index(threads)
+    except TypeError:
+        raise TypeError(f"threads must be an integer, not {threads!r}") from None
+    if n < 1:
+        raise ValueError(f"threads must be >= 1, not {n}")
+    return n
 
 
 # ---------------------------------------------------------------------------------
@@ -884,7 +957,10 @@ cdef class ModelBase:
         cdef const char *s = _utf8(sentence, &n)
         cdef float total = 0
         cdef Py_ssize_t count = self._score_buf(s, n, True, True, &total, NULL, NULL, NULL, 0)
-        return 10.0 ** (-total / count)
+        # kenlm divides score()'s float32 total, widened, in double (Python floats);
+        # -total / count here would divide in float32.
+        cdef double t = total
+        return 10.0 ** (-t / <double>count)
 
     def BeginSentenceWrite(self, State state):
         """Overwrite ``state`` with the beginning-of-sentence context."""
@@ -951,13 +1027,15 @@ cdef class ModelBase:
                 o[w] = ret.prob
         return out
 
-    def score_sentences(self, sentences, bos=True, eos=True, int threads=1):
-        """Total log10 probability of each sentence (a sequence of str/bytes) as a
-        float64 array: equal to [score(s, bos, eos) for s in sentences], computed
-        in one call without the GIL (``threads`` > 1 splits the work)."""
+    def score_sentences(self, sentences, bos=True, eos=True, threads=1):
+        """Total log10 probability of each sentence (a list, or any iterable, of
+        str/bytes) as a float64 array: equal to [score(s, bos, eos) for s in
+        sentences], computed in one call without the GIL (``threads`` > 1 splits
+        the work)."""
         self._check()
-        cdef Py_ssize_t m = len(sentences), i
-        keep = list(sentences)
+        cdef int nthreads = thread_count(threads)
+        keep = sentence_list(sentences)
+        cdef Py_ssize_t m = len(keep), i
         ptrs = np.empty(m, dtype=np.uintp)
         lens = np.empty(m, dtype=np.intp)
         cdef size_t[::1] pv = ptrs
@@ -970,16 +1048,14 @@ cdef class ModelBase:
         cdef double[::1] o = out
         cdef float total
         cdef bint b = bos, e = eos
-        if threads < 1:
-            raise ValueError("threads must be >= 1")
-        if threads == 1 or m < 64:
+        if nthreads == 1 or m < 64:
             with nogil:
                 for i in range(m):
                     total = 0
                     self._score_buf(<const char *>pv[i], lv[i], b, e, &total, NULL, NULL, NULL, 0)
                     o[i] = total
         else:
-            for i in prange(m, nogil=True, schedule="dynamic", chunksize=256, num_threads=threads):
+            for i in prange(m, nogil=True, schedule="dynamic", chunksize=256, num_threads=nthreads):
                 total = 0
                 self._score_buf(<const char *>pv[i], lv[i], b, e, &total, NULL, NULL, NULL, 0)
                 o[i] = total
@@ -990,8 +1066,8 @@ cdef class ModelBase:
         (log10_prob float32, ngram_length int32, oov bool, offsets int64) where
         sentence i's items are [offsets[i]:offsets[i+1]] (tokens, then </s>)."""
         self._check()
-        cdef Py_ssize_t m = len(sentences), i, n, total_cap = 0, pos = 0, got
-        keep = list(sentences)
+        keep = sentence_list(sentences)
+        cdef Py_ssize_t m = len(keep), i, n, total_cap = 0, pos = 0, got
         ptrs = np.empty(m, dtype=np.uintp)
         lens = np.empty(m, dtype=np.intp)
         cdef size_t[::1] pv = ptrs

@@ -44,6 +44,9 @@ def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):
     """Build the query structures for ``tables`` (an NGramTables)."""
     tables.validate()
     order = tables.order
+    if order > _kernels.QUERY_MAX_ORDER:
+        raise FormatError(f"order {order} is above the highest order nplm can load "
+                          f"({_kernels.QUERY_MAX_ORDER})", tables.source)
     words = list(tables.vocab)
     is_unk = np.fromiter((w in _UNK for w in words), dtype=bool, count=len(words))
     if is_unk[0] and not is_unk[1:].any():
@@ -134,8 +137,8 @@ def load_binary(path, populate=False):
         if cfg.get("format") != FORMAT:
             raise FormatError(f"back-off table format {cfg.get('format')!r}, this nplm reads {FORMAT}", path)
         order = int(cfg["order"])
-        if not 1 <= order <= 16:
-            raise FormatError(f"order {order} out of range", path)
+        if not 1 <= order <= _kernels.QUERY_MAX_ORDER:
+            raise FormatError(f"order {order} outside 1..{_kernels.QUERY_MAX_ORDER}", path)
         needed = ["uni", "vocab_keys", "vocab_vals", "vocab_offsets", "vocab_blob"]
         needed += [f"mid{n}" for n in range(2, order)] + (["longest"] if order >= 2 else [])
         missing = [n for n in needed if n not in c.arrays]

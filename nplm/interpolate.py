@@ -420,7 +420,7 @@ class InterpolatedModel(_kernels.ModelBase):
     def _encode(self, sentences, bos, eos):
         ids, offsets = [], [0]
         eos_id = self.vocab.id("</s>")
-        for s in sentences:
+        for s in _kernels.sentence_list(sentences):
             if isinstance(s, bytes):
                 s = s.decode("utf-8")
             t = self.vocab.ids(s.split())
@@ -450,6 +450,7 @@ class InterpolatedModel(_kernels.ModelBase):
         context; at most ``max_contexts`` contexts (default: what fits in
         ``memory_mib``) are used, sampled uniformly (seeded) with all their tokens.
         Returns a TuneResult."""
+        threads = _kernels.thread_count(threads)
         sentences = _read_sentences(dev)
         if not sentences:
             raise ValueError("the tuning text is empty")

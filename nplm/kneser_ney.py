@@ -30,11 +30,14 @@ import zlib
 
 import numpy as np
 
+from ._kernels import QUERY_MAX_ORDER
 from .errors import FormatError
 from .tables import NGramTables
 from .textio import open_binary, open_text, same_file
 
-MAX_ORDER = 32
+# The Kneser-Ney kernel counts up to order 32, but a model is only useful if nplm
+# can load it: the query kernels' limit.
+MAX_ORDER = QUERY_MAX_ORDER
 DEFAULT_FALLBACK = (0.5, 1.0, 1.5)
 _CHUNK = 1 << 24
 
@@ -108,7 +111,8 @@ def _check_order(order):
     except TypeError:
         raise TypeError(f"order must be an integer, got {order!r}") from None
     if not 1 <= order <= MAX_ORDER:
-        raise ValueError(f"order must be between 1 and {MAX_ORDER}, got {order}")
+        raise ValueError(f"order must be between 1 and {MAX_ORDER} (the highest order nplm "
+                         f"can load), got {order}")
     return order
 
 

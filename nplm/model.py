@@ -128,22 +128,25 @@ class Model(_kernels.ModelBase):
             return (Model, (self.path,))
         return (_reload, (self.path, self.normalization, self.cache_size))
 
-    # Neural models score batches through BLAS (whole blocks of contexts at once).
+    # Neural models score batches through BLAS (whole blocks of contexts at once);
+    # the kernels' own OpenMP threads split them, so ``threads`` is only checked.
 
     def score_sentences(self, sentences, bos=True, eos=True, threads=1):
         if self.normalization is None:
             return super().score_sentences(sentences, bos, eos, threads)
+        _kernels.thread_count(threads)
         probs, _, _, offsets = self.full_scores_batch(sentences, bos, eos)
-        sums = np.add.reduceat(probs.astype(np.float64), offsets[:-1]) if len(probs) else np.zeros(0)
-        sums[offsets[:-1] == offsets[1:]] = 0.0
-        return sums[:len(sentences)]
+        # Totals as score() makes them: each sentence's float32 log10 probabilities
+        # added in order in a float32 total (kenlm's accumulation), not in float64,
+        # which drifted from score() by 0.7 on a 9000-word sentence.
+        return _kernels.segment_sums(probs, offsets)
 
     def full_scores_batch(self, sentences, bos=True, eos=True):
         if self.normalization is None:
             return super().full_scores_batch(sentences, bos, eos)
         from .neural_model import batch_log10, sentence_items
-        contexts, words, ctx_len, oov, offsets = sentence_items(self.vocab, self.order - 1, list(sentences),
-                                                                bos, eos)
+        contexts, words, ctx_len, oov, offsets = sentence_items(self.vocab, self.order - 1,
+                                                                _kernels.sentence_list(sentences), bos, eos)
         lp, lengths = batch_log10(self, contexts, words, ctx_len)
         return lp.astype(np.float32), lengths.astype(np.int32), oov, offsets
 

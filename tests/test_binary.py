@@ -159,3 +159,81 @@ def test_load_is_a_memory_map(binary):
     m = nplm.Model(str(out))
     uni = m._data.arrays["uni"]
     assert not uni.flags.owndata and not uni.flags.writeable
+
+
+def _chain_arpa(order):
+    """An ARPA of the given order whose n-grams are "<s> a^(n-1)" (each one's context
+    present), with p = -0.01 * n: scoring "a" * k after <s> uses them all."""
+    grams = [[("<unk>", -2.0, -0.5), ("<s>", -99.0, -0.25), ("</s>", -1.0, 0.0), ("a", -0.5, -0.125)]]
+    grams += [[(" ".join(["<s>"] + ["a"] * (n - 1)), -0.01 * n, -0.0625 if n < order else None)]
+              for n in range(2, order + 1)]
+    lines = ["\\data\\"] + [f"ngram {n}={len(g)}" for n, g in enumerate(grams, 1)] + [""]
+    for n, g in enumerate(grams, 1):
+        lines.append(f"\\{n}-grams:")
+        lines += [f"{p}\t{w}" + (f"\t{b}" if b is not None else "") for w, p, b in g]
+        lines.append("")
+    return "\n".join(lines + ["\\end\\", ""])
+
+
+@pytest.mark.parametrize("order", [17, 19, 20])
+def test_orders_above_the_limit_are_refused_cleanly(tmp_path, order):
+    """Orders 19+ overflowed the kernels' fixed per-order arrays (a segfault while
+    building the tables); every way in must give the clean error instead."""
+    from nplm._kernels import QUERY_MAX_ORDER
+    assert order > QUERY_MAX_ORDER
+    path = tmp_path / f"o{order}.arpa"
+    path.write_text(_chain_arpa(order))
+    cfg = nplm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
+    with pytest.raises(nplm.ModelLoadError, match=f"o{order}.arpa: order {order} is above the highest "
+                                                  f"order nplm can load \\({QUERY_MAX_ORDER}\\)"):
+        nplm.Model(str(path), cfg)
+    with pytest.raises(FormatError, match=f"order {order} is above"):
+        nplm.build_binary(str(path), str(tmp_path / "o.nplm"))
+    assert not (tmp_path / "o.nplm").exists()
+
+
+def test_highest_order_loads_and_scores(tmp_path):
+    """The limit itself works: every n-gram of the chain model is used (brute force)."""
+    from nplm._kernels import QUERY_MAX_ORDER as top
+    path = tmp_path / "top.arpa"
+    path.write_text(_chain_arpa(top))
+    cfg = nplm.Config()
+    cfg.show_progress = False
+    m = nplm.Model(str(path), cfg)
+    assert m.order == top
+    got = [p for p, _, _ in m.full_scores(" ".join(["a"] * (top - 1)), eos=False)]
+    assert got == pytest.approx([-0.01 * n for n in range(2, top + 1)], abs=1e-6)
+    assert [n for _, n, _ in m.full_scores(" ".join(["a"] * (top - 1)), eos=False)] == list(range(2, top + 1))
+
+
+def test_kernel_refuses_orders_beyond_its_arrays():
+    """build_backoff_tables checks the order itself, whoever calls it."""
+    from nplm import _kernels
+    order = _kernels.QUERY_MAX_ORDER + 4
+    uni = np.zeros((4, 2), np.float32)
+    ids = [np.zeros((1, n), np.int32) for n in range(2, order + 1)]
+    probs = [np.zeros(1, np.float32) for _ in ids]
+    with pytest.raises(ValueError, match=f"order {order} outside"):
+        _kernels.build_backoff_tables(order, uni, ids, probs, list(probs))
+    ids[1][0, 0] = 4                    # a word id beyond the 4 unigrams
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        _kernels.build_backoff_tables(3, uni, ids[:2], probs[:2], probs[:2])
+    with pytest.raises(ValueError, match="malformed 3-gram"):
+        _kernels.build_backoff_tables(3, uni, [ids[0], ids[0]], probs[:2], probs[:2])
+
+
+def test_binary_claiming_a_high_order_is_refused(binary, tmp_path):
+    """A binary header's order indexes the same fixed arrays: refused before use,
+    even with every table such an order needs present."""
+    _, out = binary
+    c = container.read(out)
+    arrays = {k: np.array(v) for k, v in c.arrays.items()}
+    for n in range(4, 20):
+        arrays[f"mid{n}"] = arrays["mid3"]
+    bad = tmp_path / "o20.nplm"
+    container.write(bad, c.kind, dict(c.config, order=20), arrays)
+    from nplm._kernels import QUERY_MAX_ORDER
+    with pytest.raises(nplm.ModelLoadError, match=f"order 20 outside 1..{QUERY_MAX_ORDER}"):
+        nplm.Model(str(bad))

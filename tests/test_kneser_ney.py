@@ -395,6 +395,21 @@ def test_bad_order(order, error):
         estimate(as_text([["a"]]), order, progress=False)
 
 
+def test_orders_nplm_cannot_load_are_refused(tmp_path):
+    """Order 17..32 used to be estimated (the kernel counts that far) into models that
+    nplm.Model then refused or crashed on: refuse up front, naming the limit."""
+    import nplm
+    from nplm._kernels import QUERY_MAX_ORDER
+    text = as_text(random_corpus(5, 60, 20, max_len=30))
+    for order in (QUERY_MAX_ORDER + 1, 20, 32):
+        with pytest.raises(ValueError, match=f"between 1 and {QUERY_MAX_ORDER} .*got {order}"):
+            estimate(text, order, binary=str(tmp_path / "x.nplm"), progress=False, discount_fallback=True)
+        assert not (tmp_path / "x.nplm").exists()
+    text.seek(0)
+    estimate(text, QUERY_MAX_ORDER, binary=str(tmp_path / "top.nplm"), progress=False, discount_fallback=True)
+    assert nplm.Model(str(tmp_path / "top.nplm")).order == QUERY_MAX_ORDER
+
+
 def test_unreadable_inputs(tmp_path):
     with pytest.raises(FileNotFoundError):
         estimate(tmp_path / "missing.txt", 3, progress=False)
