@@ -318,9 +318,16 @@ class Trainer:
             threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(n_eng)]
             for th in threads:
                 th.start()
-            while any(th.is_alive() for th in threads):
-                threads[0].join(1.0)
+            # Wait on every thread until the next redraw is due: joining only the first
+            # returned at once after it ended, and the loop then redrew in a spin.
+            due = time.monotonic() + 1.0
+            while True:
+                for th in threads:
+                    th.join(max(0.0, due - time.monotonic()))
+                if not any(th.is_alive() for th in threads):
+                    break
                 report()
+                due = time.monotonic() + 1.0
         if errors:
             raise errors[0]
         report(True)

@@ -233,3 +233,40 @@ def test_cli_trains_and_refuses_to_overwrite_input(tmp_path, capsys):
     assert net.config.output == "tree" and net.order == 3
     code = main(["train", "--train", str(good), "--out", str(good), "--quiet"])
     assert code == 1 and "overwrite" in capsys.readouterr().err
+
+
+def test_waiting_for_a_lagging_worker_redraws_about_once_a_second(tmp_path, monkeypatch):
+    """Worker 0 ends long before worker 1 (its steps slowed down: the one stand-in here,
+    for timing only); the main thread must wait, not redraw the bar in a spin."""
+    import time
+    import tqdm
+    from nplm.train import Corpus, Trainer
+    good = _write(tmp_path, "good.txt", "the cat sat on the mat\nthe dog sat on the log\n" * 20)
+    cfg = NeuralConfig(order=3, embedding_dim=4, hidden=(4,), output="softmax", objective="mle")
+    tc = TrainConfig(epochs=1, minibatch=4, threads=2, average=0)
+    corpus = Corpus(good, None, 3)
+    t = Trainer(NeuralNet.create(cfg, corpus.vocab, seed=1), corpus, tc, log=lambda s: None, progress=True)
+    assert len(t.engines) == 2
+
+    class Slow:
+        def __init__(self, eng):
+            self.eng = eng
+
+        def step(self, *a):
+            time.sleep(0.05)
+            return self.eng.step(*a)
+
+        def __getattr__(self, name):
+            return getattr(self.eng, name)
+
+    t.engines[1] = Slow(t.engines[1])
+    redraws = []
+    real = tqdm.tqdm.set_postfix
+    monkeypatch.setattr(tqdm.tqdm, "set_postfix", lambda self, *a, **k: (redraws.append(1), real(self, *a, **k)))
+    t0 = time.monotonic()
+    t.run_epoch()
+    elapsed = time.monotonic() - t0
+    n_slow = len(range(4, corpus.train[1].size, 8))
+    assert elapsed >= 0.05 * n_slow > 1.5          # worker 1 really lagged
+    # at most one redraw per second of waiting, plus the final one
+    assert len(redraws) <= elapsed + 2, (len(redraws), elapsed)
