@@ -361,8 +361,9 @@ class Trainer:
                 note += f" (worse: back to best, learning rate halved to {self.lr:.3g})"
             # (speed stays out of the saved history so that equal runs give equal bytes)
             self.history.append({"epoch": self.epoch, "loss": loss, "valid_ppl": ppl, "lr": self.lr})
-            self.log(f"epoch {self.epoch}: train loss {loss:.4f}, valid ppl {ppl:.2f}, "
-                     f"{speed:,.0f} examples/s{note}")
+            # (no validation text: no figure rather than "valid ppl nan")
+            valid = f", valid ppl {ppl:.2f}" if self.corpus.valid is not None else ""
+            self.log(f"epoch {self.epoch}: train loss {loss:.4f}{valid}, {speed:,.0f} examples/s{note}")
             if checkpoint:
                 self.save_checkpoint(checkpoint)
             if self.halvings > tc.max_halvings:

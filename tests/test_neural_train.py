@@ -270,3 +270,16 @@ def test_waiting_for_a_lagging_worker_redraws_about_once_a_second(tmp_path, monk
     assert elapsed >= 0.05 * n_slow > 1.5          # worker 1 really lagged
     # at most one redraw per second of waiting, plus the final one
     assert len(redraws) <= elapsed + 2, (len(redraws), elapsed)
+
+
+def test_log_without_validation_text_has_no_validation_figure(tmp_path):
+    good = _write(tmp_path, "good.txt", "the cat sat on the mat\nthe dog sat on the log\n" * 20)
+    cfg = NeuralConfig(order=3, embedding_dim=4, hidden=(4,), output="softmax", objective="mle")
+    tc = TrainConfig(epochs=2, threads=1)
+    lines = []
+    train(good, None, tmp_path / "m.nplm", cfg, tc, log=lines.append, progress=False)
+    epochs = [l for l in lines if l.startswith("epoch ")]
+    assert len(epochs) == 2 and not any("valid" in l or "nan" in l for l in epochs), epochs
+    lines = []
+    train(good, good, tmp_path / "v.nplm", cfg, tc, log=lines.append, progress=False)
+    assert all("valid ppl" in l for l in lines if l.startswith("epoch "))
