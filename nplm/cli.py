@@ -438,7 +438,9 @@ class Sample:
     def add_arguments(p):
         p.add_argument("model", help="neural nplm model (any output kind; drawn from its exact distribution)")
         p.add_argument("--tokens", type=int, required=True,
-                       help="how many tokens to draw (words plus one </s> per sentence)")
+                       help="draw at least this many tokens (words plus one </s> per sentence): "
+                            "sentences are started until that many are drawn, and every started one is "
+                            "finished, so the text ends at a sentence boundary")
         p.add_argument("--out", required=True, help="output text, one sentence per line (written atomically)")
         p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
         p.add_argument("--max-length", type=int, default=100,
