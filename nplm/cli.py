@@ -537,12 +537,14 @@ class Convert:
         p.add_argument("--to", choices=["arpa", "binary", "neural", "float16", "int8", "isi"],
                        help="output format (default: from the output name, .arpa[.gz] or .isi, "
                             "else the input's counterpart)")
-        p.add_argument("--text", help="with a quantisation: report the perplexity change on this text")
+        p.add_argument("--text", help="neural models: report the perplexity change on this text (an ISI "
+                       "output is read back as nplm reads it); refused for back-off conversions")
 
     @staticmethod
     def run(args):
         from .convert import convert
-        sf, tf, report = convert(args.input, args.output, to=args.to, text=args.text)
+        sf, tf, report = convert(args.input, args.output, to=args.to, text=args.text,
+                                 messages=lambda m: print(f"nplm: {m}", file=sys.stderr))
         msg = f"{sf} -> {tf}"
         if "bytes_after" in report:
             msg += f", {report['bytes_before']} -> {report['bytes_after']} bytes"
