@@ -438,7 +438,9 @@ class Sample:
     def add_arguments(p):
         p.add_argument("model", help="neural nplm model (any output kind; drawn from its exact distribution)")
         p.add_argument("--tokens", type=int, required=True,
-                       help="how many tokens to draw (words plus one </s> per sentence)")
+                       help="draw at least this many tokens (words plus one </s> per sentence): "
+                            "sentences are started until that many are drawn, and every started one is "
+                            "finished, so the text ends at a sentence boundary")
         p.add_argument("--out", required=True, help="output text, one sentence per line (written atomically)")
         p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
         p.add_argument("--max-length", type=int, default=100,
@@ -535,12 +537,14 @@ class Convert:
         p.add_argument("--to", choices=["arpa", "binary", "neural", "float16", "int8", "isi"],
                        help="output format (default: from the output name, .arpa[.gz] or .isi, "
                             "else the input's counterpart)")
-        p.add_argument("--text", help="with a quantisation: report the perplexity change on this text")
+        p.add_argument("--text", help="neural models: report the perplexity change on this text (an ISI "
+                       "output is read back as nplm reads it); refused for back-off conversions")
 
     @staticmethod
     def run(args):
         from .convert import convert
-        sf, tf, report = convert(args.input, args.output, to=args.to, text=args.text)
+        sf, tf, report = convert(args.input, args.output, to=args.to, text=args.text,
+                                 messages=lambda m: print(f"nplm: {m}", file=sys.stderr))
         msg = f"{sf} -> {tf}"
         if "bytes_after" in report:
             msg += f", {report['bytes_before']} -> {report['bytes_after']} bytes"

@@ -72,8 +72,10 @@ def _target_format(src_fmt, out, to):
 
 def convert(src, dst, to=None, text=None, messages=None):
     """Convert model file ``src`` to ``dst``; returns (source format, target format,
-    report dict).  ``text`` (optional) measures the perplexity change of a
-    quantisation."""
+    report dict).  ``text`` (optional) measures the perplexity change of a neural
+    conversion (quantisation, or ISI output read back); a back-off conversion changes
+    no value, and is refused ``text``.  ``messages(text)`` hears what an ISI file
+    leaves out or adds (default: what it leaves out as Python warnings)."""
     src, dst = os.fspath(src), os.fspath(dst)
     if os.path.exists(dst) and same_file(src, dst):
         raise ValueError(f"refusing to overwrite the input {src!r}")
@@ -86,6 +88,9 @@ def convert(src, dst, to=None, text=None, messages=None):
     if (sf in backoff_kinds) != (tf in backoff_kinds):
         raise ValueError(f"cannot convert {sf} to {tf}: a back-off table and a neural network are different "
                          "models (use `nplm distil` to turn a neural model into a back-off table)")
+    if text is not None and sf in backoff_kinds:
+        raise ValueError(f"--text measures the perplexity change of a neural model's conversion; {sf} -> {tf} "
+                         "keeps every n-gram and value, so there is nothing to measure")
     if sf in backoff_kinds:
         from .arpa import read_arpa, write_arpa
         from .backoff import build_binary
@@ -102,18 +107,20 @@ def convert(src, dst, to=None, text=None, messages=None):
         tmp_net, extra_config, extra_arrays = isi.to_neural(isi.read_isi(src))
         if tf == "isi":
             isi.write_isi(isi.from_neural(tmp_net, extra_config, extra_arrays), dst)
-            return sf, tf, report
-        tmp_net.save(dst, extra_config=extra_config, extra_arrays=extra_arrays)
-        if tf in ("float16", "int8"):
-            quantize.quantize_file(dst, dst, tf)
+        else:
+            tmp_net.save(dst, extra_config=extra_config, extra_arrays=extra_arrays)
+            if tf in ("float16", "int8"):
+                quantize.quantize_file(dst, dst, tf)
         ref_net = tmp_net
     elif tf == "isi":
-        isi.nplm_to_isi(src, dst)
-        return sf, tf, report
+        isi.nplm_to_isi(src, dst, messages)
+        ref_net = quantize.load_neural(src) if text is not None else None
     else:
         ref_net = quantize.quantize_file(src, dst, "float32" if tf == "neural" else tf)
-    if text is not None and tf in ("float16", "int8", "neural") and (sf != tf):
-        before, after = quantize.perplexity_change(ref_net, quantize.load_neural(dst), text)
+    if text is not None:
+        # the output as nplm reads it: an ISI file through the same mapping as its conversion
+        out_net = isi.to_neural(isi.read_isi(dst))[0] if tf == "isi" else quantize.load_neural(dst)
+        before, after = quantize.perplexity_change(ref_net, out_net, text)
         report.update(perplexity_before=before, perplexity_after=after,
                       perplexity_change=(after - before) / before)
     report["bytes_before"] = os.path.getsize(src)

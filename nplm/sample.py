@@ -23,6 +23,11 @@ padding, then ``<s>``) and ends at ``</s>`` or at ``max_len`` words.  ``<s>``,
 ``</s>``-as-word and ``<null>`` are never emitted as words: a draw of ``<s>`` or
 ``<null>`` (which a trained net gives almost no mass) is redrawn, which samples
 exactly from the distribution conditioned on a real word.
+
+The token budget: sentences are started while fewer than N tokens have been drawn, and
+every started one is finished and written in the order started (see
+``sample_sentences``), so the text holds i.i.d. sentences, at least N tokens, and ends
+at a sentence boundary.
 """
 import numpy as np
 
@@ -58,9 +63,24 @@ def _full_draw(net, ctx, rng):
 
 
 def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress=None):
-    """Yield sampled sentences (lists of word strings) until ``n_tokens`` tokens (words
-    plus one ``</s>`` per sentence) are produced.  ``data`` is what
-    ``neural_model.load`` returns.  ``progress(n)`` is called with tokens made."""
+    """Yield sampled sentences (lists of word strings), each an independent draw from
+    the model, in the order they were started, until at least ``n_tokens`` tokens
+    (words plus one ``</s>`` per sentence) are out; the last sentence is finished, so
+    the text ends at a sentence boundary.  ``data`` is what ``neural_model.load``
+    returns.  ``progress(n)`` is called with the tokens drawn at each step.
+
+    Why this is exact: a sentence is started only while fewer than ``n_tokens`` tokens
+    have been drawn (by finished sentences and the words so far of those in flight),
+    and every started sentence is finished.  Whether sentence k starts depends on draws
+    made before it, never on its own, so each sentence is a draw from the model and
+    (Wald's identity) the tokens per sentence of the text average the model's expected
+    length, whatever the budget.  Keeping only the sentences that had ended when the
+    budget ran out, as before, kept the short ones and dropped the long ones.  Writing
+    in the order of starting, not of ending, keeps short sentences from coming first.
+    Fewer than ``streams`` sentences are in flight when the budget is near: about the
+    tokens left over the tokens per finished sentence so far, so the text overshoots
+    ``n_tokens`` by about one sentence per stream in flight at the end, not by
+    ``streams`` sentences."""
     if n_tokens < 1:
         raise ValueError(f"number of tokens to sample must be positive, not {n_tokens}")
     if streams < 1 or max_len < 1:
@@ -72,32 +92,64 @@ def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress
     start = np.array([NULL] * (m - 1) + [BOS], np.int32)
     ctx = np.tile(start, (streams, 1))
     sent = [[] for _ in range(streams)]
-    made = 0
+    seq = np.zeros(streams, np.int64)          # the sentence number each stream grows
+    active = np.zeros(streams, bool)
+    done = {}                                  # finished sentences waiting for earlier ones
+    started = written = finished = drawn = 0
     class_out = net.config.output == "class"
     by_core = class_out and core.samples_classes
-    while made < n_tokens:
+
+    def start_streams(k):
+        nonlocal started
+        free = np.flatnonzero(~active)[:k]
+        ctx[free] = start
+        seq[free] = np.arange(started, started + len(free))
+        active[free] = True
+        started += len(free)
+
+    # before any sentence has ended, no more than one per max_len tokens
+    start_streams(min(streams, -(-n_tokens // max_len)))
+    while True:
+        idx = np.flatnonzero(active)
+        if len(idx) == 0:
+            break
+        c = ctx[idx]
         if by_core:
-            w = net.structs["class_words"][core.sample_class_rows(ctx, rng.random((streams, 2)))]
+            w = net.structs["class_words"][core.sample_class_rows(c, rng.random((len(idx), 2)))]
         else:
-            w = _class_draw(net, core.hidden(ctx), rng) if class_out else _full_draw(net, ctx, rng)
-        ok = (w != BOS) & (w != NULL)
+            w = _class_draw(net, core.hidden(c), rng) if class_out else _full_draw(net, c, rng)
         step = 0
-        for i in np.flatnonzero(ok):
-            wi = int(w[i])
+        for j in np.flatnonzero((w != BOS) & (w != NULL)):
+            i, wi = int(idx[j]), int(w[j])
             end = wi == EOS
             if not end:
                 sent[i].append(words[wi])
-            if end or len(sent[i]) >= max_len:
-                step += len(sent[i]) + 1
-                yield sent[i]
+            step += 1
+            if not end and len(sent[i]) >= max_len:
+                step += 1                      # the </s> a cut sentence still counts
+                end = True
+            if end:
+                done[int(seq[i])] = sent[i]
                 sent[i] = []
-                ctx[i] = start
+                active[i] = False
+                finished += 1
             else:
                 ctx[i, :-1] = ctx[i, 1:]
                 ctx[i, -1] = wi
-        made += step
+        drawn += step
         if progress is not None and step:
             progress(step)
+        while written in done:
+            yield done.pop(written)
+            written += 1
+        if drawn < n_tokens and finished:
+            # in flight: about the sentences the tokens left need, at the tokens per
+            # finished sentence so far (decided from past draws only)
+            want = min(streams, -(-(n_tokens - drawn) * finished // drawn))
+            n_active = int(active.sum())
+            if want > n_active:
+                start_streams(want - n_active)
+    assert not done and written == started
 
 
 def sample_to_file(path, out, n_tokens, seed=1, max_len=100, streams=4096, progress=True):

@@ -6,6 +6,7 @@ OpenBLAS (its thread count is set here) and per-example loops to OpenMP with the
 count.  With ``threads=1`` a fixed seed gives a bit-identical model.
 """
 import dataclasses
+import hashlib
 import math
 import os
 import sys
@@ -218,6 +219,7 @@ class Trainer:
         # model use the average.
         self.ema = [p.copy() for p in self.params] if tc.average > 0 else None
         self._ema_tmp = None
+        self.data_id = None    # {"train": ..., "valid": ...} fingerprints, kept in checkpoints
 
     def _net_view(self, params):
         n = self.net
@@ -318,9 +320,16 @@ class Trainer:
             threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(n_eng)]
             for th in threads:
                 th.start()
-            while any(th.is_alive() for th in threads):
-                threads[0].join(1.0)
+            # Wait on every thread until the next redraw is due: joining only the first
+            # returned at once after it ended, and the loop then redrew in a spin.
+            due = time.monotonic() + 1.0
+            while True:
+                for th in threads:
+                    th.join(max(0.0, due - time.monotonic()))
+                if not any(th.is_alive() for th in threads):
+                    break
                 report()
+                due = time.monotonic() + 1.0
         if errors:
             raise errors[0]
         report(True)
@@ -354,8 +363,9 @@ class Trainer:
                 note += f" (worse: back to best, learning rate halved to {self.lr:.3g})"
             # (speed stays out of the saved history so that equal runs give equal bytes)
             self.history.append({"epoch": self.epoch, "loss": loss, "valid_ppl": ppl, "lr": self.lr})
-            self.log(f"epoch {self.epoch}: train loss {loss:.4f}, valid ppl {ppl:.2f}, "
-                     f"{speed:,.0f} examples/s{note}")
+            # (no validation text: no figure rather than "valid ppl nan")
+            valid = f", valid ppl {ppl:.2f}" if self.corpus.valid is not None else ""
+            self.log(f"epoch {self.epoch}: train loss {loss:.4f}{valid}, {speed:,.0f} examples/s{note}")
             if checkpoint:
                 self.save_checkpoint(checkpoint)
             if self.halvings > tc.max_halvings:
@@ -375,6 +385,8 @@ class Trainer:
         state = {"epoch": self.epoch, "lr": self.lr, "halvings": self.halvings,
                  "best": None if not math.isfinite(self.best) else self.best, "history": self.history,
                  "train_config": dataclasses.asdict(self.tc)}
+        if self.data_id is not None:
+            state["data"] = self.data_id
         extra = {"opt." + n: a for n, a in zip(PARAM_NAMES, self.accum)}
         if self.best_params is not None:
             extra.update({"best." + n: a for n, a in zip(PARAM_NAMES, self.best_params)})
@@ -406,20 +418,102 @@ class Trainer:
         self.history = state["history"]
 
 
+def file_fingerprint(path):
+    """Identity of a data file for resume checks: its size and SHA-256 (the path is
+    kept for the message only, so a moved file still matches)."""
+    if path is None:
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"path": os.path.abspath(path), "bytes": os.path.getsize(path), "sha256": h.hexdigest()}
+
+
+# Settings that may change when training resumes: when to stop, and how many threads.
+RESUMABLE = ("epochs", "time_limit", "max_halvings", "threads", "parallel")
+
+
+def _flag_value(v):
+    if isinstance(v, (tuple, list)):
+        return ",".join(map(str, v)) or "none"
+    return str(v)
+
+
+def resume_conflicts(old_config, state, config, tc, data_id):
+    """How the given settings and data differ from a checkpoint's, as lines naming
+    the command-line option; settings that do not apply (noise samples without NCE,
+    classes without class output) are skipped.  ``config``/``tc`` None: not given."""
+    out = []
+    if config is not None:
+        for f in dataclasses.fields(NeuralConfig):
+            a, b = getattr(old_config, f.name), getattr(config, f.name)
+            if f.name == "noise_samples" and old_config.objective != "nce":
+                continue
+            if f.name in ("classes", "clustering") and old_config.output != "class":
+                continue
+            if a != b:
+                out.append(f"--{f.name.replace('_', '-')}: {_flag_value(a)} in the checkpoint, "
+                           f"{_flag_value(b)} now")
+    saved_tc = state.get("train_config")
+    if tc is not None and saved_tc:
+        for f in dataclasses.fields(TrainConfig):
+            if f.name in RESUMABLE or f.name not in saved_tc:
+                continue
+            a, b = saved_tc[f.name], getattr(tc, f.name)
+            if a != b:
+                out.append(f"--{f.name.replace('_', '-')}: {_flag_value(a)} in the checkpoint, "
+                           f"{_flag_value(b)} now")
+    saved = state.get("data")
+    if saved is not None:
+        def describe(d):
+            return "none" if d is None else f"{d['path']} ({d['bytes']:,} bytes, sha256 {d['sha256'][:12]})"
+        for key in ("train", "valid"):
+            a, b = saved.get(key), data_id[key]
+            same = (a is None and b is None) or (a is not None and b is not None and
+                                                 (a["bytes"], a["sha256"]) == (b["bytes"], b["sha256"]))
+            if not same:
+                out.append(f"--{key}: {describe(a)} in the checkpoint, {describe(b)} now")
+    return out
+
+
 def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=False, log=print,
           progress=True):
     """Train a neural n-gram model and save it to ``out_path``; returns the NeuralNet.
 
     A checkpoint ``out_path + '.ckpt'`` is written after every epoch; ``resume=True``
-    continues from it (same data and settings required)."""
-    config = (config or NeuralConfig()).validate()
-    tc = (tconfig or TrainConfig()).validate()
+    continues from it.  The checkpoint records the settings and the data (size and
+    SHA-256 of the training and validation texts); resuming with other ones is refused
+    with a list of the differences, except for RESUMABLE settings.  On resume,
+    ``config``/``tconfig`` None take the checkpoint's."""
+    if config is not None or not resume:
+        config = (config or NeuralConfig()).validate()
+    if tconfig is not None or not resume:
+        tconfig = (tconfig or TrainConfig()).validate()
+    tc = tconfig
     ckpt = os.fspath(out_path) + CHECKPOINT_SUFFIX
+    data_id = {"train": file_fingerprint(train_path), "valid": file_fingerprint(valid_path)}
     vocab = None
     if resume:
         if not os.path.exists(ckpt):
             raise FileNotFoundError(2, "no checkpoint to resume from", ckpt)
-        old = NeuralNet.load(ckpt)
+        old, cont = NeuralNet.load(ckpt, return_container=True)
+        state = cont.config.get("checkpoint")
+        if state is None:
+            raise FormatError("not a training checkpoint", ckpt)
+        conflicts = resume_conflicts(old.config, state, config, tc, data_id)
+        if conflicts:
+            raise ValueError(f"cannot resume from {ckpt}: it was made with other settings or data:\n  "
+                             + "\n  ".join(conflicts) + "\nresume with the checkpoint's settings and data "
+                             "(only --epochs, --time-limit, --max-halvings and --threads may change), or "
+                             "remove the checkpoint to start afresh")
+        if state.get("data") is None:
+            log(f"note: {ckpt} does not record its training data (an older checkpoint); "
+                "make sure --train and --valid are the texts it was trained on")
+        if tc is None:
+            known = {f.name for f in dataclasses.fields(TrainConfig)}
+            tc = TrainConfig(**{k: v for k, v in (state.get("train_config") or {}).items()
+                                if k in known}).validate()
         vocab, config = old.vocab, old.config
     corpus = Corpus(train_path, valid_path, config.order, tc.min_count, tc.vocab_size, vocab=vocab)
     log(f"vocabulary: {len(corpus.vocab)} words; {corpus.train[1].size:,} training examples"
@@ -432,6 +526,7 @@ def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=Fa
         wc, tree = output_structures(config, corpus.vocab, corpus.train[1], tc.seed, log)
         net = NeuralNet.create(config, corpus.vocab, word_class=wc, tree=tree, seed=tc.seed)
     trainer = Trainer(net, corpus, tc, log=log, progress=progress)
+    trainer.data_id = data_id
     if resume:
         trainer.load_checkpoint(ckpt)
         log(f"resuming after epoch {trainer.epoch}")

@@ -152,12 +152,12 @@ def test_isi_errors(tmp_path):
 # ---------------------------------------------------------------------------------
 # Quantisation.
 
-def _random_net(V_words=30, order=4, seed=0, context="full", output="softmax"):
+def _random_net(V_words=30, order=4, seed=0, context="full", output="softmax", hidden=(32, 16)):
     from nplm.neural import NeuralConfig, NeuralNet
     from nplm.vocab import SPECIALS, Vocabulary
     words = list(SPECIALS) + [f"w{i}" for i in range(V_words)]
     vocab = Vocabulary(words, np.arange(len(words))[::-1] + 1)
-    cfg = NeuralConfig(order=order, embedding_dim=16, hidden=(32, 16), context=context, output=output,
+    cfg = NeuralConfig(order=order, embedding_dim=16, hidden=hidden, context=context, output=output,
                        activation="relu")
     net = NeuralNet.create(cfg, vocab, seed=seed)
     rng = np.random.default_rng(seed)
@@ -214,6 +214,87 @@ def test_unsupported_isi_architectures_are_refused(tmp_path):
     net = _random_net(context="diagonal")
     with pytest.raises(ValueError, match="ISI NPLM format holds"):
         isi.from_neural(net)
+
+
+@pytest.mark.parametrize("order,hidden", [(4, (32, 16)), (3, (16,)), (2, (32, 16))])
+def test_nplm_isi_nplm_is_lossless_and_the_toolkit_scores_like_nplm(tmp_path, order, hidden):
+    """nplm pads a sentence start '<null> ... <s>', the toolkit '<s> ... <s>': from order 3
+    on the ISI file carries one more embedding dimension so that the toolkit's forward
+    pass (written from its documentation, above) scores sentences and <null>-padded
+    contexts as nplm does; converting back removes it and gives the same weights."""
+    net = _random_net(order=order, hidden=hidden, seed=order)
+    assert not np.array_equal(net.params["emb"][1], net.params["emb"][3])     # <s> and <null> differ
+    src, mid, back, again = (tmp_path / n for n in ("m.nplm", "m.isi", "back.nplm", "again.isi"))
+    net.save(src)
+    said = []
+    assert convert.convert(src, mid, messages=said.append)[:2] == ("neural", "isi")
+    f = isi.read_isi(mid)
+    extra = order > 2
+    assert f.config["input_embedding_dimension"] == 16 + extra
+    assert [m.split(":")[0] for m in said] == (["note"] if extra else []), said
+    a = f.arrays
+    P = {"E": a["input_embeddings"], "W": a["output_weights"], "b": a["output_biases"]}
+    if f.config["num_hidden"]:
+        P.update(U1=a["hidden_weights_1"], c1=a["hidden_biases_1"])
+    P.update(U2=a["hidden_weights_2"], c2=a["hidden_biases_2"])
+    ti = {w: i for i, w in enumerate(f.input_words)}
+    to = {w: i for i, w in enumerate(f.output_words)}
+    m = order - 1
+    model = nplm.Model(str(src))
+    for sentence in ("w1 w2 w3", "w4", "", "w5 w1 w1 w7 w2"):
+        words = sentence.split() + ["</s>"]
+        ids = [ti["<s>"]] * m + [ti[w] for w in words]
+        total = sum(_toolkit_forward(P, ids[j - m:j])[to[w]] for j, w in zip(range(m, len(ids)), words))
+        assert abs(model.score(sentence) - total / LN10) < 1e-4, sentence
+    for ctx in (["<null>"] * (m - 1) + ["w3"], ["<null>"] * m):
+        ref = _toolkit_forward(P, [ti[w] for w in ctx])
+        got = net.log10_distribution(np.array([[net.vocab.id(w) for w in ctx]], np.int32))[0]
+        assert np.max(np.abs(got[[net.vocab.id(w) for w in f.output_words]] - ref / LN10)) < 1e-5
+    # back: the same weights, bit for bit; and again to ISI: the same file
+    _, _, report = convert.convert(mid, back, text=_write_text(tmp_path))
+    assert report["perplexity_before"] == report["perplexity_after"]
+    b = nplm.neural.NeuralNet.load(back)
+    assert b.vocab.words == net.vocab.words and b.config.embedding_dim == 16
+    for k in net.params:
+        assert np.array_equal(b.params[k], net.params[k]), k
+    convert.convert(back, again, messages=said.append)
+    assert again.read_bytes() == mid.read_bytes()
+    # --text with an ISI output: the file read back, scored as nplm reads it
+    _, _, report = convert.convert(src, tmp_path / "t.isi", text=_write_text(tmp_path), messages=said.append)
+    assert report["perplexity_after"] == pytest.approx(report["perplexity_before"], rel=1e-6)
+
+
+def _write_text(tmp_path):
+    t = tmp_path / "valid.txt"
+    t.write_text("w1 w2 w3 w4\nw5 w6 zebra\n\nw7\n")
+    return t
+
+
+def test_a_genuine_toolkit_file_keeps_its_dimension(tmp_path):
+    """The sentence-start dimension is recognised by its pattern and weights, not by
+    its place: a toolkit file whose last embedding column happens to be 0/1 with <s> at
+    1 but whose weights do not match keeps every dimension."""
+    rng = np.random.default_rng(5)
+    text, P = _isi_text(rng, WORDS, WORDS, n=3, d=4, H=5)
+    f = isi.read_isi(_write_file(tmp_path, "a.isi", text))
+    f.arrays["input_embeddings"][:, -1] = 0
+    f.arrays["input_embeddings"][WORDS.index("<s>"), -1] = 1
+    isi.write_isi(f, tmp_path / "b.isi")
+    net = isi.to_neural(isi.read_isi(tmp_path / "b.isi"))[0]
+    assert net.config.embedding_dim == 4
+
+
+def _write_file(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_text_is_refused_where_there_is_nothing_to_measure(tmp_path):
+    src = _write_file(tmp_path, "x.arpa", "\\data\\\nngram 1=3\n\n\\1-grams:\n-1\t<s>\n-0.5\t</s>\n-0.5\ta\n\n\\end\\\n")
+    with pytest.raises(ValueError, match="nothing to measure"):
+        convert.convert(src, tmp_path / "x.nplm", text=_write_text(tmp_path))
+    assert not (tmp_path / "x.nplm").exists()
 
 
 # ---------------------------------------------------------------------------------
@@ -289,6 +370,10 @@ def test_cli_convert(tmp_path, capsys):
     assert "neural -> int8" in err and "perplexity" in err
     assert main(["convert", str(src), str(src), "--to", "float16"]) == 1
     assert "refusing to overwrite" in capsys.readouterr().err
+    # an ISI output: the extra sentence-start dimension is announced, --text measured
+    assert main(["convert", str(src), str(tmp_path / "n.isi"), "--text", str(text)]) == 0
+    err = capsys.readouterr().err
+    assert "nplm: note: the ISI file has input_embedding_dimension 17" in err and "perplexity" in err
 
 
 @pytest.mark.parametrize("normalization", [None, "unnormalized"])
@@ -346,3 +431,16 @@ def test_damaged_quantised_files_are_refused_when_loaded(tmp_path, damage, messa
         nplm.Model(str(bad))
     with pytest.raises(nplm.FormatError, match=message):
         quantize.load_neural(bad)
+
+
+def test_isi_output_warns_about_the_normalisers_it_leaves_out(tmp_path):
+    from nplm.neural_model import precompute
+    src = tmp_path / "n.nplm"
+    _random_net(order=3).save(src)
+    text = _write_text(tmp_path)
+    precompute(str(src), str(text), min_count=1, progress=False)
+    said = []
+    convert.convert(src, tmp_path / "n.isi", messages=said.append)
+    assert any(m.startswith("warning: the precomputed normalisers") for m in said), said
+    with pytest.warns(UserWarning, match="precomputed normalisers"):       # no listener: Python warnings
+        convert.convert(src, tmp_path / "m.isi")

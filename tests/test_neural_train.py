@@ -233,3 +233,142 @@ def test_cli_trains_and_refuses_to_overwrite_input(tmp_path, capsys):
     assert net.config.output == "tree" and net.order == 3
     code = main(["train", "--train", str(good), "--out", str(good), "--quiet"])
     assert code == 1 and "overwrite" in capsys.readouterr().err
+
+
+def test_waiting_for_a_lagging_worker_redraws_about_once_a_second(tmp_path, monkeypatch):
+    """Worker 0 ends long before worker 1 (its steps slowed down: the one stand-in here,
+    for timing only); the main thread must wait, not redraw the bar in a spin."""
+    import time
+    import tqdm
+    from nplm.train import Corpus, Trainer
+    good = _write(tmp_path, "good.txt", "the cat sat on the mat\nthe dog sat on the log\n" * 20)
+    cfg = NeuralConfig(order=3, embedding_dim=4, hidden=(4,), output="softmax", objective="mle")
+    tc = TrainConfig(epochs=1, minibatch=4, threads=2, average=0)
+    corpus = Corpus(good, None, 3)
+    t = Trainer(NeuralNet.create(cfg, corpus.vocab, seed=1), corpus, tc, log=lambda s: None, progress=True)
+    assert len(t.engines) == 2
+
+    class Slow:
+        def __init__(self, eng):
+            self.eng = eng
+
+        def step(self, *a):
+            time.sleep(0.05)
+            return self.eng.step(*a)
+
+        def __getattr__(self, name):
+            return getattr(self.eng, name)
+
+    t.engines[1] = Slow(t.engines[1])
+    redraws = []
+    real = tqdm.tqdm.set_postfix
+    monkeypatch.setattr(tqdm.tqdm, "set_postfix", lambda self, *a, **k: (redraws.append(1), real(self, *a, **k)))
+    t0 = time.monotonic()
+    t.run_epoch()
+    elapsed = time.monotonic() - t0
+    n_slow = len(range(4, corpus.train[1].size, 8))
+    assert elapsed >= 0.05 * n_slow > 1.5          # worker 1 really lagged
+    # at most one redraw per second of waiting, plus the final one
+    assert len(redraws) <= elapsed + 2, (len(redraws), elapsed)
+
+
+def test_log_without_validation_text_has_no_validation_figure(tmp_path):
+    good = _write(tmp_path, "good.txt", "the cat sat on the mat\nthe dog sat on the log\n" * 20)
+    cfg = NeuralConfig(order=3, embedding_dim=4, hidden=(4,), output="softmax", objective="mle")
+    tc = TrainConfig(epochs=2, threads=1)
+    lines = []
+    train(good, None, tmp_path / "m.nplm", cfg, tc, log=lines.append, progress=False)
+    epochs = [l for l in lines if l.startswith("epoch ")]
+    assert len(epochs) == 2 and not any("valid" in l or "nan" in l for l in epochs), epochs
+    lines = []
+    train(good, good, tmp_path / "v.nplm", cfg, tc, log=lines.append, progress=False)
+    assert all("valid ppl" in l for l in lines if l.startswith("epoch "))
+
+
+def _resume_setup(tmp_path):
+    text = "the cat sat on the mat\nthe dog sat on the log\na cat and a dog\n"
+    tr = _write(tmp_path, "train.txt", text * 10)
+    va = _write(tmp_path, "valid.txt", text)
+    cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(6,), output="class", objective="mle",
+                       clustering="frequency", classes=3)
+    tc = TrainConfig(epochs=1, minibatch=8, threads=1, dropout=0.1)
+    train(tr, va, tmp_path / "m.nplm", cfg, tc, log=lambda s: None, progress=False)
+    return tr, va, cfg, tc
+
+
+def test_resume_refuses_other_settings_or_data(tmp_path):
+    import dataclasses
+    tr, va, cfg, tc = _resume_setup(tmp_path)
+    ckpt, out = tmp_path / "m.nplm.ckpt", tmp_path / "m.nplm"
+    before = ckpt.read_bytes(), out.read_bytes()
+    quiet = dict(log=lambda s: None, progress=False)
+    more = dataclasses.replace(tc, epochs=3)
+
+    def refused(train_path, valid_path, c, t, *expect):
+        with pytest.raises(ValueError, match="cannot resume") as e:
+            train(train_path, valid_path, out, c, t, resume=True, **quiet)
+        for flag in expect:
+            assert flag in str(e.value), (flag, str(e.value))
+        assert (ckpt.read_bytes(), out.read_bytes()) == before
+        return str(e.value)
+
+    msg = refused(tr, va, dataclasses.replace(cfg, embedding_dim=64, output="softmax"), more,
+                  "--embedding-dim: 8 in the checkpoint, 64 now", "--output: class in the checkpoint, softmax now")
+    listed = [l.split(":")[0].strip() for l in msg.splitlines() if l.startswith("  --")]
+    assert listed == ["--embedding-dim", "--output"], msg     # --epochs may change
+    refused(tr, va, dataclasses.replace(cfg, hidden=(6, 4)), more, "--hidden: 6 in the checkpoint, 6,4 now")
+    refused(tr, va, cfg, dataclasses.replace(more, dropout=0.3, learning_rate=0.1), "--dropout", "--learning-rate")
+    # another training text (same name, other content), or a changed or missing validation text
+    other = tmp_path / "other"
+    other.mkdir()
+    tr2 = _write(other, "train.txt", tr.read_text()[:-20] + "\n")
+    refused(tr2, va, cfg, more, "--train", str(tr2), str(tr))
+    refused(tr, None, cfg, more, f"--valid: {va} (", "in the checkpoint, none now")
+    refused(tr, tr, cfg, more, "--valid")
+    # the command line says the same
+    code = main(["train", "--train", str(tr), "--valid", str(va), "--out", str(out), "--order", "3",
+                 "--embedding-dim", "64", "--hidden", "6", "--output", "softmax", "--objective", "mle",
+                 "--epochs", "3", "--threads", "1", "--resume", "--quiet"])
+    assert code == 1 and (ckpt.read_bytes(), out.read_bytes()) == before
+
+
+def test_resume_with_the_same_settings_and_data(tmp_path, capsys):
+    import dataclasses
+    tr, va, cfg, tc = _resume_setup(tmp_path)
+    out = tmp_path / "m.nplm"
+    # a copy of the data elsewhere is the same data; when to stop and threads may change
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    tr2 = _write(moved, "t.txt", tr.read_text())
+    more = dataclasses.replace(tc, epochs=2, threads=2, max_halvings=9, time_limit=600.0)
+    train(tr2, va, out, cfg, more, resume=True, log=lambda s: None, progress=False)
+    assert [h["epoch"] for h in NeuralNet.load(out, return_container=True)[1].config["training"]["history"]] \
+        == [1, 2]
+    # the API without settings takes the checkpoint's
+    train(tr, va, out, None, None, resume=True, log=lambda s: None, progress=False)
+    # so does the command line given the same options
+    code = main(["train", "--train", str(tr), "--valid", str(va), "--out", str(out), "--order", "3",
+                 "--embedding-dim", "8", "--hidden", "6", "--output", "class", "--objective", "mle",
+                 "--clustering", "frequency", "--classes", "3", "--minibatch", "8", "--dropout", "0.1",
+                 "--epochs", "3", "--threads", "1", "--resume", "--quiet"])
+    assert code == 0
+    assert "resuming after epoch 2" in capsys.readouterr().err
+
+
+def test_resume_from_a_checkpoint_without_data_record_is_lenient(tmp_path):
+    """Checkpoints written before the data fingerprint: resume goes on, with a note."""
+    from nplm.formats import container
+    tr, va, cfg, tc = _resume_setup(tmp_path)
+    ckpt = tmp_path / "m.nplm.ckpt"
+    c = container.read(ckpt)
+    assert "data" in c.config["checkpoint"]
+    net, _ = NeuralNet.load(ckpt, return_container=True)
+    state = {k: v for k, v in c.config["checkpoint"].items() if k != "data"}
+    extra = {k: np.array(v) for k, v in c.arrays.items() if k.split(".")[0] in ("opt", "best", "ema")}
+    net.save(ckpt, extra_config={"checkpoint": state}, extra_arrays=extra)
+    lines = []
+    other = _write(tmp_path, "other.txt", "the cat sat on the log\n" * 10)
+    import dataclasses
+    train(other, va, tmp_path / "m.nplm", cfg, dataclasses.replace(tc, epochs=2), resume=True,
+          log=lines.append, progress=False)
+    assert any("does not record its training data" in l for l in lines), lines

@@ -70,7 +70,7 @@ def test_seeded_sampling_repeats_and_counts_tokens(tmp_path, kind):
     assert a == b and a != c
     tokens = sum(len(s) + 1 for s in a)
     assert tokens >= 3000
-    # the last step ends at most one sentence per stream past the target
+    # the sentences in flight at the target are finished: at most one per stream past it
     assert tokens - (len(a[-1]) + 1) < 3000 + 64 * 101
     vocab = set(data.net.vocab.words)
     assert all(w in vocab and w not in ("<s>", "</s>", "<null>") for s in a for w in s)
@@ -148,3 +148,60 @@ def test_bad_input(tmp_path):
     arpa.write_text("\\data\\\nngram 1=3\n\n\\1-grams:\n-1\t<s>\n-0.5\t</s>\n-0.5\ta\n\n\\end\\\n")
     assert main(["sample", str(arpa), "--tokens", "10", "--out", str(tmp_path / "o.txt"), "-q"]) == 1
     assert not (tmp_path / "o.txt").exists()
+
+
+def _exact_words_per_sentence(net, max_len):
+    """P(k words), k = 0..max_len, of a sampled sentence (max_len: cut there), summed
+    exactly over every context of an order-3 net: P(k words) = the mass still in flight after k - 1 words
+    times p(</s> | context), with <s>/<null> draws redrawn (renormalised away)."""
+    assert net.order == 3
+    V = len(net.vocab)
+    Q = np.empty((V, V, V))
+    for a in range(V):
+        for b in range(V):
+            q = np.exp(numpy_log_dist(net, [a, b]))
+            q[[BOS, NULL]] = 0
+            Q[a, b] = q / q.sum()
+    real = np.ones(V, bool)
+    real[[BOS, NULL, EOS]] = False
+    mass = np.zeros((V, V))
+    mass[NULL, BOS] = 1.0
+    p_words = []
+    for k in range(max_len):
+        p_words.append((mass * Q[:, :, EOS]).sum())
+        nxt = np.einsum("ab,abw->bw", mass, Q)
+        nxt[:, ~real] = 0
+        mass = nxt
+    p_words.append(mass.sum())                     # cut at max_len words
+    p = np.array(p_words)
+    assert abs(p.sum() - 1) < 1e-9
+    return p
+
+
+@pytest.mark.parametrize("kind", ["class-full-1", "softmax-diag-0"])
+def test_sentence_lengths_do_not_depend_on_the_budget(tmp_path, kind):
+    """Sentences are started while the budget lasts and all of them finished, so each
+    is a draw from the model and (Wald's identity) tokens per sentence, pooled over
+    runs, estimate the exact mean at a budget of a few sentences per stream as at a
+    large one; the first lines are draws like any other, not the ones that ended first.
+    Tolerances: 4.5 standard errors, sigma / sqrt(sentences), from the exact sd."""
+    net, _, data = _load(tmp_path, kind, order=3)
+    max_len = 20
+    p = _exact_words_per_sentence(net, max_len)
+    tokens = np.arange(max_len + 1) + 1            # words plus </s> (a cut one counts it too)
+    mu = (p * tokens).sum()
+    sd = np.sqrt((p * (tokens - mu) ** 2).sum())
+    streams = 256
+    small = [list(sample.sample_sentences(data, 600, seed=s, streams=streams, max_len=max_len))
+             for s in range(40)]
+    large = list(sample.sample_sentences(data, 60000, seed=99, streams=streams, max_len=max_len))
+    for runs in (small, [large]):
+        lens = np.array([len(s) + 1 for run in runs for s in run])
+        assert all(sum(len(s) + 1 for s in run) >= (600 if runs is small else 60000) for run in runs)
+        assert abs(lens.mean() - mu) <= 4.5 * sd / np.sqrt(len(lens)), (lens.mean(), mu, len(lens))
+    first = np.array([len(s) + 1 for run in small for s in run[:10]])
+    assert abs(first.mean() - mu) <= 4.5 * sd / np.sqrt(len(first)), (first.mean(), mu)
+    # the whole length distribution of the large sample, cuts at max_len included
+    freq = np.bincount([len(s) for s in large], minlength=max_len + 1) / len(large)
+    se = np.sqrt(p * (1 - p) / len(large))
+    assert np.all(np.abs(freq - p) <= 4.5 * se + 1e-12), np.max(np.abs(freq - p) / se)

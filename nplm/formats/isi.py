@@ -37,11 +37,25 @@ in the input vocabulary gets output weight 0 and bias -1e4 (probability 0, as th
 toolkit cannot predict it); a word only in the output vocabulary gets the input
 embedding of ``<unk>`` (the toolkit reads it as ``<unk>`` in a context).
 
-Sentence starts: the toolkit pads a sentence-start context with ``<s>`` (``<s> <s>
-... <s>``) where nplm writes ``<null> ... <null> <s>``, so nplm's ``<null>`` gets the
-toolkit's ``<s>`` input embedding: sentences score exactly as in the toolkit.  The
-toolkit's own ``<null>`` embedding and both word lists are kept in the nplm file,
-so converting back gives the original file's contents.
+Sentence starts: the toolkit (prepareNeuralLM's addStartStop, neuralLM::lookup_ngram)
+pads a sentence-start context with ``<s>`` (``<s> <s> ... <s>``) and any other short
+context with ``<null>``; nplm writes a sentence start as ``<null> ... <null> <s>``.  The
+two agree for order 2 (the context is ``<s>``) and differ from order 3 on:
+
+* toolkit file -> nplm: nplm's ``<null>`` gets the toolkit's ``<s>`` input embedding,
+  so sentences score exactly as in the toolkit.  The toolkit's own ``<null>`` embedding
+  and both word lists are kept in the nplm file, so converting back gives the original
+  file's contents.
+* nplm model -> toolkit file: one input embedding dimension more.  Every word's
+  embedding gets a 0 there and ``<s>`` a 1, and the first layer a column per context
+  position p: 0 for p = 0, U_{p-1} (E[<null>] - E[<s>]) for p >= 1 (U_p: the first layer's
+  block for position p).  With k ``<s>`` the toolkit then sums
+  sum_{p<k} (U_p E[<s>] + c_p) = sum_{p<k-1} U_p E[<null>] + U_{k-1} E[<s>], nplm's
+  ``<null>^{k-1} <s>``, so the toolkit scores sentences as nplm does, and ``<null>``-padded
+  contexts too.  Reading such a file back (the extra dimension recognised by that
+  pattern, checked against the weights) drops the dimension again, so nplm -> ISI ->
+  nplm gives the same weights.  A model whose ``<null>`` and ``<s>`` embeddings are
+  equal needs no extra dimension.
 
 Normalisation: the file does not say whether the model was trained with NCE (the
 toolkit's default) and is meant to be read self-normalised (Moses does); it is
@@ -49,6 +63,8 @@ stored with objective "nce", so nplm gives exact normalised probabilities by
 default and the self-normalised score (s_w, the toolkit's unnormalised lookup) when
 asked.  Scores convert from natural log to log10.
 """
+import warnings
+
 import numpy as np
 
 from ..errors import FormatError
@@ -69,6 +85,7 @@ class IsiModel:
         self.input_words = input_words
         self.output_words = output_words
         self.arrays = arrays   # input_embeddings, hidden_weights_1/2, hidden_biases_1/2, output_weights/biases
+        self.start_dimension = False   # from_neural added the sentence-start dimension
 
     @property
     def ngram_size(self):
@@ -267,6 +284,45 @@ def write_isi(model, path):
 # ---------------------------------------------------------------------------------
 # Mapping to and from nplm's NeuralNet.
 
+def _start_columns(first, e_null, e_s, m, d):
+    """(rows, m) first-layer columns that make the toolkit's <s> ... <s> sum to nplm's
+    <null> ... <null> <s> (module docstring); ``first`` is the (rows, m*d) first layer."""
+    delta = np.asarray(e_null, np.float64) - np.asarray(e_s, np.float64)
+    cols = np.zeros((first.shape[0], m))
+    for p in range(1, m):
+        cols[:, p] = first[:, (p - 1) * d:p * d] @ delta
+    return cols
+
+
+def _has_start_dimension(model):
+    """Whether the file's last input embedding dimension is the one from_neural adds
+    for nplm's sentence start: 1 for <s>, 0 for every other word, and first-layer
+    columns equal to _start_columns of the other dimensions (up to the text's
+    rounding, relative to the sum of the terms)."""
+    c, a = model.config, model.arrays
+    m, D = c["ngram_size"] - 1, c["input_embedding_dimension"]
+    words = model.input_words
+    if m < 2 or D < 2 or "<s>" not in words or "<null>" not in words:
+        return False
+    E = a["input_embeddings"]
+    s, n = words.index("<s>"), words.index("<null>")
+    flag = np.zeros(len(words))
+    flag[s] = 1.0
+    if not np.array_equal(E[:, -1], flag):
+        return False
+    first = a["hidden_weights_1"] if c["num_hidden"] > 0 else a["hidden_weights_2"]
+    d = D - 1
+    keep = np.ones(m * D, bool)
+    keep[d::D] = False
+    want = _start_columns(first[:, keep], E[n, :d], E[s, :d], m, d)
+    delta = np.abs(E[n, :d] - E[s, :d])
+    for p in range(m):
+        scale = np.abs(first[:, (p - 1) * D:(p - 1) * D + d]) @ delta if p else 0.0
+        if np.any(np.abs(first[:, p * D + d] - want[:, p]) > 1e-6 * scale):
+            return False
+    return True
+
+
 def to_neural(model):
     """(NeuralNet, extra_config, extra_arrays) for an IsiModel; save with
     ``net.save(path, extra_config, extra_arrays)`` so ``from_neural`` restores the
@@ -276,6 +332,15 @@ def to_neural(model):
     c, a = model.config, model.arrays
     in_idx = {w: i for i, w in enumerate(model.input_words)}
     out_idx = {w: i for i, w in enumerate(model.output_words)}
+    nplm_start = _has_start_dimension(model)
+    if nplm_start:
+        # written by from_neural: drop the sentence-start dimension and its columns
+        D, m = c["input_embedding_dimension"], c["ngram_size"] - 1
+        keep = np.ones(m * D, bool)
+        keep[D - 1::D] = False
+        first = "hidden_weights_1" if c["num_hidden"] > 0 else "hidden_weights_2"
+        a = dict(a, input_embeddings=a["input_embeddings"][:, :-1], **{first: a[first][:, keep]})
+        c = dict(c, input_embedding_dimension=D - 1)
     others = [w for w in model.output_words if w not in SPECIALS]
     others += [w for w in model.input_words if w not in SPECIALS and w not in out_idx]
     words = list(SPECIALS) + others
@@ -286,7 +351,8 @@ def to_neural(model):
     emb = np.empty((V, d))
     for i, w in enumerate(words):
         emb[i] = emb_in[in_idx[w]] if w in in_idx else unk_row
-    if "<s>" in in_idx:   # sentence-start padding: the toolkit's <s> <s> ... = nplm's <null> ... <s>
+    if "<s>" in in_idx and c["ngram_size"] > 2 and not nplm_start:
+        # sentence-start padding: the toolkit's <s> <s> ... = nplm's <null> ... <s>
         emb[3] = emb_in[in_idx["<s>"]]
     out_w = np.zeros((V, r))
     out_b = np.full(V, _NO_OUTPUT_BIAS)
@@ -309,9 +375,10 @@ def to_neural(model):
     net = NeuralNet(cfg, Vocabulary(words), p, _dummy_structs(V))
     extra_config = {"isi": {"input_words": list(model.input_words), "output_words": list(model.output_words),
                             "num_hidden": H, "activation_function": c["activation_function"],
-                            "has_hidden_biases": bool(c.get("has_hidden_biases", False))}}
+                            "has_hidden_biases": bool(c.get("has_hidden_biases", False)),
+                            "sentence_start": "nplm" if nplm_start else "toolkit"}}
     extra_arrays = {}
-    if "<null>" in in_idx:
+    if "<null>" in in_idx and not nplm_start:
         extra_arrays["isi.null_embedding"] = f32(emb_in[in_idx["<null>"]])
     return net, extra_config, extra_arrays
 
@@ -333,29 +400,44 @@ def from_neural(net, extra_config=None, extra_arrays=None):
     else:
         in_words = out_words = list(words)
     emb = p["emb"][[idx[w] for w in in_words]]
-    if meta:
+    first = p["ctx"].T                      # (rows, m*d): the first linear layer
+    m, d = c.order - 1, c.embedding_dim
+    toolkit_start = bool(meta) and meta.get("sentence_start", "toolkit") == "toolkit"
+    start_dim = False
+    if toolkit_start:
         # undo the sentence-start mapping: nplm's <null> row holds the toolkit's <s>
         if "<null>" in in_words:
             j = in_words.index("<null>")
             null = (extra_arrays or {}).get("isi.null_embedding")
             if null is not None:
                 emb[j] = np.asarray(null, np.float64)
+    elif m >= 2 and "<s>" in in_words and "<null>" in in_words:
+        # nplm's <null> ... <s> start, written for the toolkit's <s> ... <s>
+        cols = _start_columns(first, p["emb"][idx["<null>"]], p["emb"][idx["<s>"]], m, d)
+        if np.any(cols != 0):
+            start_dim = True
+            flag = np.zeros((len(in_words), 1))
+            flag[in_words.index("<s>")] = 1.0
+            emb = np.hstack([emb, flag])
+            first = np.hstack([np.hstack([first[:, q * d:(q + 1) * d], cols[:, q:q + 1]]) for q in range(m)])
     H = c.hidden[0] if len(c.hidden) == 2 else 0
     r = c.hidden[-1]
     arrays = {"input_embeddings": emb,
               "output_weights": p["out_w"][[idx[w] for w in out_words]],
               "output_biases": p["out_b"][[idx[w] for w in out_words]]}
     if H > 0:
-        arrays.update(hidden_weights_1=p["ctx"].T, hidden_biases_1=p["b0"], hidden_weights_2=p["w1"].T,
+        arrays.update(hidden_weights_1=first, hidden_biases_1=p["b0"], hidden_weights_2=p["w1"].T,
                       hidden_biases_2=p["b1"])
     else:
-        arrays.update(hidden_weights_2=p["ctx"].T, hidden_biases_2=p["b0"])
+        arrays.update(hidden_weights_2=first, hidden_biases_2=p["b0"])
     has_biases = bool(meta["has_hidden_biases"]) if meta else any(
         np.any(b != 0) for b in (p["b0"], p["b1"]) if b.size)
     config = {"ngram_size": c.order, "input_vocab_size": len(in_words), "output_vocab_size": len(out_words),
-              "input_embedding_dimension": c.embedding_dim, "num_hidden": H, "output_embedding_dimension": r,
+              "input_embedding_dimension": d + start_dim, "num_hidden": H, "output_embedding_dimension": r,
               "activation_function": _ACT_OUT[c.activation], "has_hidden_biases": has_biases}
-    return IsiModel(config, list(in_words), list(out_words), arrays)
+    model = IsiModel(config, list(in_words), list(out_words), arrays)
+    model.start_dimension = start_dim
+    return model
 
 
 def isi_to_nplm(src, dst):
@@ -365,9 +447,29 @@ def isi_to_nplm(src, dst):
     return net
 
 
-def nplm_to_isi(src, dst):
-    """Convert an nplm neural binary (float32 or quantised) to the ISI text format."""
+def nplm_to_isi(src, dst, messages=None):
+    """Convert an nplm neural binary (float32 or quantised) to the ISI text format.
+    ``messages(text)`` hears what the file leaves out ("warning: ...") or adds
+    ("note: ..."); by default the warnings are Python warnings and the notes dropped."""
     from .quantize import load_neural
     net, cont = load_neural(src, return_container=True)
     extra = {k: v for k, v in cont.arrays.items() if k.startswith("isi.")}
-    write_isi(from_neural(net, cont.config, extra), dst)
+    model = from_neural(net, cont.config, extra)
+    def say(text):
+        if messages is not None:
+            messages(text)
+        elif text.startswith("warning"):
+            warnings.warn(text, stacklevel=3)
+    if model.start_dimension:
+        d = net.config.embedding_dim
+        say(f"note: the ISI file has input_embedding_dimension {d + 1}, one more than the model's {d}: "
+            f"it lets the toolkit's '<s> <s> ...' sentence start score as nplm's '<null> ... <s>' (converting "
+            f"back removes it)")
+    if any(k.startswith("fallback.") for k in cont.arrays):
+        say("warning: the precomputed normalisers (nplm precompute) have no place in the ISI format and are "
+            "left out; normalization='fallback' needs nplm precompute again after converting back")
+    if cont.config.get("quantized"):
+        say(f"note: the ISI file holds the {cont.config['quantized']['dtype']} weights as float values; "
+            "converting back gives a float32 model")
+    write_isi(model, dst)
+    return model

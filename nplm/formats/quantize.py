@@ -160,8 +160,8 @@ def quantize_file(src, dst, dtype):
 
 def perplexity_change(reference, quantised, text):
     """(perplexity of ``reference``, of ``quantised``) NeuralNets on a text file, both
-    computed exactly (normalised)."""
+    computed exactly (normalised), each over its own vocabulary's ids (a converted
+    ISI model may number the words differently)."""
     from ..vocab import examples, read_sentences
     sents = read_sentences(text)
-    ctx, tgt = examples(sents, reference.vocab, reference.order)
-    return reference.perplexity(ctx, tgt), quantised.perplexity(ctx, tgt)
+    return tuple(net.perplexity(*examples(sents, net.vocab, net.order)) for net in (reference, quantised))
