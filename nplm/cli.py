@@ -38,6 +38,18 @@ def _open_lines(path):
     return open_text(path or "-", errors="replace")
 
 
+_QUERY_LEVELS = {"2": {"word", "sentence", "summary"}, "1": {"sentence", "summary"}, "0": {"summary"}}
+
+
+def _query_levels(values):
+    """KenLM query's -v, in order: a name turns its output on, a number sets all three;
+    nothing given means all three (lm/query_main.cc)."""
+    levels = set()
+    for v in values or ():
+        levels = set(_QUERY_LEVELS[v]) if v in _QUERY_LEVELS else levels | {v}
+    return levels or set(_QUERY_LEVELS["2"])
+
+
 @command("query", "Score text like KenLM's query: per-word output and a perplexity summary")
 class Query:
     @staticmethod
@@ -46,8 +58,11 @@ class Query:
         p.add_argument("--text", default="-", help="text to score, one sentence per line (default stdin)")
         p.add_argument("-n", dest="no_context", action="store_true",
                        help="do not wrap each line in <s> and </s>")
-        p.add_argument("-v", dest="verbosity", action="append", choices=["summary", "sentence", "word"],
-                       help="print statistics at this level (repeatable; default: all three)")
+        p.add_argument("-v", dest="verbosity", action="append", metavar="LEVEL",
+                       choices=["summary", "sentence", "word", "0", "1", "2"],
+                       help="summary|sentence|word: print this output (repeatable: -v summary -v word); "
+                            "2: all three, 1: sentence and summary, 0: summary only (default: all three). "
+                            "As in KenLM, word output alone ends no line")
         _add_normalization(p)
 
     @staticmethod
@@ -55,7 +70,7 @@ class Query:
         import sys
         from . import Model, Config
         from .corpus import evaluate
-        levels = set(args.verbosity or ["summary", "sentence", "word"])
+        levels = _query_levels(args.verbosity)
         cfg = Config()
         cfg.show_progress = False
         model = Model(args.model, cfg, normalization=args.normalization)
@@ -75,8 +90,6 @@ class Query:
                 out.write("\t".join(items) + "\t")
             if "sentence" in levels:
                 out.write(f"Total: {probs.astype('f8').sum():.7g} OOV: {int(oovs.sum())}\n")
-            elif "word" in levels:
-                out.write("\n")
 
         with _open_lines(args.text) as f:
             stats = evaluate(model, f, context, per_line if levels & {"word", "sentence"} else None)
