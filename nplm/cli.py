@@ -546,7 +546,8 @@ class Convert:
         p.add_argument("input", help="model file (format detected from its content)")
         p.add_argument("output", help="output file (written atomically; never the input)")
         p.add_argument("--to", choices=["arpa", "binary", "neural", "float16", "int8", "isi"],
-                       help="output format (default: from the output name, .arpa[.gz] or .isi, "
+                       help="output format (default: from the output name: .arpa[.gz|.bz2|.xz] ARPA, "
+                            ".isi/.nnlm ISI, .nplm/.bin nplm binary (float32 for a neural model); "
                             "else the input's counterpart)")
         p.add_argument("--text", help="with a quantisation: report the perplexity change on this text")
 

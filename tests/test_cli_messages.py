@@ -1,0 +1,83 @@
+"""The command line's behaviour at its edges: output names, broken pipes, --help and
+--version, and the messages for bad input (a clear line naming the file, never a
+traceback)."""
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nplm
+from nplm.cli import main
+from nplm.formats import container
+
+from neural_fixtures import make_net
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = ROOT / "examples" / "toy.txt"
+
+
+def nplm_cli(*args, stdin=None, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "nplm", *map(str, args)], input=stdin, capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=300, **kw)
+
+
+def quiet():
+    cfg = nplm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A back-off ARPA and binary of the toy text, and two neural nets (a full-context
+    softmax one that ISI can hold, and a class-output one that it cannot)."""
+    d = tmp_path_factory.mktemp("models")
+    out = {"arpa": d / "kn.arpa", "binary": d / "kn.nplm", "softmax": d / "softmax.nplm",
+           "class": d / "class.nplm"}
+    nplm.estimate(str(TOY), 3, arpa=str(out["arpa"]), binary=str(out["binary"]), discount_fallback=True)
+    make_net("softmax-full-2", order=3).save(out["softmax"])
+    make_net("class-full-1", order=3).save(out["class"])
+    return {k: str(v) for k, v in out.items()}
+
+
+SENTENCES = ["w1 w2 w3", "w5 zzqx w0 w7", "", "the cat sat on the mat"]
+
+
+def same_scores(a, b, tol=1e-5):
+    ma, mb = nplm.Model(a, quiet()), nplm.Model(b, quiet())
+    assert ma.order == mb.order
+    for s in SENTENCES:
+        x = [p for p, _, _ in ma.full_scores(s)]
+        y = [p for p, _, _ in mb.full_scores(s)]
+        assert np.allclose(x, y, atol=tol), (s, x, y)
+
+
+# --- convert: an output named .nplm is an nplm binary ------------------------------
+
+
+@pytest.mark.parametrize("kind, fmt", [("binary", "binary"), ("arpa", "binary"), ("softmax", "neural"),
+                                       ("class", "neural")])
+def test_convert_to_dot_nplm_writes_an_nplm_binary(models, tmp_path, capsys, kind, fmt):
+    out = tmp_path / "out.nplm"
+    assert main(["convert", models[kind], str(out)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().err.split(",")[0].strip().endswith(f"-> {fmt}")
+    assert container.is_container(out)
+    assert main(["verify", str(out)]) == 0
+    assert ": OK" in capsys.readouterr().out
+    same_scores(models[kind], out)
+
+
+def test_convert_quantised_names_apply_to_neural_models_only(models, tmp_path, capsys):
+    for to in ("float16", "int8"):
+        assert main(["convert", models["binary"], str(tmp_path / "x"), "--to", to]) == 1
+        err = capsys.readouterr().err
+        assert "quantise neural models only" in err and "back-off model" in err and "distil" not in err
+    assert main(["convert", models["softmax"], str(tmp_path / "x.arpa")]) == 1
+    assert "nplm distil" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
