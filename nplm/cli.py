@@ -313,8 +313,16 @@ class Interpolate:
         return 0
 
 
+DESCRIPTION = ("Neural and Kneser-Ney n-gram language models with KenLM's tools: score text (query, "
+               "perplexity), estimate like lmplz, build binaries, train neural models, interpolate, "
+               "distil into back-off tables and convert between formats.  All probabilities are log10.")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="nplm", description=__doc__.split("\n")[0])
+    from . import __version__
+    parser = argparse.ArgumentParser(prog="nplm", description=DESCRIPTION,
+                                     epilog="Run 'nplm COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"nplm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, cls) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -330,11 +338,28 @@ def main(argv=None):
         parser.print_help()
         return 2
     try:
-        return args._run(args) or 0
+        code = args._run(args) or 0
+        sys.stdout.flush()      # a closed pipe shows here, not in the exit's flush
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _output_closed()
     except (OSError, ValueError) as e:
         return _error(str(e))
+
+
+def _output_closed():
+    """The reader went away (``nplm query ... | head``): stop quietly, as a Unix tool
+    killed by SIGPIPE does, with the status a shell reports for one (128 + 13).
+    stdout now writes to /dev/null, so the interpreter's final flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (tests)
+        pass
+    return 141
 
 
 @command("train", "Train a feed-forward neural n-gram model (NCE, class/tree-factored or full softmax)")

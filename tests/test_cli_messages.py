@@ -81,3 +81,32 @@ def test_convert_quantised_names_apply_to_neural_models_only(models, tmp_path, c
     assert main(["convert", models["softmax"], str(tmp_path / "x.arpa")]) == 1
     assert "nplm distil" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+# --- stdout closed early, --help, --version ----------------------------------------
+
+
+def test_query_into_a_closed_pipe_exits_quietly(models, tmp_path):
+    """``nplm query ... | head -1``: the status of a tool killed by SIGPIPE, no message."""
+    text = tmp_path / "t.txt"
+    text.write_text("w1 w2 w3 the cat\n" * 20000)      # ~2 MB of output, beyond any pipe buffer
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "nplm", "query", models["binary"], "--text", str(text)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    assert p.stdout.readline().startswith(b"w1=")
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141
+    assert err == "", err
+
+
+def test_help_and_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"nplm {nplm.__version__}"
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "n-gram language models" in out and "--version" in out and "``" not in out
+    assert "the work lives in" not in out
