@@ -50,6 +50,13 @@ def _query_levels(values):
     return levels or set(_QUERY_LEVELS["2"])
 
 
+def _is_arpa(path):
+    """Whether a model file that loaded was an ARPA file (not a binary or a spec)."""
+    from .formats import container
+    from .interpolate import is_spec
+    return not container.is_container(path) and not is_spec(path)
+
+
 @command("query", "Score text like KenLM's query: per-word output and a perplexity summary")
 class Query:
     @staticmethod
@@ -67,13 +74,17 @@ class Query:
 
     @staticmethod
     def run(args):
-        import sys
-        from . import Model, Config
+        from . import ARPALoadComplain, Model, Config
         from .corpus import evaluate
         levels = _query_levels(args.verbosity)
         cfg = Config()
         cfg.show_progress = False
+        # KenLM's advice to build a binary, once the ARPA has loaded: a file that is
+        # missing or no model gets its error alone.
+        cfg.arpa_complain = ARPALoadComplain.NONE
         model = Model(args.model, cfg, normalization=args.normalization)
+        if _is_arpa(args.model):
+            print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
         out = sys.stdout
         context = not args.no_context
         vocab = model.vocab

@@ -42,6 +42,11 @@ def detect(path):
         raise FormatError(f"nplm binary of kind {c.kind!r} cannot be converted", path)
     with open_binary(path) as f:
         head = f.read(1 << 16)
+    from .arpa import KENLM_BINARY, NPLM_DAMAGED, _KENLM_MAGIC, _NPLM_MAGIC
+    if head.startswith(_KENLM_MAGIC):
+        raise FormatError(KENLM_BINARY, path)
+    if head.startswith(_NPLM_MAGIC[:5]):
+        raise FormatError(NPLM_DAMAGED, path)
     for raw in head.split(b"\n"):
         line = raw.strip()
         if not line or line.startswith(b"#"):

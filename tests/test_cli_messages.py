@@ -3,6 +3,7 @@
 traceback)."""
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,50 @@ def test_help_and_version(capsys):
     assert e.value.code == 0
     assert "n-gram language models" in out and "--version" in out and "``" not in out
     assert "the work lives in" not in out
+
+
+# --- models that cannot be read ------------------------------------------------------
+
+BANNER = "Loading the LM will be faster"
+
+
+def test_truncated_nplm_binary_is_called_truncated(models, tmp_path):
+    t = tmp_path / "t.nplm"
+    t.write_bytes(Path(models["binary"]).read_bytes()[:7])
+    r = nplm_cli("query", t, stdin="a b\n")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "truncated or damaged nplm binary" in r.stderr and "load it with" not in r.stderr
+    assert BANNER not in r.stderr
+    r = nplm_cli("convert", t, tmp_path / "x.arpa")
+    assert r.returncode == 1 and "truncated or damaged nplm binary" in r.stderr
+
+
+def test_no_banner_before_an_error(tmp_path, models):
+    r = nplm_cli("query", tmp_path / "missing.arpa", stdin="a\n")
+    assert r.returncode == 1 and "No such file" in r.stderr and BANNER not in r.stderr
+    r = nplm_cli("query", models["arpa"], stdin="a\n")
+    assert r.returncode == 0 and r.stderr.startswith(BANNER)       # KenLM's advice, for an ARPA that loaded
+    r = nplm_cli("query", models["binary"], stdin="a\n")
+    assert r.returncode == 0 and BANNER not in r.stderr
+
+
+def test_kenlm_binary_says_rebuild_from_the_arpa(tmp_path):
+    k = tmp_path / "lm.binary"
+    k.write_bytes(b"mmap lm http://kheafield.com/code format version 5\n\0" + bytes(range(256)) * 8)
+    for args in (("query", k), ("convert", k, tmp_path / "x.arpa"), ("build-binary", k, tmp_path / "x.nplm")):
+        r = nplm_cli(*args, stdin="a\n")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "KenLM binary file, which nplm cannot read" in r.stderr, r.stderr
+        assert "nplm build-binary" in r.stderr and "compressed" not in r.stderr
+        assert BANNER not in r.stderr
+
+
+def test_truncated_compressed_arpa_is_one_message(models, tmp_path):
+    import lzma
+    t = tmp_path / "t.arpa.xz"
+    t.write_bytes(lzma.compress(Path(models["arpa"]).read_bytes())[:-64])
+    r = nplm_cli("query", t, stdin="a\n")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.count("corrupt or truncated compressed data") == 1, line
+    assert f"({t}: corrupt" in line and not re.search(re.escape(str(t)) + r":\d", line), line  # no line number
