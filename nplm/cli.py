@@ -144,9 +144,13 @@ class BuildBinary:
     @staticmethod
     def run(args):
         from . import arpa, backoff
+        from .memory import arpa_header_counts
         from .textio import same_file
-        if args.multiplier <= 1.0:
-            raise ValueError("probing multiplier must be > 1.0")
+        try:
+            # the ARPA header's counts give the tables' size before the file is read
+            backoff.check_multiplier(args.multiplier, arpa_header_counts(args.arpa))
+        except ValueError as e:
+            return _error(f"-p: {e}")
         if same_file(args.arpa, args.out):
             raise ValueError(f"refusing to overwrite the input {args.arpa}")
         tables = arpa.read_arpa(args.arpa, progress=True)

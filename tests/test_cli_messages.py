@@ -158,3 +158,32 @@ def test_truncated_compressed_arpa_is_one_message(models, tmp_path):
     line = r.stderr.strip()
     assert "\n" not in line and line.count("corrupt or truncated compressed data") == 1, line
     assert f"({t}: corrupt" in line and not re.search(re.escape(str(t)) + r":\d", line), line  # no line number
+
+
+# --- build-binary -p -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p, message", [("nan", "finite number > 1.0, not nan"), ("inf", "not inf"),
+                                        ("1.0", "not 1.0"), ("0.5", "not 0.5"),
+                                        ("1e12", "of memory but only"), ("1e300", "would need about")])
+def test_build_binary_multiplier_is_checked(models, tmp_path, capsys, p, message):
+    out = tmp_path / "m.nplm"
+    assert main(["build-binary", models["arpa"], str(out), "-p", p]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_build_binary_multiplier_in_range_builds(models, tmp_path):
+    out = tmp_path / "m.nplm"
+    assert main(["build-binary", models["arpa"], str(out), "-p", "3"]) == 0
+    same_scores(models["arpa"], out)
+
+
+def test_probing_memory_is_checked_in_the_library_too(models):
+    from nplm import arpa, backoff
+    tables = arpa.read_arpa(models["arpa"])
+    with pytest.raises(OSError, match="probing hash tables"):
+        backoff.from_tables(tables, 1e12)
+    with pytest.raises(ValueError, match="finite"):
+        backoff.from_tables(tables, float("nan"))
