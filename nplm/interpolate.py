@@ -51,7 +51,7 @@ import numpy as np
 
 from . import _interp, _kernels
 from .errors import FormatError
-from .textio import atomic_write, open_text
+from .textio import atomic_write, utf8_lines
 
 SPEC_KEY = "interpolation"
 SPEC_VERSION = 1
@@ -452,6 +452,8 @@ class InterpolatedModel(_kernels.ModelBase):
         Returns a TuneResult."""
         sentences = _read_sentences(dev)
         if not sentences:
+            if isinstance(dev, (str, bytes, os.PathLike)):
+                raise FormatError("the tuning text has no sentences", os.fsdecode(dev))
             raise ValueError("the tuning text is empty")
         if self.mode == "linear" and self.bucket_by is not None:
             tokens, offsets = self._encode(sentences, True, True)
@@ -655,8 +657,8 @@ def newton(objective, w, max_iter=50, tol=1e-12):
 
 def _read_sentences(dev):
     if isinstance(dev, (str, bytes, os.PathLike)):
-        with open_text(os.fsdecode(dev)) as f:
-            return [line.rstrip("\n") for line in f if line.strip()]
+        # (invalid UTF-8 is an error naming the line)
+        return [line.rstrip("\n") for line in utf8_lines(os.fsdecode(dev)) if line.strip()]
     return [s.decode("utf-8") if isinstance(s, bytes) else s for s in dev]
 
 

@@ -92,6 +92,22 @@ def open_binary(path):
     return opener(path, "rb")
 
 
+def utf8_lines(path):
+    """The lines of UTF-8 text ``path`` (plain or compressed; '-' is stdin) as str,
+    newlines kept.  Invalid UTF-8 is a FormatError naming the file and line: lines are
+    decoded one by one, where a text wrapper decodes ahead in chunks and its
+    UnicodeDecodeError names neither."""
+    from .errors import FormatError
+    with open_binary(path) as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise FormatError(f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the "
+                                  "line); the text must be UTF-8", "-" if path is None else path,
+                                  line_no) from None
+
+
 def open_text(path, encoding="utf-8", errors="strict"):
     """A text reader of ``path`` ('-' is stdin), decompressing gzip/bz2/xz."""
     return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors, newline="\n")

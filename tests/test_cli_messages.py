@@ -187,3 +187,62 @@ def test_probing_memory_is_checked_in_the_library_too(models):
         backoff.from_tables(tables, 1e12)
     with pytest.raises(ValueError, match="finite"):
         backoff.from_tables(tables, float("nan"))
+
+
+# --- text that is not UTF-8, or empty -------------------------------------------------
+
+
+@pytest.fixture
+def bad_text(tmp_path):
+    t = tmp_path / "bad.txt"
+    t.write_bytes(b"the cat\nab\xe9cd x\n")
+    return t
+
+
+def _one_clear_error(capsys, where):
+    err = capsys.readouterr().err
+    assert err.startswith(f"nplm: error: {where}: invalid UTF-8 (byte 0xe9 at byte 3 of the line)"), err
+    assert "codec" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_distil_names_the_line_of_invalid_utf8(models, bad_text, tmp_path, capsys, compress):
+    if compress:
+        import gzip
+        gz = tmp_path / "bad.txt.gz"
+        gz.write_bytes(gzip.compress(bad_text.read_bytes()))
+        bad_text = gz
+    for flag in ("--text", "--sample-text"):
+        out = tmp_path / "d.arpa"
+        assert main(["distil", models["binary"], flag, str(bad_text), "--order", "2", "--arpa", str(out), "-q"]) == 1
+        _one_clear_error(capsys, f"{bad_text}:2")
+        assert not out.exists()
+
+
+def test_precompute_and_tune_name_the_line_of_invalid_utf8(models, bad_text, tmp_path, capsys):
+    softmax = tmp_path / "s.nplm"
+    make_net("softmax-diag-0", order=3).save(softmax)
+    before = softmax.read_bytes()
+    assert main(["precompute", str(softmax), "--text", str(bad_text)]) == 1
+    _one_clear_error(capsys, f"{bad_text}:2")
+    assert softmax.read_bytes() == before
+    out = tmp_path / "mix.json"
+    assert main(["interpolate", "--model", models["binary"], "--model", models["arpa"], "--tune", str(bad_text),
+                 "--out", str(out)]) == 1
+    _one_clear_error(capsys, f"{bad_text}:2")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n\n"])
+def test_precompute_and_tune_refuse_a_text_without_words(models, tmp_path, capsys, content):
+    empty = tmp_path / "empty.txt"
+    empty.write_text(content)
+    softmax = tmp_path / "s.nplm"
+    make_net("softmax-diag-0", order=3).save(softmax)
+    before = softmax.read_bytes()
+    assert main(["precompute", str(softmax), "--text", str(empty), "--out", str(tmp_path / "p.nplm")]) == 1
+    assert f"{empty}: the text has no words" in capsys.readouterr().err
+    assert softmax.read_bytes() == before and not (tmp_path / "p.nplm").exists()
+    assert main(["interpolate", "--model", models["binary"], "--model", models["arpa"], "--tune", str(empty),
+                 "--out", str(tmp_path / "mix.json")]) == 1
+    assert f"{empty}: the tuning text has no sentences" in capsys.readouterr().err
