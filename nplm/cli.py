@@ -10,7 +10,9 @@ _COMMANDS = {}
 
 
 def command(name, help):
-    """Register ``cls`` (with ``add_arguments(p)`` and ``run(args)``) as a subcommand."""
+    """Register ``cls`` (with ``add_arguments(p)`` and ``run(args)``) as a subcommand.
+    ``cls.OUTPUTS`` names the arguments that are output files: main checks that they
+    can be written before ``run`` starts the work."""
     def register(cls):
         _COMMANDS[name] = (help, cls)
         return cls
@@ -134,6 +136,8 @@ class Perplexity:
 
 @command("build-binary", "Convert an ARPA file to an nplm binary (memory-mapped, loads in milliseconds)")
 class BuildBinary:
+    OUTPUTS = ("out",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("arpa", help="input ARPA file (plain/.gz/.bz2/.xz)")
@@ -169,6 +173,8 @@ def _lmplz_bool(value):
 
 @command("estimate", "Estimate a modified Kneser-Ney model from text, like KenLM's lmplz")
 class Estimate:
+    OUTPUTS = ("arpa", "binary")
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("-o", "--order", type=int, required=True, help="order of the model")
@@ -222,6 +228,8 @@ class Estimate:
 
 @command("cluster", "Word classes from text: Brown (exchange) clustering or frequency binning")
 class Cluster:
+    OUTPUTS = ("output",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("--text", default="-", help="training text, one sentence per line "
@@ -261,6 +269,8 @@ class Cluster:
 @command("interpolate", "Combine models (linear or log-linear), tune the weights on a dev text, "
          "write a spec that nplm.Model loads")
 class Interpolate:
+    OUTPUTS = ("out",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("--model", action="append", required=True, metavar="PATH",
@@ -342,7 +352,7 @@ def build_parser():
     for name, (help_text, cls) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         cls.add_arguments(p)
-        p.set_defaults(_run=cls.run)
+        p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()))
     return parser
 
 
@@ -353,6 +363,11 @@ def main(argv=None):
         parser.print_help()
         return 2
     try:
+        from .textio import check_output
+        for name in args._outputs:      # a bad output name fails now, not after the work
+            path = getattr(args, name)
+            if path is not None and path != "-":
+                check_output(path)
         code = args._run(args) or 0
         sys.stdout.flush()      # a closed pipe shows here, not in the exit's flush
         return code
@@ -381,6 +396,7 @@ def _output_closed():
 class Train:
     """Options mirror nplm.neural.NeuralConfig and nplm.train.TrainConfig; their defaults
     are the recommended PTB model."""
+    OUTPUTS = ("out",)
 
     @staticmethod
     def add_arguments(p):
@@ -461,10 +477,11 @@ class Train:
         import sys
         from .neural import NeuralConfig
         from .train import TrainConfig, train
-        from .textio import same_file
+        from .textio import check_output, same_file
         for src in (args.train, args.valid):
             if src and same_file(src, args.out):
                 return _error(f"--out {args.out} would overwrite an input file")
+        check_output(args.out + ".ckpt")   # written after each epoch
         try:
             hidden = tuple(int(h) for h in args.hidden.replace(" ", "").split(",") if h)
         except ValueError:
@@ -487,6 +504,8 @@ class Train:
 
 @command("sample", "Sample sentences from a neural model (for distillation: nplm distil --sample-text)")
 class Sample:
+    OUTPUTS = ("out",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="neural nplm model (any output kind; drawn from its exact distribution)")
@@ -512,6 +531,8 @@ class Sample:
 
 @command("precompute", "Store softmax normalisers of frequent contexts for fallback normalisation")
 class Precompute:
+    OUTPUTS = ("out",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="neural nplm model with softmax output (rewritten in place, atomically)")
@@ -533,6 +554,8 @@ class Precompute:
 
 @command("distil", "Distil a model (neural, interpolated or back-off) into a normalised back-off ARPA table")
 class Distil:
+    OUTPUTS = ("arpa",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="teacher: any model nplm.Model loads (ARPA, nplm binary, ...)")
@@ -581,6 +604,8 @@ class Distil:
 
 @command("convert", "Convert between ARPA, nplm back-off/neural binaries, float16/int8 neural and ISI NPLM")
 class Convert:
+    OUTPUTS = ("output",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("input", help="model file (format detected from its content)")

@@ -6,6 +6,7 @@ is really gzip still loads, and stdin can be compressed too.
 import atexit
 import bz2
 import contextlib
+import errno
 import gzip
 import io
 import lzma
@@ -113,6 +114,18 @@ def open_text(path, encoding="utf-8", errors="strict"):
     return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors, newline="\n")
 
 
+def check_output(path):
+    """Raise OSError naming ``path`` (not a temporary file) when it cannot be an output
+    file: it is a directory, or its directory does not exist.  Commands call it before
+    their work, so that a bad name does not wait for the end of a long run."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a file name for the output", path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, "No such directory for the output", directory)
+
+
 class atomic_write:
     """``with atomic_write(path) as f:`` writes ``path`` through a temporary file in
     the same directory, renamed into place only when the block finishes without an
@@ -132,6 +145,7 @@ class atomic_write:
         self.file = None
 
     def __enter__(self):
+        check_output(self.path)
         directory = os.path.dirname(os.path.abspath(self.path))
         # Hold SIGINT/SIGTERM while the file is created and opened, so that no
         # signal lands between its creation and our knowing its name; one that
@@ -151,6 +165,8 @@ class atomic_write:
                                  0o600)
                 except FileExistsError:
                     _LIVE.discard(self.tmp)
+                except OSError as e:   # name the output, not our temporary file
+                    raise type(e)(e.errno, e.strerror, self.path) from None
             self.file = os.fdopen(fd, self.mode)
         except BaseException:
             _unblock_signals(held)
@@ -175,7 +191,10 @@ class atomic_write:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(self.tmp, 0o666 & ~umask)
-            os.replace(self.tmp, self.path)
+            try:
+                os.replace(self.tmp, self.path)
+            except OSError as e:
+                raise type(e)(e.errno, e.strerror, self.path) from None
             _LIVE.discard(self.tmp)
         except BaseException:
             self._discard()

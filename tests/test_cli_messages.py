@@ -246,3 +246,45 @@ def test_precompute_and_tune_refuse_a_text_without_words(models, tmp_path, capsy
     assert main(["interpolate", "--model", models["binary"], "--model", models["arpa"], "--tune", str(empty),
                  "--out", str(tmp_path / "mix.json")]) == 1
     assert f"{empty}: the tuning text has no sentences" in capsys.readouterr().err
+
+
+# --- output names -----------------------------------------------------------------------
+
+
+def test_atomic_write_names_the_output_not_its_temporary_file(tmp_path):
+    from nplm.textio import atomic_write
+    with pytest.raises(FileNotFoundError) as e:
+        with atomic_write(tmp_path / "missing" / "out.nplm"):
+            pass
+    assert e.value.filename == str(tmp_path / "missing") and "nplm-tmp" not in str(e.value)
+    with pytest.raises(IsADirectoryError) as e:
+        with atomic_write(tmp_path):
+            pass
+    assert e.value.filename == str(tmp_path) and "nplm-tmp" not in str(e.value)
+    assert not list(tmp_path.iterdir()) and not list(tmp_path.parent.glob(".nplm-tmp-*"))
+
+
+def test_outputs_are_checked_before_the_work(models, tmp_path, capsys):
+    missing = tmp_path / "no" / "such"
+    text = str(TOY)
+    runs = [
+        ["build-binary", models["arpa"], "{}"],
+        ["estimate", "-o", "2", "--text", text, "--arpa", "{}", "-q"],
+        ["estimate", "-o", "2", "--text", text, "--binary", "{}", "-q"],
+        ["distil", models["binary"], "--text", text, "--order", "2", "--arpa", "{}", "-q"],
+        ["convert", models["binary"], "{}", "--to", "arpa"],
+        ["interpolate", "--model", models["binary"], "--model", models["arpa"], "--out", "{}"],
+        ["cluster", "--text", text, "-c", "2", "-q", "-o", "{}"],
+        ["sample", models["softmax"], "--tokens", "5", "--out", "{}", "-q"],
+        ["precompute", models["softmax"], "--text", text, "--out", "{}"],
+        ["train", "--train", text, "--out", "{}", "--order", "2", "--embedding-dim", "4", "--hidden", "",
+         "--epochs", "1", "--quiet", "--threads", "1"],
+    ]
+    for args in runs:
+        for bad, message in ((missing / "x.out", f"No such directory for the output: '{missing}'"),
+                             (tmp_path, f"Is a directory, not a file name for the output: '{tmp_path}'")):
+            assert main([str(bad) if a == "{}" else a for a in args]) == 1, args
+            err = capsys.readouterr().err
+            assert message in err and "nplm-tmp" not in err, (args, err)
+            assert "epoch" not in err and "n-grams:" not in err and "\n" == err[-1] and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
