@@ -162,6 +162,16 @@ class BuildBinary:
         return 0
 
 
+def _positive_int(value):
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
+
+
 def _lmplz_bool(value):
     v = str(value).strip().lower()
     if v in ("1", "true", "yes", "on"):
@@ -318,7 +328,7 @@ class Interpolate:
             try:
                 favour = int(args.favour[0]), float(args.favour[1])
             except ValueError:
-                raise ValueError(f"--favour takes a model index and a fraction, not {args.favour}") from None
+                raise ValueError(f"--favour takes a model index and a fraction, not {' '.join(args.favour)!r}") from None
         mix = interpolate(args.model, args.weight, args.mode, normalize=not args.unnormalized,
                           unknown=args.unknown, bucket_by=args.bucket_by, bucket_bins=args.bucket_bins)
         extra = {}
@@ -577,7 +587,7 @@ class Distil:
         p.add_argument("--top-k-min-count", type=int, default=2,
                        help="only for contexts seen at least this often (default 2)")
         p.add_argument("--lower", help="model giving the probabilities of orders below --order")
-        p.add_argument("--prune-to", type=int, metavar="NGRAMS",
+        p.add_argument("--prune-to", type=_positive_int, metavar="NGRAMS",
                        help="relative-entropy pruning to at most this many n-grams of orders >= 2")
         p.add_argument("--continuation", type=int, nargs="?", const=1, default=0, metavar="K",
                        help="shape the unigrams (orders 1..K with K) for backing off: fitted to the "

@@ -464,6 +464,8 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
                 longer contexts, the shape a back-off distribution needs
                 (nplm/continuation.py).  1 pays on PTB; larger k measured worse.
     """
+    if prune_to is not None and (isinstance(prune_to, bool) or int(prune_to) != prune_to or prune_to < 1):
+        raise ValueError(f"prune_to is the number of n-grams of orders >= 2 to keep (>= 1), not {prune_to!r}")
     teacher = _load(teacher)
     lower = _load(lower_teacher) if lower_teacher is not None else teacher
     if not 1 <= order <= 16:

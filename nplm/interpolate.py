@@ -245,13 +245,14 @@ def _check_weights(weights, n, mode, rows=None):
 
 
 def _check_row(w, mode, where=""):
+    # (w.tolist(): plain floats in messages, not numpy's np.float64(...) reprs)
     if not np.all(np.isfinite(w)):
-        raise ValueError(f"{where}weights must be finite, got {list(w)}")
+        raise ValueError(f"{where}weights must be finite, got {w.tolist()}")
     if mode == "linear":
         if np.any(w < 0):
-            raise ValueError(f"{where}linear weights must be non-negative, got {list(w)}")
+            raise ValueError(f"{where}linear weights must be non-negative, got {w.tolist()}")
         if abs(w.sum() - 1.0) > 1e-4:
-            raise ValueError(f"{where}linear weights must sum to 1, got {list(w)} (sum {w.sum():.9g})")
+            raise ValueError(f"{where}linear weights must sum to 1, got {w.tolist()} (sum {w.sum():.9g})")
         w = w / w.sum()         # rounded weights (1/3 written as 0.3333) made exact
     if not np.any(w != 0):
         raise ValueError(f"{where}at least one weight must be non-zero")
@@ -564,7 +565,7 @@ class TuneResult:
         self.sampled = sampled
 
     def __repr__(self):
-        return (f"TuneResult(weights={list(np.round(self.weights, 6))}, perplexity={self.perplexity:.4f}, "
+        return (f"TuneResult(weights={np.round(self.weights, 6).tolist()}, perplexity={self.perplexity:.4f}, "
                 f"start={self.start_perplexity:.4f}, iterations={self.iterations}, tokens={self.tokens})")
 
 

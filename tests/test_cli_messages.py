@@ -288,3 +288,40 @@ def test_outputs_are_checked_before_the_work(models, tmp_path, capsys):
             assert message in err and "nplm-tmp" not in err, (args, err)
             assert "epoch" not in err and "n-grams:" not in err and "\n" == err[-1] and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# --- numbers in messages, distil --prune-to ---------------------------------------------
+
+
+@pytest.mark.parametrize("weights, message", [
+    (("0.5", "-0.5"), "linear weights must be non-negative, got [0.5, -0.5]"),
+    (("0.5", "nan"), "weights must be finite, got [0.5, nan]"),
+    (("0.5", "0.6"), "linear weights must sum to 1, got [0.5, 0.6] (sum 1.1)"),
+])
+def test_weights_in_messages_are_plain_numbers(models, tmp_path, capsys, weights, message):
+    args = ["interpolate", "--model", models["binary"], "--model", models["arpa"], "--out", str(tmp_path / "m.json")]
+    for w in weights:
+        args += ["--weight", w]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert message in err and "np." not in err, err
+
+
+def test_tune_result_repr_is_plain_numbers():
+    from nplm.interpolate import TuneResult
+    r = repr(TuneResult(np.array([0.25, 0.75]), 1.0, 2.0, 3, 4))
+    assert "weights=[0.25, 0.75]" in r and "np." not in r
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "1.5", "x"])
+def test_distil_prune_to_must_be_positive(models, tmp_path, capsys, value):
+    out = tmp_path / "d.arpa"
+    with pytest.raises(SystemExit) as e:
+        main(["distil", models["binary"], "--text", str(TOY), "--order", "2", "--arpa", str(out), "-q",
+              "--prune-to", value])
+    assert e.value.code == 2 and f"--prune-to: expected a positive integer, got '{value}'" in capsys.readouterr().err
+    assert not out.exists()
+    if value in ("-5", "0"):
+        from nplm.distil import distil
+        with pytest.raises(ValueError, match="prune_to is the number of n-grams"):
+            distil(models["binary"], 2, str(TOY), prune_to=int(value))
