@@ -1,7 +1,6 @@
 """The command line's behaviour at its edges: output names, broken pipes, --help and
 --version, and the messages for bad input (a clear line naming the file, never a
 traceback)."""
-import math
 import os
 import re
 import subprocess
