@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .errors import FormatError
+from .errors import CompressedDataError, FormatError
 from .tables import NGramTables
 from .textio import atomic_write, open_binary
 
@@ -57,6 +57,10 @@ SPLIT = None                 # two-thread parsing: None = when a core is idle, o
 _COUNT_LINE = re.compile(rb"ngram ([0-9]+)=[ \t]*([0-9]+)[ \t]*")
 _KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
 _NPLM_MAGIC = b"\x93NPLM\r\n\x1a"
+NPLM_DAMAGED = ("this is a truncated or damaged nplm binary: it ends inside its 8-byte header "
+                "magic, or the magic was altered (by a text-mode transfer?)")
+KENLM_BINARY = ("this is a KenLM binary file, which nplm cannot read; rebuild the model from its "
+                "ARPA file with `nplm build-binary MODEL.arpa MODEL.nplm`")
 
 
 def _show(raw, limit=60):
@@ -207,10 +211,15 @@ class _Reader:
         if line.startswith(b"\x1f\x8b"):
             return "looks like a gzip file inside a compressed file; decompress it first"
         if line.startswith(_KENLM_MAGIC):
-            return ("this is a KenLM binary file, not an ARPA file (was a binary file "
-                    "compressed, or passed where an ARPA file is expected?)")
+            return KENLM_BINARY
         if line.startswith(_NPLM_MAGIC[:5]):
-            return "this is an nplm binary model, not an ARPA file; load it with nplm.Model"
+            # A whole nplm header means a good binary given where an ARPA file was
+            # wanted; a partial one (nplm.Model found no container) a damaged file.
+            from .formats import container
+            if self.path != "-" and container.is_container(self.path):
+                return ("this is an nplm binary model, not an ARPA file (`nplm convert` "
+                        "writes it as ARPA)")
+            return NPLM_DAMAGED
         if line.startswith(b"blmt"):
             return "this looks like an IRSTLM binary file; run compile-lm --text yes first"
         if line == b"iARPA":
@@ -453,16 +462,18 @@ def read_arpa(path, progress=False):
                 try:
                     reader.feed(carry + b"\n", len(carry) + 1)
                 except FormatError as e:
-                    if e.line == reader.parser.line + 1:
+                    # (before \data\ the file is no ARPA at all: not a truncation)
+                    if e.line == reader.parser.line + 1 and reader.state != "prelude":
                         message = str(e).removeprefix(f"{source}:{e.line}: ")
                         raise FormatError(message + " (the file ends inside this line: "
                                           "truncated?)", source, e.line) from None
                     raise
+        except CompressedDataError:
+            raise  # names the file already; the parser's line lags the decompressor
         except (EOFError, lzma.LZMAError, zlib.error, OSError) as e:
             if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
                 raise
-            raise FormatError(f"corrupt or truncated compressed data ({e})", source,
-                              reader.parser.line + 1) from e
+            raise FormatError(f"corrupt or truncated compressed data ({e})", source) from e
         finally:
             reader.pool.shutdown()
             if reader.bar is not None:

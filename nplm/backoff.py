@@ -4,6 +4,8 @@ Kneser-Ney, distillation) and the binary form that maps them straight back.
 Word ids follow KenLM: ``<unk>`` is 0 and the other words keep their ARPA order
 from 1, so states compare in the same order as kenlm's.
 """
+import errno
+import math
 import sys
 
 import numpy as np
@@ -40,6 +42,25 @@ def _where(tables, order, index):
     return tables.source, None
 
 
+def check_multiplier(multiplier, counts=None):
+    """Refuse a probing multiplier KenLM would refuse (it must be > 1.0; nplm also
+    wants it finite), and, given the n-gram counts, probing tables that cannot fit in
+    memory: better a clear error up front than a failed allocation (or swapping)."""
+    multiplier = float(multiplier)
+    if not (math.isfinite(multiplier) and multiplier > 1.0):
+        raise ValueError(f"the probing multiplier must be a finite number > 1.0, not {multiplier!r}")
+    if counts is None or len(counts) < 2:
+        return
+    # what build_backoff_tables allocates: 16 bytes per middle-order bucket, 12 per highest
+    needed = sum((c * multiplier + 2) * (12 if n == len(counts) else 16) for n, c in enumerate(counts[1:], 2))
+    what = f"probing hash tables with multiplier {multiplier:g} for {sum(counts[1:]):,} n-grams"
+    advice = f"use a smaller multiplier (build-binary -p; the default is {PROBING_MULTIPLIER})"
+    if needed >= 2 ** 60:
+        raise OSError(errno.ENOMEM, f"{what} would need about {needed / 2 ** 40:.3g} TiB; {advice}")
+    from .memory import check_available
+    check_available(needed, what, advice)
+
+
 def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):
     """Build the query structures for ``tables`` (an NGramTables)."""
     tables.validate()
@@ -47,6 +68,7 @@ def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):
     if order > _kernels.QUERY_MAX_ORDER:
         raise FormatError(f"order {order} is above the highest order nplm can load "
                           f"({_kernels.QUERY_MAX_ORDER})", tables.source)
+    check_multiplier(multiplier, [int(c) for c in tables.counts])
     words = list(tables.vocab)
     is_unk = np.fromiter((w in _UNK for w in words), dtype=bool, count=len(words))
     if is_unk[0] and not is_unk[1:].any():

@@ -10,7 +10,9 @@ _COMMANDS = {}
 
 
 def command(name, help):
-    """Register ``cls`` (with ``add_arguments(p)`` and ``run(args)``) as a subcommand."""
+    """Register ``cls`` (with ``add_arguments(p)`` and ``run(args)``) as a subcommand.
+    ``cls.OUTPUTS`` names the arguments that are output files: main checks that they
+    can be written before ``run`` starts the work."""
     def register(cls):
         _COMMANDS[name] = (help, cls)
         return cls
@@ -38,6 +40,25 @@ def _open_lines(path):
     return open_text(path or "-", errors="replace")
 
 
+_QUERY_LEVELS = {"2": {"word", "sentence", "summary"}, "1": {"sentence", "summary"}, "0": {"summary"}}
+
+
+def _query_levels(values):
+    """KenLM query's -v, in order: a name turns its output on, a number sets all three;
+    nothing given means all three (lm/query_main.cc)."""
+    levels = set()
+    for v in values or ():
+        levels = set(_QUERY_LEVELS[v]) if v in _QUERY_LEVELS else levels | {v}
+    return levels or set(_QUERY_LEVELS["2"])
+
+
+def _is_arpa(path):
+    """Whether a model file that loaded was an ARPA file (not a binary or a spec)."""
+    from .formats import container
+    from .interpolate import is_spec
+    return not container.is_container(path) and not is_spec(path)
+
+
 @command("query", "Score text like KenLM's query: per-word output and a perplexity summary")
 class Query:
     @staticmethod
@@ -46,19 +67,26 @@ class Query:
         p.add_argument("--text", default="-", help="text to score, one sentence per line (default stdin)")
         p.add_argument("-n", dest="no_context", action="store_true",
                        help="do not wrap each line in <s> and </s>")
-        p.add_argument("-v", dest="verbosity", action="append", choices=["summary", "sentence", "word"],
-                       help="print statistics at this level (repeatable; default: all three)")
+        p.add_argument("-v", dest="verbosity", action="append", metavar="LEVEL",
+                       choices=["summary", "sentence", "word", "0", "1", "2"],
+                       help="summary|sentence|word: print this output (repeatable: -v summary -v word); "
+                            "2: all three, 1: sentence and summary, 0: summary only (default: all three). "
+                            "As in KenLM, word output alone ends no line")
         _add_normalization(p)
 
     @staticmethod
     def run(args):
-        import sys
-        from . import Model, Config
+        from . import ARPALoadComplain, Model, Config
         from .corpus import evaluate
-        levels = set(args.verbosity or ["summary", "sentence", "word"])
+        levels = _query_levels(args.verbosity)
         cfg = Config()
         cfg.show_progress = False
+        # KenLM's advice to build a binary, once the ARPA has loaded: a file that is
+        # missing or no model gets its error alone.
+        cfg.arpa_complain = ARPALoadComplain.NONE
         model = Model(args.model, cfg, normalization=args.normalization)
+        if _is_arpa(args.model):
+            print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
         out = sys.stdout
         context = not args.no_context
         vocab = model.vocab
@@ -75,8 +103,6 @@ class Query:
                 out.write("\t".join(items) + "\t")
             if "sentence" in levels:
                 out.write(f"Total: {probs.astype('f8').sum():.7g} OOV: {int(oovs.sum())}\n")
-            elif "word" in levels:
-                out.write("\n")
 
         with _open_lines(args.text) as f:
             stats = evaluate(model, f, context, per_line if levels & {"word", "sentence"} else None)
@@ -110,6 +136,8 @@ class Perplexity:
 
 @command("build-binary", "Convert an ARPA file to an nplm binary (memory-mapped, loads in milliseconds)")
 class BuildBinary:
+    OUTPUTS = ("out",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("arpa", help="input ARPA file (plain/.gz/.bz2/.xz)")
@@ -120,14 +148,28 @@ class BuildBinary:
     @staticmethod
     def run(args):
         from . import arpa, backoff
+        from .memory import arpa_header_counts
         from .textio import same_file
-        if args.multiplier <= 1.0:
-            raise ValueError("probing multiplier must be > 1.0")
+        try:
+            # the ARPA header's counts give the tables' size before the file is read
+            backoff.check_multiplier(args.multiplier, arpa_header_counts(args.arpa))
+        except ValueError as e:
+            return _error(f"-p: {e}")
         if same_file(args.arpa, args.out):
             raise ValueError(f"refusing to overwrite the input {args.arpa}")
         tables = arpa.read_arpa(args.arpa, progress=True)
         backoff.build_binary(tables, args.out, args.multiplier)
         return 0
+
+
+def _positive_int(value):
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
 
 
 def _lmplz_bool(value):
@@ -141,6 +183,8 @@ def _lmplz_bool(value):
 
 @command("estimate", "Estimate a modified Kneser-Ney model from text, like KenLM's lmplz")
 class Estimate:
+    OUTPUTS = ("arpa", "binary")
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("-o", "--order", type=int, required=True, help="order of the model")
@@ -194,6 +238,8 @@ class Estimate:
 
 @command("cluster", "Word classes from text: Brown (exchange) clustering or frequency binning")
 class Cluster:
+    OUTPUTS = ("output",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("--text", default="-", help="training text, one sentence per line "
@@ -233,6 +279,8 @@ class Cluster:
 @command("interpolate", "Combine models (linear or log-linear), tune the weights on a dev text, "
          "write a spec that nplm.Model loads")
 class Interpolate:
+    OUTPUTS = ("out",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("--model", action="append", required=True, metavar="PATH",
@@ -280,7 +328,7 @@ class Interpolate:
             try:
                 favour = int(args.favour[0]), float(args.favour[1])
             except ValueError:
-                raise ValueError(f"--favour takes a model index and a fraction, not {args.favour}") from None
+                raise ValueError(f"--favour takes a model index and a fraction, not {' '.join(args.favour)!r}") from None
         mix = interpolate(args.model, args.weight, args.mode, normalize=not args.unnormalized,
                           unknown=args.unknown, bucket_by=args.bucket_by, bucket_bins=args.bucket_bins)
         extra = {}
@@ -300,13 +348,21 @@ class Interpolate:
         return 0
 
 
+DESCRIPTION = ("Neural and Kneser-Ney n-gram language models with KenLM's tools: score text (query, "
+               "perplexity), estimate like lmplz, build binaries, train neural models, interpolate, "
+               "distil into back-off tables and convert between formats.  All probabilities are log10.")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="nplm", description=__doc__.split("\n")[0])
+    from . import __version__
+    parser = argparse.ArgumentParser(prog="nplm", description=DESCRIPTION,
+                                     epilog="Run 'nplm COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"nplm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, cls) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         cls.add_arguments(p)
-        p.set_defaults(_run=cls.run)
+        p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()))
     return parser
 
 
@@ -317,17 +373,40 @@ def main(argv=None):
         parser.print_help()
         return 2
     try:
-        return args._run(args) or 0
+        from .textio import check_output
+        for name in args._outputs:      # a bad output name fails now, not after the work
+            path = getattr(args, name)
+            if path is not None and path != "-":
+                check_output(path)
+        code = args._run(args) or 0
+        sys.stdout.flush()      # a closed pipe shows here, not in the exit's flush
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _output_closed()
     except (OSError, ValueError) as e:
         return _error(str(e))
+
+
+def _output_closed():
+    """The reader went away (``nplm query ... | head``): stop quietly, as a Unix tool
+    killed by SIGPIPE does, with the status a shell reports for one (128 + 13).
+    stdout now writes to /dev/null, so the interpreter's final flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (tests)
+        pass
+    return 141
 
 
 @command("train", "Train a feed-forward neural n-gram model (NCE, class/tree-factored or full softmax)")
 class Train:
     """Options mirror nplm.neural.NeuralConfig and nplm.train.TrainConfig; their defaults
     are the recommended PTB model."""
+    OUTPUTS = ("out",)
 
     @staticmethod
     def add_arguments(p):
@@ -408,10 +487,11 @@ class Train:
         import sys
         from .neural import NeuralConfig
         from .train import TrainConfig, train
-        from .textio import same_file
+        from .textio import check_output, same_file
         for src in (args.train, args.valid):
             if src and same_file(src, args.out):
                 return _error(f"--out {args.out} would overwrite an input file")
+        check_output(args.out + ".ckpt")   # written after each epoch
         try:
             hidden = tuple(int(h) for h in args.hidden.replace(" ", "").split(",") if h)
         except ValueError:
@@ -434,6 +514,8 @@ class Train:
 
 @command("sample", "Sample sentences from a neural model (for distillation: nplm distil --sample-text)")
 class Sample:
+    OUTPUTS = ("out",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="neural nplm model (any output kind; drawn from its exact distribution)")
@@ -461,6 +543,8 @@ class Sample:
 
 @command("precompute", "Store softmax normalisers of frequent contexts for fallback normalisation")
 class Precompute:
+    OUTPUTS = ("out",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="neural nplm model with softmax output (rewritten in place, atomically)")
@@ -482,6 +566,8 @@ class Precompute:
 
 @command("distil", "Distil a model (neural, interpolated or back-off) into a normalised back-off ARPA table")
 class Distil:
+    OUTPUTS = ("arpa",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="teacher: any model nplm.Model loads (ARPA, nplm binary, ...)")
@@ -503,7 +589,7 @@ class Distil:
         p.add_argument("--top-k-min-count", type=int, default=2,
                        help="only for contexts seen at least this often (default 2)")
         p.add_argument("--lower", help="model giving the probabilities of orders below --order")
-        p.add_argument("--prune-to", type=int, metavar="NGRAMS",
+        p.add_argument("--prune-to", type=_positive_int, metavar="NGRAMS",
                        help="relative-entropy pruning to at most this many n-grams of orders >= 2")
         p.add_argument("--continuation", type=int, nargs="?", const=1, default=0, metavar="K",
                        help="shape the unigrams (orders 1..K with K) for backing off: fitted to the "
@@ -530,12 +616,15 @@ class Distil:
 
 @command("convert", "Convert between ARPA, nplm back-off/neural binaries, float16/int8 neural and ISI NPLM")
 class Convert:
+    OUTPUTS = ("output",)
+
     @staticmethod
     def add_arguments(p):
         p.add_argument("input", help="model file (format detected from its content)")
         p.add_argument("output", help="output file (written atomically; never the input)")
         p.add_argument("--to", choices=["arpa", "binary", "neural", "float16", "int8", "isi"],
-                       help="output format (default: from the output name, .arpa[.gz] or .isi, "
+                       help="output format (default: from the output name: .arpa[.gz|.bz2|.xz] ARPA, "
+                            ".isi/.nnlm ISI, .nplm/.bin nplm binary (float32 for a neural model); "
                             "else the input's counterpart)")
         p.add_argument("--text", help="neural models: report the perplexity change on this text (an ISI "
                        "output is read back as nplm reads it); refused for back-off conversions")

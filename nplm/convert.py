@@ -3,7 +3,8 @@
 
 Formats are detected from the input's content (container magic and kind, ARPA's
 ``\\data\\``, ISI's ``\\config``) and chosen for the output by ``to`` or the output
-name (.arpa[.gz|.bz2|.xz] -> ARPA, .isi/.nnlm -> ISI, otherwise the natural
+name (.arpa[.gz|.bz2|.xz] -> ARPA, .isi/.nnlm -> ISI, .nplm/.bin/.binary -> nplm
+binary of the input's kind, float32 for a neural model; otherwise the natural
 counterpart of the input).  Every output is written atomically, and a conversion
 never overwrites its own input.
 
@@ -41,6 +42,11 @@ def detect(path):
         raise FormatError(f"nplm binary of kind {c.kind!r} cannot be converted", path)
     with open_binary(path) as f:
         head = f.read(1 << 16)
+    from .arpa import KENLM_BINARY, NPLM_DAMAGED, _KENLM_MAGIC, _NPLM_MAGIC
+    if head.startswith(_KENLM_MAGIC):
+        raise FormatError(KENLM_BINARY, path)
+    if head.startswith(_NPLM_MAGIC[:5]):
+        raise FormatError(NPLM_DAMAGED, path)
     for raw in head.split(b"\n"):
         line = raw.strip()
         if not line or line.startswith(b"#"):
@@ -66,6 +72,9 @@ def _target_format(src_fmt, out, to):
         return "arpa"
     if name.endswith((".isi", ".nnlm")):
         return "isi"
+    if name.endswith((".nplm", ".bin", ".binary")):
+        # an nplm binary of the input's kind (as distil's --arpa reads these names)
+        return "binary" if src_fmt in ("arpa", "binary") else "neural"
     return {"arpa": "binary", "binary": "arpa", "isi": "neural", "neural": "isi",
             "float16": "neural", "int8": "neural"}[src_fmt]
 
@@ -85,7 +94,13 @@ def convert(src, dst, to=None, text=None, messages=None):
     tf = _target_format(sf, dst, to)
     report = {}
     backoff_kinds, neural_kinds = ("arpa", "binary"), ("neural", "float16", "int8", "isi")
+    if sf in backoff_kinds and tf in ("float16", "int8"):
+        raise ValueError(f"cannot convert {sf} to {tf}: float16 and int8 quantise neural models only, and "
+                         f"{src!r} is a back-off model")
     if (sf in backoff_kinds) != (tf in backoff_kinds):
+        if sf in backoff_kinds:
+            raise ValueError(f"cannot convert {sf} to {tf}: a back-off table cannot become a neural network "
+                             "(`nplm train` trains one)")
         raise ValueError(f"cannot convert {sf} to {tf}: a back-off table and a neural network are different "
                          "models (use `nplm distil` to turn a neural model into a back-off table)")
     if text is not None and sf in backoff_kinds:

@@ -154,21 +154,20 @@ def build_structure(V, rows_by_order):
 def _sentence_ids(path, vocab, bos, eos, forbidden):
     """Token id arrays of the text's lines in chunks: (flat ids with <s>/</s> around
     each sentence, sentence start offsets)."""
-    from .textio import open_text
+    from .textio import utf8_lines
     buf, starts, pos = [], [], 0
-    with open_text(path) as f:
-        for line_no, line in enumerate(f, 1):
-            words = line.split()
-            for w in words:
-                if w in forbidden:
-                    raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)
-            ids = vocab.ids(words) if words else np.zeros(0, np.int32)
-            starts.append(pos)
-            buf.append(np.concatenate([[bos], ids, [eos]]).astype(np.int32))
-            pos += len(ids) + 2
-            if len(starts) >= _CHUNK_LINES:
-                yield np.concatenate(buf), np.asarray(starts, np.int64)
-                buf, starts, pos = [], [], 0
+    for line_no, line in enumerate(utf8_lines(path), 1):   # invalid UTF-8: an error naming the line
+        words = line.split()
+        for w in words:
+            if w in forbidden:
+                raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)
+        ids = vocab.ids(words) if words else np.zeros(0, np.int32)
+        starts.append(pos)
+        buf.append(np.concatenate([[bos], ids, [eos]]).astype(np.int32))
+        pos += len(ids) + 2
+        if len(starts) >= _CHUNK_LINES:
+            yield np.concatenate(buf), np.asarray(starts, np.int64)
+            buf, starts, pos = [], [], 0
     if starts:
         yield np.concatenate(buf), np.asarray(starts, np.int64)
 
@@ -465,6 +464,8 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
                 longer contexts, the shape a back-off distribution needs
                 (nplm/continuation.py).  1 pays on PTB; larger k measured worse.
     """
+    if prune_to is not None and (isinstance(prune_to, bool) or int(prune_to) != prune_to or prune_to < 1):
+        raise ValueError(f"prune_to is the number of n-grams of orders >= 2 to keep (>= 1), not {prune_to!r}")
     teacher = _load(teacher)
     lower = _load(lower_teacher) if lower_teacher is not None else teacher
     if not 1 <= order <= 16:

@@ -51,7 +51,7 @@ import numpy as np
 
 from . import _interp, _kernels
 from .errors import FormatError
-from .textio import atomic_write, open_text
+from .textio import atomic_write, utf8_lines
 
 SPEC_KEY = "interpolation"
 SPEC_VERSION = 1
@@ -245,13 +245,14 @@ def _check_weights(weights, n, mode, rows=None):
 
 
 def _check_row(w, mode, where=""):
+    # (w.tolist(): plain floats in messages, not numpy's np.float64(...) reprs)
     if not np.all(np.isfinite(w)):
-        raise ValueError(f"{where}weights must be finite, got {list(w)}")
+        raise ValueError(f"{where}weights must be finite, got {w.tolist()}")
     if mode == "linear":
         if np.any(w < 0):
-            raise ValueError(f"{where}linear weights must be non-negative, got {list(w)}")
+            raise ValueError(f"{where}linear weights must be non-negative, got {w.tolist()}")
         if abs(w.sum() - 1.0) > 1e-4:
-            raise ValueError(f"{where}linear weights must sum to 1, got {list(w)} (sum {w.sum():.9g})")
+            raise ValueError(f"{where}linear weights must sum to 1, got {w.tolist()} (sum {w.sum():.9g})")
         w = w / w.sum()         # rounded weights (1/3 written as 0.3333) made exact
     if not np.any(w != 0):
         raise ValueError(f"{where}at least one weight must be non-zero")
@@ -453,6 +454,8 @@ class InterpolatedModel(_kernels.ModelBase):
         threads = _kernels.thread_count(threads)
         sentences = _read_sentences(dev)
         if not sentences:
+            if isinstance(dev, (str, bytes, os.PathLike)):
+                raise FormatError("the tuning text has no sentences", os.fsdecode(dev))
             raise ValueError("the tuning text is empty")
         if self.mode == "linear" and self.bucket_by is not None:
             tokens, offsets = self._encode(sentences, True, True)
@@ -563,7 +566,7 @@ class TuneResult:
         self.sampled = sampled
 
     def __repr__(self):
-        return (f"TuneResult(weights={list(np.round(self.weights, 6))}, perplexity={self.perplexity:.4f}, "
+        return (f"TuneResult(weights={np.round(self.weights, 6).tolist()}, perplexity={self.perplexity:.4f}, "
                 f"start={self.start_perplexity:.4f}, iterations={self.iterations}, tokens={self.tokens})")
 
 
@@ -656,8 +659,8 @@ def newton(objective, w, max_iter=50, tol=1e-12):
 
 def _read_sentences(dev):
     if isinstance(dev, (str, bytes, os.PathLike)):
-        with open_text(os.fsdecode(dev)) as f:
-            return [line.rstrip("\n") for line in f if line.strip()]
+        # (invalid UTF-8 is an error naming the line)
+        return [line.rstrip("\n") for line in utf8_lines(os.fsdecode(dev)) if line.strip()]
     return [s.decode("utf-8") if isinstance(s, bytes) else s for s in dev]
 
 

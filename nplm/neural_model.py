@@ -199,7 +199,7 @@ def precompute(path, text, min_count=2, out=None, progress=True):
     empty context is always stored), so ``normalization="fallback"`` can use them.
     Rewrites ``path`` (or writes ``out``) atomically.  Returns the number of contexts
     stored per context length 0..n-1."""
-    from .textio import open_text
+    from .textio import utf8_lines
     net, c = NeuralNet.load(path, return_container=True)
     if net.config.output != "softmax":
         raise ValueError("fallback normalisers apply to softmax-output models only")
@@ -208,8 +208,10 @@ def precompute(path, text, min_count=2, out=None, progress=True):
     m = net.order - 1
     core = _nquery.NeuralCore(_dims(net), dict(net.params), dict(net.structs), 0,
                               first_layer_table(net), None, 16)
-    with open_text(text) as f:
-        contexts, _, ctx_len, _, _ = sentence_items(net.vocab, m, f.read().splitlines())
+    lines = [line.rstrip("\n") for line in utf8_lines(text)]   # invalid UTF-8: an error naming the line
+    if not any(line.split() for line in lines):
+        raise FormatError("the text has no words: no contexts to store normalisers for", text)
+    contexts, _, ctx_len, _, _ = sentence_items(net.vocab, m, lines)
     V = len(net.vocab)
     stages = range(m + 1)
     if progress:

@@ -6,6 +6,7 @@ is really gzip still loads, and stdin can be compressed too.
 import atexit
 import bz2
 import contextlib
+import errno
 import gzip
 import io
 import lzma
@@ -92,9 +93,37 @@ def open_binary(path):
     return opener(path, "rb")
 
 
+def utf8_lines(path):
+    """The lines of UTF-8 text ``path`` (plain or compressed; '-' is stdin) as str,
+    newlines kept.  Invalid UTF-8 is a FormatError naming the file and line: lines are
+    decoded one by one, where a text wrapper decodes ahead in chunks and its
+    UnicodeDecodeError names neither."""
+    from .errors import FormatError
+    with open_binary(path) as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise FormatError(f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the "
+                                  "line); the text must be UTF-8", "-" if path is None else path,
+                                  line_no) from None
+
+
 def open_text(path, encoding="utf-8", errors="strict"):
     """A text reader of ``path`` ('-' is stdin), decompressing gzip/bz2/xz."""
     return io.TextIOWrapper(open_binary(path), encoding=encoding, errors=errors, newline="\n")
+
+
+def check_output(path):
+    """Raise OSError naming ``path`` (not a temporary file) when it cannot be an output
+    file: it is a directory, or its directory does not exist.  Commands call it before
+    their work, so that a bad name does not wait for the end of a long run."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a file name for the output", path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, "No such directory for the output", directory)
 
 
 class atomic_write:
@@ -116,6 +145,7 @@ class atomic_write:
         self.file = None
 
     def __enter__(self):
+        check_output(self.path)
         directory = os.path.dirname(os.path.abspath(self.path))
         # Hold SIGINT/SIGTERM while the file is created and opened, so that no
         # signal lands between its creation and our knowing its name; one that
@@ -135,6 +165,8 @@ class atomic_write:
                                  0o600)
                 except FileExistsError:
                     _LIVE.discard(self.tmp)
+                except OSError as e:   # name the output, not our temporary file
+                    raise type(e)(e.errno, e.strerror, self.path) from None
             self.file = os.fdopen(fd, self.mode)
         except BaseException:
             _unblock_signals(held)
@@ -159,7 +191,10 @@ class atomic_write:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(self.tmp, 0o666 & ~umask)
-            os.replace(self.tmp, self.path)
+            try:
+                os.replace(self.tmp, self.path)
+            except OSError as e:
+                raise type(e)(e.errno, e.strerror, self.path) from None
             _LIVE.discard(self.tmp)
         except BaseException:
             self._discard()

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 
 from .errors import FormatError
-from .textio import open_binary
+from .textio import utf8_lines
 
 UNK, BOS, EOS, NULL = 0, 1, 2, 3
 SPECIALS = ("<unk>", "<s>", "</s>", "<null>")
@@ -94,18 +94,9 @@ class Vocabulary:
 
 
 def read_sentences(path):
-    """Lists of tokens, one per line of ``path`` (plain or compressed)."""
-    # Decoded line by line so that invalid UTF-8 is reported with its line
-    # (a UnicodeDecodeError from a text wrapper names neither file nor line).
-    out = []
-    with open_binary(path) as f:
-        for i, raw in enumerate(f, 1):
-            try:
-                out.append(raw.decode("utf-8").split())
-            except UnicodeDecodeError as e:
-                raise FormatError(f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the "
-                                  "line); the text must be UTF-8", path, i) from None
-    return out
+    """Lists of tokens, one per line of ``path`` (plain or compressed); invalid UTF-8
+    is a FormatError naming the line."""
+    return [line.split() for line in utf8_lines(path)]
 
 
 def count_words(sentences):

@@ -88,3 +88,46 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
     assert r.returncode == 1 and "refusing to overwrite" in r.stderr
     r = nplm_cli()
     assert r.returncode == 2 and "query" in r.stdout
+
+
+# KenLM's query (lm/query_main.cc at the commit KENLM-API.md cites): -v summary|sentence|word
+# each turn one output on and may be repeated; 2, 1 and 0 set all three (word+sentence+summary,
+# sentence+summary, summary); no -v prints everything.  Word items end in a tab and only the
+# Total line ends a line, so word output alone is one line with no newline.
+@pytest.mark.parametrize("flags, word, line, summary", [
+    ((), True, True, True),
+    (("word",), True, False, False),
+    (("sentence",), False, True, False),
+    (("summary",), False, False, True),
+    (("2",), True, True, True),
+    (("1",), False, True, True),
+    (("0",), False, False, True),
+    (("word", "summary"), True, False, True),
+    (("sentence", "summary"), False, True, True),
+    (("0", "word"), True, False, True),
+    (("word", "0"), False, False, True),
+])
+def test_query_verbosity_as_kenlm(reference_binaries, tmp_path, capsys, flags, word, line, summary):
+    from nplm.cli import main
+    text = tmp_path / "t.txt"
+    text.write_text("the company said\nzzqx\n\n")
+    model = reference_binaries["ptb5k.o3"]
+    assert main(["query", model, "--text", str(text)]) == 0
+    full = capsys.readouterr().out.splitlines(keepends=True)
+    rows, tail = full[:3], "".join(full[3:])
+    assert tail.startswith("Perplexity including OOVs:\t") and len(full) == 7
+    cut = [r.index("Total: ") for r in rows]
+    expect = "".join((r[:c] if word else "") + (r[c:] if line else "") for r, c in zip(rows, cut))
+    expect += tail if summary else ""
+    args = ["query", model, "--text", str(text)]
+    for f in flags:
+        args += ["-v", f]
+    assert main(args) == 0
+    assert capsys.readouterr().out == expect
+
+
+def test_query_verbosity_rejects_other_levels(reference_binaries, capsys):
+    from nplm.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["query", reference_binaries["ptb5k.o3"], "-v", "3"])
+    assert e.value.code == 2 and "invalid choice: '3'" in capsys.readouterr().err

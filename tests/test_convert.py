@@ -349,7 +349,7 @@ def test_refuses_to_overwrite_input_and_mismatched_kinds(tmp_path):
     with pytest.raises(ValueError, match="refusing to overwrite"):
         convert.convert(src, src, to="arpa")
     assert src.read_bytes() == before
-    with pytest.raises(ValueError, match="distil"):
+    with pytest.raises(ValueError, match="cannot become a neural network"):
         convert.convert(src, tmp_path / "x.nplm", to="neural")
     bad = tmp_path / "junk.txt"
     bad.write_text("hello\n")

@@ -1,0 +1,326 @@
+"""The command line's behaviour at its edges: output names, broken pipes, --help and
+--version, and the messages for bad input (a clear line naming the file, never a
+traceback)."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nplm
+from nplm.cli import main
+from nplm.formats import container
+
+from neural_fixtures import make_net
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = ROOT / "examples" / "toy.txt"
+
+
+def nplm_cli(*args, stdin=None, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "nplm", *map(str, args)], input=stdin, capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=300, **kw)
+
+
+def quiet():
+    cfg = nplm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A back-off ARPA and binary of the toy text, and two neural nets (a full-context
+    softmax one that ISI can hold, and a class-output one that it cannot)."""
+    d = tmp_path_factory.mktemp("models")
+    out = {"arpa": d / "kn.arpa", "binary": d / "kn.nplm", "softmax": d / "softmax.nplm",
+           "class": d / "class.nplm"}
+    nplm.estimate(str(TOY), 3, arpa=str(out["arpa"]), binary=str(out["binary"]), discount_fallback=True)
+    make_net("softmax-full-2", order=3).save(out["softmax"])
+    make_net("class-full-1", order=3).save(out["class"])
+    return {k: str(v) for k, v in out.items()}
+
+
+SENTENCES = ["w1 w2 w3", "w5 zzqx w0 w7", "", "the cat sat on the mat"]
+
+
+def same_scores(a, b, tol=1e-5):
+    ma, mb = nplm.Model(a, quiet()), nplm.Model(b, quiet())
+    assert ma.order == mb.order
+    for s in SENTENCES:
+        x = [p for p, _, _ in ma.full_scores(s)]
+        y = [p for p, _, _ in mb.full_scores(s)]
+        assert np.allclose(x, y, atol=tol), (s, x, y)
+
+
+# --- convert: an output named .nplm is an nplm binary ------------------------------
+
+
+@pytest.mark.parametrize("kind, fmt", [("binary", "binary"), ("arpa", "binary"), ("softmax", "neural"),
+                                       ("class", "neural")])
+def test_convert_to_dot_nplm_writes_an_nplm_binary(models, tmp_path, capsys, kind, fmt):
+    out = tmp_path / "out.nplm"
+    assert main(["convert", models[kind], str(out)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().err.split(",")[0].strip().endswith(f"-> {fmt}")
+    assert container.is_container(out)
+    assert main(["verify", str(out)]) == 0
+    assert ": OK" in capsys.readouterr().out
+    same_scores(models[kind], out)
+
+
+def test_convert_quantised_names_apply_to_neural_models_only(models, tmp_path, capsys):
+    for to in ("float16", "int8"):
+        assert main(["convert", models["binary"], str(tmp_path / "x"), "--to", to]) == 1
+        err = capsys.readouterr().err
+        assert "quantise neural models only" in err and "back-off model" in err and "distil" not in err
+    assert main(["convert", models["softmax"], str(tmp_path / "x.arpa")]) == 1
+    assert "nplm distil" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+# --- stdout closed early, --help, --version ----------------------------------------
+
+
+def test_query_into_a_closed_pipe_exits_quietly(models, tmp_path):
+    """``nplm query ... | head -1``: the status of a tool killed by SIGPIPE, no message."""
+    text = tmp_path / "t.txt"
+    text.write_text("w1 w2 w3 the cat\n" * 20000)      # ~2 MB of output, beyond any pipe buffer
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "nplm", "query", models["binary"], "--text", str(text)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    assert p.stdout.readline().startswith(b"w1=")
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141
+    assert err == "", err
+
+
+def test_help_and_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"nplm {nplm.__version__}"
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "n-gram language models" in out and "--version" in out and "``" not in out
+    assert "the work lives in" not in out
+
+
+# --- models that cannot be read ------------------------------------------------------
+
+BANNER = "Loading the LM will be faster"
+
+
+def test_truncated_nplm_binary_is_called_truncated(models, tmp_path):
+    t = tmp_path / "t.nplm"
+    t.write_bytes(Path(models["binary"]).read_bytes()[:7])
+    r = nplm_cli("query", t, stdin="a b\n")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "truncated or damaged nplm binary" in r.stderr and "load it with" not in r.stderr
+    assert BANNER not in r.stderr
+    r = nplm_cli("convert", t, tmp_path / "x.arpa")
+    assert r.returncode == 1 and "truncated or damaged nplm binary" in r.stderr
+
+
+def test_no_banner_before_an_error(tmp_path, models):
+    r = nplm_cli("query", tmp_path / "missing.arpa", stdin="a\n")
+    assert r.returncode == 1 and "No such file" in r.stderr and BANNER not in r.stderr
+    r = nplm_cli("query", models["arpa"], stdin="a\n")
+    assert r.returncode == 0 and r.stderr.startswith(BANNER)       # KenLM's advice, for an ARPA that loaded
+    r = nplm_cli("query", models["binary"], stdin="a\n")
+    assert r.returncode == 0 and BANNER not in r.stderr
+
+
+def test_kenlm_binary_says_rebuild_from_the_arpa(tmp_path):
+    k = tmp_path / "lm.binary"
+    k.write_bytes(b"mmap lm http://kheafield.com/code format version 5\n\0" + bytes(range(256)) * 8)
+    for args in (("query", k), ("convert", k, tmp_path / "x.arpa"), ("build-binary", k, tmp_path / "x.nplm")):
+        r = nplm_cli(*args, stdin="a\n")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "KenLM binary file, which nplm cannot read" in r.stderr, r.stderr
+        assert "nplm build-binary" in r.stderr and "compressed" not in r.stderr
+        assert BANNER not in r.stderr
+
+
+def test_truncated_compressed_arpa_is_one_message(models, tmp_path):
+    import lzma
+    t = tmp_path / "t.arpa.xz"
+    t.write_bytes(lzma.compress(Path(models["arpa"]).read_bytes())[:-64])
+    r = nplm_cli("query", t, stdin="a\n")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.count("corrupt or truncated compressed data") == 1, line
+    assert f"({t}: corrupt" in line and not re.search(re.escape(str(t)) + r":\d", line), line  # no line number
+
+
+# --- build-binary -p -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p, message", [("nan", "finite number > 1.0, not nan"), ("inf", "not inf"),
+                                        ("1.0", "not 1.0"), ("0.5", "not 0.5"),
+                                        ("1e12", "of memory but only"), ("1e300", "would need about")])
+def test_build_binary_multiplier_is_checked(models, tmp_path, capsys, p, message):
+    out = tmp_path / "m.nplm"
+    assert main(["build-binary", models["arpa"], str(out), "-p", p]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_build_binary_multiplier_in_range_builds(models, tmp_path):
+    out = tmp_path / "m.nplm"
+    assert main(["build-binary", models["arpa"], str(out), "-p", "3"]) == 0
+    same_scores(models["arpa"], out)
+
+
+def test_probing_memory_is_checked_in_the_library_too(models):
+    from nplm import arpa, backoff
+    tables = arpa.read_arpa(models["arpa"])
+    with pytest.raises(OSError, match="probing hash tables"):
+        backoff.from_tables(tables, 1e12)
+    with pytest.raises(ValueError, match="finite"):
+        backoff.from_tables(tables, float("nan"))
+
+
+# --- text that is not UTF-8, or empty -------------------------------------------------
+
+
+@pytest.fixture
+def bad_text(tmp_path):
+    t = tmp_path / "bad.txt"
+    t.write_bytes(b"the cat\nab\xe9cd x\n")
+    return t
+
+
+def _one_clear_error(capsys, where):
+    err = capsys.readouterr().err
+    assert err.startswith(f"nplm: error: {where}: invalid UTF-8 (byte 0xe9 at byte 3 of the line)"), err
+    assert "codec" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_distil_names_the_line_of_invalid_utf8(models, bad_text, tmp_path, capsys, compress):
+    if compress:
+        import gzip
+        gz = tmp_path / "bad.txt.gz"
+        gz.write_bytes(gzip.compress(bad_text.read_bytes()))
+        bad_text = gz
+    for flag in ("--text", "--sample-text"):
+        out = tmp_path / "d.arpa"
+        assert main(["distil", models["binary"], flag, str(bad_text), "--order", "2", "--arpa", str(out), "-q"]) == 1
+        _one_clear_error(capsys, f"{bad_text}:2")
+        assert not out.exists()
+
+
+def test_precompute_and_tune_name_the_line_of_invalid_utf8(models, bad_text, tmp_path, capsys):
+    softmax = tmp_path / "s.nplm"
+    make_net("softmax-diag-0", order=3).save(softmax)
+    before = softmax.read_bytes()
+    assert main(["precompute", str(softmax), "--text", str(bad_text)]) == 1
+    _one_clear_error(capsys, f"{bad_text}:2")
+    assert softmax.read_bytes() == before
+    out = tmp_path / "mix.json"
+    assert main(["interpolate", "--model", models["binary"], "--model", models["arpa"], "--tune", str(bad_text),
+                 "--out", str(out)]) == 1
+    _one_clear_error(capsys, f"{bad_text}:2")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n\n"])
+def test_precompute_and_tune_refuse_a_text_without_words(models, tmp_path, capsys, content):
+    empty = tmp_path / "empty.txt"
+    empty.write_text(content)
+    softmax = tmp_path / "s.nplm"
+    make_net("softmax-diag-0", order=3).save(softmax)
+    before = softmax.read_bytes()
+    assert main(["precompute", str(softmax), "--text", str(empty), "--out", str(tmp_path / "p.nplm")]) == 1
+    assert f"{empty}: the text has no words" in capsys.readouterr().err
+    assert softmax.read_bytes() == before and not (tmp_path / "p.nplm").exists()
+    assert main(["interpolate", "--model", models["binary"], "--model", models["arpa"], "--tune", str(empty),
+                 "--out", str(tmp_path / "mix.json")]) == 1
+    assert f"{empty}: the tuning text has no sentences" in capsys.readouterr().err
+
+
+# --- output names -----------------------------------------------------------------------
+
+
+def test_atomic_write_names_the_output_not_its_temporary_file(tmp_path):
+    from nplm.textio import atomic_write
+    with pytest.raises(FileNotFoundError) as e:
+        with atomic_write(tmp_path / "missing" / "out.nplm"):
+            pass
+    assert e.value.filename == str(tmp_path / "missing") and "nplm-tmp" not in str(e.value)
+    with pytest.raises(IsADirectoryError) as e:
+        with atomic_write(tmp_path):
+            pass
+    assert e.value.filename == str(tmp_path) and "nplm-tmp" not in str(e.value)
+    assert not list(tmp_path.iterdir()) and not list(tmp_path.parent.glob(".nplm-tmp-*"))
+
+
+def test_outputs_are_checked_before_the_work(models, tmp_path, capsys):
+    missing = tmp_path / "no" / "such"
+    text = str(TOY)
+    runs = [
+        ["build-binary", models["arpa"], "{}"],
+        ["estimate", "-o", "2", "--text", text, "--arpa", "{}", "-q"],
+        ["estimate", "-o", "2", "--text", text, "--binary", "{}", "-q"],
+        ["distil", models["binary"], "--text", text, "--order", "2", "--arpa", "{}", "-q"],
+        ["convert", models["binary"], "{}", "--to", "arpa"],
+        ["interpolate", "--model", models["binary"], "--model", models["arpa"], "--out", "{}"],
+        ["cluster", "--text", text, "-c", "2", "-q", "-o", "{}"],
+        ["sample", models["softmax"], "--tokens", "5", "--out", "{}", "-q"],
+        ["precompute", models["softmax"], "--text", text, "--out", "{}"],
+        ["train", "--train", text, "--out", "{}", "--order", "2", "--embedding-dim", "4", "--hidden", "",
+         "--epochs", "1", "--quiet", "--threads", "1"],
+    ]
+    for args in runs:
+        for bad, message in ((missing / "x.out", f"No such directory for the output: '{missing}'"),
+                             (tmp_path, f"Is a directory, not a file name for the output: '{tmp_path}'")):
+            assert main([str(bad) if a == "{}" else a for a in args]) == 1, args
+            err = capsys.readouterr().err
+            assert message in err and "nplm-tmp" not in err, (args, err)
+            assert "epoch" not in err and "n-grams:" not in err and "\n" == err[-1] and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# --- numbers in messages, distil --prune-to ---------------------------------------------
+
+
+@pytest.mark.parametrize("weights, message", [
+    (("0.5", "-0.5"), "linear weights must be non-negative, got [0.5, -0.5]"),
+    (("0.5", "nan"), "weights must be finite, got [0.5, nan]"),
+    (("0.5", "0.6"), "linear weights must sum to 1, got [0.5, 0.6] (sum 1.1)"),
+])
+def test_weights_in_messages_are_plain_numbers(models, tmp_path, capsys, weights, message):
+    args = ["interpolate", "--model", models["binary"], "--model", models["arpa"], "--out", str(tmp_path / "m.json")]
+    for w in weights:
+        args += ["--weight", w]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert message in err and "np." not in err, err
+
+
+def test_tune_result_repr_is_plain_numbers():
+    from nplm.interpolate import TuneResult
+    r = repr(TuneResult(np.array([0.25, 0.75]), 1.0, 2.0, 3, 4))
+    assert "weights=[0.25, 0.75]" in r and "np." not in r
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "1.5", "x"])
+def test_distil_prune_to_must_be_positive(models, tmp_path, capsys, value):
+    out = tmp_path / "d.arpa"
+    with pytest.raises(SystemExit) as e:
+        main(["distil", models["binary"], "--text", str(TOY), "--order", "2", "--arpa", str(out), "-q",
+              "--prune-to", value])
+    assert e.value.code == 2 and f"--prune-to: expected a positive integer, got '{value}'" in capsys.readouterr().err
+    assert not out.exists()
+    if value in ("-5", "0"):
+        from nplm.distil import distil
+        with pytest.raises(ValueError, match="prune_to is the number of n-grams"):
+            distil(models["binary"], 2, str(TOY), prune_to=int(value))
