@@ -3,6 +3,7 @@ library modules.  Each command registers itself with ``@command`` below; its
 ``add_arguments(parser)`` declares flags and its ``run(args)`` returns an exit code.
 """
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -366,9 +367,22 @@ def build_parser():
     return parser
 
 
+def _given_options(args):
+    """The destinations of the options the command line gave explicitly: the same
+    command line parsed again with every default suppressed."""
+    parser = build_parser()
+    for sub in parser._subparsers._group_actions[0].choices.values():
+        for action in sub._actions:
+            action.default = argparse.SUPPRESS
+        sub._defaults.clear()
+    return set(vars(parser.parse_args(args._argv)))
+
+
 def main(argv=None):
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args._argv = argv
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
@@ -507,6 +521,16 @@ class Train:
                          seed=args.seed, min_count=args.min_count, vocab_size=args.vocab_size,
                          max_halvings=args.max_halvings, time_limit=args.time_limit * 60,
                          average=args.average)
+        if args.resume:
+            # the checkpoint's settings, but for the options given (which train() then
+            # compares with it): resuming needs no repeat of the options it was made with
+            from .train import checkpoint_settings
+            given = _given_options(args)
+            old_config, old_tc = checkpoint_settings(args.out)
+            config = dataclasses.replace(old_config, **{f.name: getattr(config, f.name)
+                                                        for f in dataclasses.fields(config) if f.name in given})
+            tc = dataclasses.replace(old_tc, **{f.name: getattr(tc, f.name)
+                                                for f in dataclasses.fields(tc) if f.name in given})
         train(args.train, args.valid, args.out, config, tc, resume=args.resume,
               log=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
         return 0

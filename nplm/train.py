@@ -477,6 +477,21 @@ def resume_conflicts(old_config, state, config, tc, data_id):
     return out
 
 
+def checkpoint_settings(out_path):
+    """(NeuralConfig, TrainConfig) the checkpoint ``out_path + '.ckpt'`` was made with:
+    what a resume keeps where the command line says nothing."""
+    ckpt = os.fspath(out_path) + CHECKPOINT_SUFFIX
+    if not os.path.exists(ckpt):
+        raise FileNotFoundError(2, "no checkpoint to resume from", ckpt)
+    old, cont = NeuralNet.load(ckpt, return_container=True)
+    state = cont.config.get("checkpoint")
+    if state is None:
+        raise FormatError("not a training checkpoint", ckpt)
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    return old.config, TrainConfig(**{k: v for k, v in (state.get("train_config") or {}).items()
+                                      if k in known})
+
+
 def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=False, log=print,
           progress=True):
     """Train a neural n-gram model and save it to ``out_path``; returns the NeuralNet.

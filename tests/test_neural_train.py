@@ -372,3 +372,22 @@ def test_resume_from_a_checkpoint_without_data_record_is_lenient(tmp_path):
     train(other, va, tmp_path / "m.nplm", cfg, dataclasses.replace(tc, epochs=2), resume=True,
           log=lines.append, progress=False)
     assert any("does not record its training data" in l for l in lines), lines
+
+
+def test_resume_from_the_command_line_keeps_the_checkpoints_settings(tmp_path, capsys):
+    """Options not given on resume are the checkpoint's (not the defaults, which differ
+    from it in nearly every field here); a given one that differs is still refused."""
+    tr, va, cfg, tc = _resume_setup(tmp_path)
+    out, ckpt = tmp_path / "m.nplm", tmp_path / "m.nplm.ckpt"
+    base = ["train", "--train", str(tr), "--valid", str(va), "--out", str(out), "--threads", "1",
+            "--resume", "--quiet"]
+    before = ckpt.read_bytes(), out.read_bytes()
+    assert main(base + ["--epochs", "3", "--dropout", "0.4"]) == 1      # the default, given
+    assert "--dropout: 0.1 in the checkpoint, 0.4 now" in capsys.readouterr().err
+    assert (ckpt.read_bytes(), out.read_bytes()) == before
+    assert main(base + ["--epochs", "2"]) == 0
+    assert "resuming after epoch 1" in capsys.readouterr().err
+    net, cont = NeuralNet.load(out, return_container=True)
+    assert net.config == cfg
+    assert [h["epoch"] for h in cont.config["training"]["history"]] == [1, 2]
+    assert cont.config["training"]["train_config"]["dropout"] == tc.dropout
