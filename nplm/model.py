@@ -83,6 +83,8 @@ def _load(path, config, normalization=None, cache_size=None):
     from . import arpa
     from .memory import check_arpa
     check_arpa(path)  # header counts beyond the available memory: refuse, do not swap
+    with open(path, "rb"):      # KenLM opens the file before it complains about ARPA
+        pass
     if config.arpa_complain == ARPALoadComplain.ALL:
         print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
     tables = arpa.read_arpa(path, progress=config.show_progress)

@@ -128,14 +128,16 @@ def test_model_pickles_by_path(models):
     assert again.score("the company said") == nm.score("the company said")
 
 
-def test_missing_and_unreadable_files(tmp_path):
+def test_missing_and_unreadable_files(tmp_path, capfd):
     missing = str(tmp_path / "nope.arpa")
     with pytest.raises(OSError) as n_err:
         nplm.Model(missing)
+    n_said = capfd.readouterr().err
     with pytest.raises(OSError) as k_err:
         kenlm.Model(missing)
     assert str(n_err.value).startswith(f"Cannot read model '{missing}'")
     assert str(k_err.value).startswith(f"Cannot read model '{missing}'")
+    assert n_said == capfd.readouterr().err == ""       # no "build a binary" advice first
     with pytest.raises(OSError, match="Cannot read model"):
         nplm.Model(str(tmp_path))                      # a directory
     garbage = tmp_path / "garbage.arpa"
