@@ -525,6 +525,11 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
                 ctx = r[(c >= top_k_min_count) & (r[:, -1] != eos)]
                 lower_rows = counted[n - 1][0]
             rows[n].append(_top_continuations(teacher, ctx, lower_rows, cand.astype(np.int32), top_k, threads))
+    if order >= 2 and not any(((r[:, 0] != bos) | (r[:, 1] != eos)).any() for r in rows[2]):
+        # every listed n-gram has its bigram suffix listed, so this means a unigram
+        # table (and an empty line's <s> </s>): the sources list nothing
+        raise ValueError("no n-grams of order 2 or more to list: the text has no words, or every count "
+                         "is below the min count, and no n-gram model gives any")
     s = build_structure(V, {n: np.concatenate(rows[n]) if rows[n] else np.zeros((0, n), np.int32)
                             for n in range(2, order + 1)})
     def score(r):

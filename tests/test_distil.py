@@ -354,6 +354,13 @@ def test_bad_input(tiny, tmp_path):
         distil.distil(teacher, 3, text=str(text), min_count=[0])
     with pytest.raises(ValueError, match="continuation"):
         distil.distil(teacher, 3, text=str(text), continuation=-1)
+    empty, blank = tmp_path / "empty.txt", tmp_path / "blank.txt"
+    empty.write_text("")
+    blank.write_text("\n \n")
+    for kwargs in (dict(text=str(empty)), dict(text=str(blank)), dict(text=str(text), min_count=10 ** 9)):
+        with pytest.raises(ValueError, match="no n-grams of order 2"):    # not a unigram-only table
+            distil.distil(teacher, 3, **kwargs)
+    assert distil.distil(teacher, 1, text=str(empty)).order == 1         # what order 1 asks for
     before = text.read_bytes()
     with pytest.raises(ValueError, match="refusing to overwrite"):
         distil.distil_to_file(str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"), text, 3, text=str(text))
