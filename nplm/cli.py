@@ -396,6 +396,10 @@ def main(argv=None):
         sys.stdout.flush()      # a closed pipe shows here, not in the exit's flush
         return code
     except KeyboardInterrupt:
+        hint = ""
+        if args.command == "train" and os.path.exists(args.out + ".ckpt"):
+            hint = f"; {args.out}.ckpt holds the last finished epoch: add --resume to go on from it"
+        print(f"nplm: interrupted{hint}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return _output_closed()

@@ -297,3 +297,26 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, inputs):
     assert r.returncode != 0
     assert b"Traceback" not in r.stderr
     assert b"checkpoint" in r.stderr
+
+
+def test_ctrl_c_during_training_says_how_to_resume(tmp_path, inputs):
+    """SIGINT once epoch 1's checkpoint exists: exit 130 without a traceback, naming
+    the checkpoint and --resume."""
+    out = tmp_path / "net.nplm"
+    ckpt = Path(str(out) + ".ckpt")
+    p = subprocess.Popen(train_args(inputs["text"], out, "--quiet"), cwd=ROOT, env=env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not ckpt.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert ckpt.exists() and p.poll() is None, "training ended before its first checkpoint"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = err.decode("utf-8", "replace")
+    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert f"nplm: interrupted; {out}.ckpt holds the last finished epoch: add --resume" in err
