@@ -79,6 +79,7 @@ class Query:
     def run(args):
         from . import ARPALoadComplain, Model, Config
         from .corpus import evaluate
+        from .textio import split_words
         levels = _query_levels(args.verbosity)
         cfg = Config()
         cfg.show_progress = False
@@ -96,7 +97,7 @@ class Query:
         def per_line(line, probs, lengths, oovs):
             # ASCII white space only, as the kernels (and KenLM) split: str.split()
             # would also split at U+00A0 etc. and mislabel the scores.
-            words = [w.decode("utf-8") for w in line.encode("utf-8").split()]
+            words = split_words(line)
             if "word" in levels:
                 items = [f"{w}={vocab.id(w)} {l} {p:.7g}" for w, p, l in zip(words, probs, lengths)]
                 if context:

@@ -518,7 +518,7 @@ def read_corpus(path):
     Raises FormatError naming the line for undecodable text, and for a text without
     words."""
     from .errors import FormatError
-    from .textio import open_binary
+    from .textio import open_binary, split_words
     index, ids = {"</s>": 0}, []
     # decode line by line (not through a text wrapper, which decodes ahead in
     # chunks) so that an encoding error names its own line
@@ -528,7 +528,7 @@ def read_corpus(path):
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise FormatError(f"not UTF-8 (byte {e.start}: {e.reason})", path, line_no) from None
-            ids.extend(index.setdefault(w, len(index)) for w in line.split())
+            ids.extend(index.setdefault(w, len(index)) for w in split_words(line))
             ids.append(0)
     if len(index) == 1:
         raise FormatError("the text has no words", path)

@@ -154,10 +154,10 @@ def build_structure(V, rows_by_order):
 def _sentence_ids(path, vocab, bos, eos, forbidden):
     """Token id arrays of the text's lines in chunks: (flat ids with <s>/</s> around
     each sentence, sentence start offsets)."""
-    from .textio import utf8_lines
+    from .textio import split_words, utf8_lines
     buf, starts, pos = [], [], 0
     for line_no, line in enumerate(utf8_lines(path), 1):   # invalid UTF-8: an error naming the line
-        words = line.split()
+        words = split_words(line)
         for w in words:
             if w in forbidden:
                 raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)

@@ -419,12 +419,13 @@ class InterpolatedModel(_kernels.ModelBase):
     # --- per-component scores (tuning) ---------------------------------------------
 
     def _encode(self, sentences, bos, eos):
+        from .textio import split_words   # KenLM's delimiters, as scoring splits
         ids, offsets = [], [0]
         eos_id = self.vocab.id("</s>")
         for s in _kernels.sentence_list(sentences):
             if isinstance(s, bytes):
                 s = s.decode("utf-8")
-            t = self.vocab.ids(s.split())
+            t = self.vocab.ids(split_words(s))
             if eos:
                 t = np.append(t, np.int32(eos_id))
             ids.append(t)

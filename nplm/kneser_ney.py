@@ -33,7 +33,7 @@ import numpy as np
 from ._kernels import QUERY_MAX_ORDER
 from .errors import FormatError
 from .tables import NGramTables
-from .textio import open_binary, open_text, same_file
+from .textio import open_binary, open_text, same_file, split_words
 
 # The Kneser-Ney kernel counts up to order 32, but a model is only useful if nplm
 # can load it: the query kernels' limit.
@@ -309,7 +309,7 @@ def _limit_vocab(path, counter, name):
     try:
         with open_text(path) as f:
             for lineno, line in enumerate(f, 1):
-                for word in line.replace("\0", " ").split():
+                for word in split_words(line.replace("\0", " ")):
                     i = counter.find(word.encode("utf-8"))
                     if i >= 0:
                         prune_word[i] = 0

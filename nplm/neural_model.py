@@ -21,6 +21,7 @@ import numpy as np
 from . import _kernels, _nquery
 from .errors import FormatError
 from .formats import container
+from .textio import split_words
 from .neural import KIND, NeuralNet, _ACT, _CTX, _OUT
 from .vocab import BOS, EOS, NULL, UNK
 
@@ -122,7 +123,7 @@ def sentence_items(vocab, m, sentences, bos=True, eos=True):
     network sees them: before <s> (or with no <s>) the positions hold <null>.
     Built with numpy over all sentences at once: one id lookup for every token, then
     each sentence laid out as its m start positions and its items."""
-    toks = [s.split() for s in sentences]
+    toks = [split_words(s) for s in sentences]
     n_words = np.fromiter(map(len, toks), np.int64, count=len(toks))
     n = n_words + 1 if eos else n_words                   # items per sentence
     offsets = np.zeros(len(toks) + 1, np.int64)
@@ -209,7 +210,7 @@ def precompute(path, text, min_count=2, out=None, progress=True):
     core = _nquery.NeuralCore(_dims(net), dict(net.params), dict(net.structs), 0,
                               first_layer_table(net), None, 16)
     lines = [line.rstrip("\n") for line in utf8_lines(text)]   # invalid UTF-8: an error naming the line
-    if not any(line.split() for line in lines):
+    if not any(split_words(line) for line in lines):
         raise FormatError("the text has no words: no contexts to store normalisers for", text)
     contexts, _, ctx_len, _, _ = sentence_items(net.vocab, m, lines)
     V = len(net.vocab)

@@ -11,6 +11,7 @@ import gzip
 import io
 import lzma
 import os
+import re
 import signal
 import sys
 import zlib
@@ -91,6 +92,23 @@ def open_binary(path):
         return f
     f.close()
     return opener(path, "rb")
+
+
+# Characters str.split() splits at but KenLM does not: its delimiters (util::kSpaces)
+# are the ASCII \t \n \v \f \r and space, the set bytes.split() uses.
+_NON_KENLM_SPACE = re.compile("[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+
+
+def split_words(line):
+    """The words of ``line`` (str or bytes) as KenLM and nplm's scoring kernels split
+    them: at ASCII white space only, so a U+00A0 or U+3000 inside a word keeps it one
+    word.  Everything that turns text into words (training, clustering, counting,
+    tuning) uses this, so that a model's vocabulary holds the words it is scored on."""
+    if isinstance(line, (bytes, bytearray)):
+        return line.split()
+    if _NON_KENLM_SPACE.search(line) is None:
+        return line.split()        # the same split, and the fast path
+    return [w.decode("utf-8", "surrogatepass") for w in line.encode("utf-8", "surrogatepass").split()]
 
 
 def utf8_lines(path):

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 
 from .errors import FormatError
-from .textio import utf8_lines
+from .textio import split_words, utf8_lines
 
 UNK, BOS, EOS, NULL = 0, 1, 2, 3
 SPECIALS = ("<unk>", "<s>", "</s>", "<null>")
@@ -96,7 +96,7 @@ class Vocabulary:
 def read_sentences(path):
     """Lists of tokens, one per line of ``path`` (plain or compressed); invalid UTF-8
     is a FormatError naming the line."""
-    return [line.split() for line in utf8_lines(path)]
+    return [split_words(line) for line in utf8_lines(path)]
 
 
 def count_words(sentences):

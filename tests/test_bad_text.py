@@ -192,14 +192,15 @@ def test_estimation_rejects_invalid_utf8_and_markup(tmp_path):
 
 
 def test_training_text_whitespace_and_unicode(tmp_path):
-    """The neural trainer's corpus: any ASCII/Unicode white space separates words
-    (Python's str.split), empty lines are empty sentences, invalid UTF-8 is a
-    clear error."""
+    """The neural trainer's corpus: ASCII white space separates words, as in scoring
+    (KenLM's delimiters; U+00A0 stays inside a word), empty lines are empty
+    sentences, invalid UTF-8 is a clear error."""
     from nplm.train import Corpus
     good = tmp_path / "good.txt"
     good.write_text("le chat\tétait\u00a0assis\n\n🐱  🐈\r\nthe cat sat\n" * 3, encoding="utf-8")
     c = Corpus(str(good), None, 3)
-    assert {"le", "chat", "était", "assis", "🐱", "🐈"} <= set(c.vocab.words)
+    assert {"le", "chat", "était\u00a0assis", "🐱", "🐈"} <= set(c.vocab.words)
+    assert "assis" not in c.vocab.words
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"the cat\nthe \xff dog\n")
     with pytest.raises(FormatError, match=r"bad\.txt:2: invalid UTF-8"):
