@@ -36,7 +36,7 @@ import numpy as np
 
 from .errors import CompressedDataError, FormatError
 from .tables import NGramTables
-from .textio import atomic_write, open_binary
+from .textio import open_binary, text_output
 
 try:
     from . import _arpa
@@ -488,7 +488,6 @@ def read_arpa(path, progress=False):
 # Writing
 
 
-_OPENERS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
 ROWS_PER_JOB = 1 << 16
 
 
@@ -591,7 +590,7 @@ def write_arpa(tables, path_or_binary_file, progress=False):
     """Write ``tables`` as an ARPA file in lmplz's layout.
 
     A path is written atomically and compressed by its extension (.gz, .bz2,
-    .xz); a binary file object is written as is.  Floats are printed as the
+    .xz), '-' is stdout; a binary file object is written as is.  Floats are printed as the
     shortest decimal that reads back as the same float32, so
     ``read_arpa(write_arpa(t))`` reproduces ``t`` bit for bit."""
     _check_tables(tables)
@@ -599,17 +598,5 @@ def write_arpa(tables, path_or_binary_file, progress=False):
     if hasattr(target, "write"):
         _write_stream(tables, target, progress)
         return
-    path = os.fspath(target)
-    ext = os.path.splitext(path)[1].lower()
-    with atomic_write(path, "wb") as raw:
-        if ext in _OPENERS:
-            module = __import__(_OPENERS[ext])
-            if ext == ".gz":
-                # mtime 0 and no name: the same tables give the same bytes
-                comp = module.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename="")
-            else:
-                comp = module.open(raw, "wb")
-            with comp:
-                _write_stream(tables, comp, progress)
-        else:
-            _write_stream(tables, raw, progress)
+    with text_output(target) as f:      # ('-' is stdout)
+        _write_stream(tables, f, progress)

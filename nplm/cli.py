@@ -142,8 +142,8 @@ class BuildBinary:
 
     @staticmethod
     def add_arguments(p):
-        p.add_argument("arpa", help="input ARPA file (plain/.gz/.bz2/.xz)")
-        p.add_argument("out", help="output nplm binary")
+        p.add_argument("arpa", help="input ARPA file (plain/.gz/.bz2/.xz; '-' for stdin)")
+        p.add_argument("out", help="output nplm binary (a file: it is memory-mapped, so not '-')")
         p.add_argument("-p", dest="multiplier", type=float, default=1.45,
                        help="probing hash table buckets per n-gram (> 1.0; default 1.45; KenLM: 1.5)")
 
@@ -151,7 +151,8 @@ class BuildBinary:
     def run(args):
         from . import arpa, backoff
         from .memory import arpa_header_counts
-        from .textio import same_file
+        from .textio import refuse_stdout, same_file
+        refuse_stdout(args.out)
         try:
             # the ARPA header's counts give the tables' size before the file is read
             backoff.check_multiplier(args.multiplier, arpa_header_counts(args.arpa))
@@ -193,7 +194,7 @@ class Estimate:
         p.add_argument("--text", default="-", help="training text, one sentence per line "
                        "(default stdin; plain, gzip, bz2 or xz)")
         p.add_argument("--arpa", help="write the ARPA file here (default stdout unless --binary)")
-        p.add_argument("--binary", help="write an nplm binary model here")
+        p.add_argument("--binary", help="write an nplm binary model here (a file, not '-')")
         p.add_argument("--discount_fallback", "--discount-fallback", nargs="*", metavar="D",
                        help="when the data cannot give discounts, use these for adjusted counts "
                        "1, 2, 3+ (default 0.5 1 1.5)")
@@ -220,6 +221,8 @@ class Estimate:
     @staticmethod
     def run(args):
         from .kneser_ney import estimate
+        from .textio import refuse_stdout
+        refuse_stdout(args.binary)      # before the work
         arpa = args.arpa if args.arpa is not None else (None if args.binary else "-")
         fallback = None
         if args.discount_fallback is not None:
@@ -248,7 +251,8 @@ class Cluster:
                        "(default stdin; plain, gzip, bz2 or xz); </s> ends every line")
         p.add_argument("-c", "--classes", type=int, required=True, help="number of classes")
         p.add_argument("-o", "--output", default="-",
-                       help="write word<TAB>class<TAB>count lines here (default stdout)")
+                       help="write word<TAB>class<TAB>count lines here (.gz/.bz2/.xz compressed by "
+                       "extension; default stdout)")
         p.add_argument("--method", choices=["brown", "frequency"], default="brown",
                        help="brown: maximise class-bigram likelihood (default); "
                        "frequency: sqrt-frequency bins")
@@ -270,11 +274,7 @@ class Cluster:
             print(f"{len(words)} words, {args.classes} classes: class-bigram perplexity "
                   f"{st['perplexity']:.2f}, mutual information {st['mutual_info']:.4f} bits",
                   file=sys.stderr)
-        if args.output == "-":
-            for w, c, n in zip(words, wc.tolist(), counts.tolist()):
-                sys.stdout.write(f"{w}\t{c}\t{n}\n")
-        else:
-            clusters.write_classes(args.output, words, wc, counts)
+        clusters.write_classes(args.output, words, wc, counts)   # ('-' is stdout)
         return 0
 
 
@@ -552,7 +552,8 @@ class Sample:
                        help="draw at least this many tokens (words plus one </s> per sentence): "
                             "sentences are started until that many are drawn, and every started one is "
                             "finished, so the text ends at a sentence boundary")
-        p.add_argument("--out", required=True, help="output text, one sentence per line (written atomically)")
+        p.add_argument("--out", required=True, help="output text, one sentence per line (written atomically; "
+                       ".gz/.bz2/.xz compressed by extension; '-' for stdout)")
         p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
         p.add_argument("--max-length", type=int, default=100,
                        help="cut a sentence after this many words (default 100)")
@@ -566,7 +567,8 @@ class Sample:
             return _error(f"--out {args.out} would overwrite the model")
         n_sent, n_tok = sample_to_file(args.model, args.out, args.tokens, seed=args.seed,
                                        max_len=args.max_length, progress=not args.quiet)
-        print(f"{n_sent} sentences, {n_tok} tokens written to {args.out}", file=sys.stderr)
+        print(f"{n_sent} sentences, {n_tok} tokens written to {'stdout' if args.out == '-' else args.out}",
+              file=sys.stderr)
         return 0
 
 
@@ -604,8 +606,8 @@ class Distil:
         p.add_argument("--ngrams", help="list the n-grams of this ARPA file (with or instead of --text)")
         p.add_argument("--order", "-o", type=int, required=True, help="order of the distilled table")
         p.add_argument("--arpa", required=True,
-                       help="output: ARPA (.gz/.bz2/.xz compressed by extension), or an nplm binary "
-                            "when the name ends in .nplm/.bin")
+                       help="output: ARPA (.gz/.bz2/.xz compressed by extension; '-' for stdout), or an "
+                            "nplm binary when the name ends in .nplm/.bin")
         p.add_argument("--min-count", type=int, nargs="+", metavar="N",
                        help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
         p.add_argument("--sample-text", metavar="FILE",
@@ -649,8 +651,10 @@ class Convert:
 
     @staticmethod
     def add_arguments(p):
-        p.add_argument("input", help="model file (format detected from its content)")
-        p.add_argument("output", help="output file (written atomically; never the input)")
+        p.add_argument("input", help="model file (format detected from its content); '-': an ARPA file "
+                       "(plain or compressed) on stdin")
+        p.add_argument("output", help="output file (written atomically; never the input); '-': ARPA "
+                       "text to stdout")
         p.add_argument("--to", choices=["arpa", "binary", "neural", "float16", "int8", "isi"],
                        help="output format (default: from the output name: .arpa[.gz|.bz2|.xz] ARPA, "
                             ".isi/.nnlm ISI, .nplm/.bin nplm binary (float32 for a neural model); "
@@ -661,6 +665,8 @@ class Convert:
     @staticmethod
     def run(args):
         from .convert import convert
+        if "-" in (args.input, args.output):
+            return Convert.stdio(args)
         sf, tf, report = convert(args.input, args.output, to=args.to, text=args.text,
                                  messages=lambda m: print(f"nplm: {m}", file=sys.stderr))
         msg = f"{sf} -> {tf}"
@@ -670,6 +676,36 @@ class Convert:
             msg += (f", perplexity {report['perplexity_before']:.3f} -> {report['perplexity_after']:.3f} "
                     f"({100 * report['perplexity_change']:+.3f}%)")
         print(msg, file=sys.stderr)
+        return 0
+
+
+    @staticmethod
+    def stdio(args):
+        """'-' as the input (stdin) or the output (stdout): a stream carries ARPA text
+        only.  Stdin can be read once, so it is not sniffed for its format first; a
+        binary is memory-mapped from a file, so it cannot go to a pipe."""
+        from .arpa import read_arpa, write_arpa
+        from .backoff import build_binary
+        from .convert import _target_format, detect, tables_from_binary
+        from .textio import refuse_stdout
+        sf = "arpa" if args.input == "-" else detect(args.input)
+        if sf not in ("arpa", "binary"):
+            raise ValueError(f"{args.input} is a {sf} model: '-' (stdout) takes ARPA text only; give "
+                             "the output a file name")
+        tf = _target_format(sf, args.output, args.to)
+        if tf not in ("arpa", "binary"):
+            raise ValueError(f"cannot convert {sf} to {tf}: a back-off model converts to arpa or binary")
+        if tf != "arpa":
+            refuse_stdout(args.output, hint=" (or --to arpa for ARPA text)")
+        if args.text is not None:
+            raise ValueError(f"--text measures the perplexity change of a neural model's conversion; "
+                             f"{sf} -> {tf} changes no value")
+        tables = read_arpa(args.input) if sf == "arpa" else tables_from_binary(args.input)
+        if tf == "arpa":
+            write_arpa(tables, args.output)
+        else:
+            build_binary(tables, args.output)
+        print(f"{sf} -> {tf}", file=sys.stderr)
         return 0
 
 
@@ -721,6 +757,11 @@ class Verify:
         from .integrity import verify
         failed = 0
         for path in args.models:
+            if path == "-":
+                print("nplm: error: verify needs a model's file name, not '-': a model is checked "
+                      "(and memory-mapped) from its file, not read from stdin", file=sys.stderr)
+                failed += 1
+                continue
             try:
                 print(f"{path}: {verify(path)}")
             except (OSError, ValueError) as e:

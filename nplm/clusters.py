@@ -543,8 +543,9 @@ def read_corpus(path):
 
 
 def write_classes(path, words, word_class, counts):
-    """``word<TAB>class<TAB>count`` lines (atomically), in the order of ``words``."""
-    from .textio import atomic_write
-    with atomic_write(path, "w") as f:
+    """``word<TAB>class<TAB>count`` lines (atomically; compressed by the extension;
+    '-' is stdout), in the order of ``words``."""
+    from .textio import text_output
+    with text_output(path, text=True) as f:
         for w, c, n in zip(words, np.asarray(word_class).tolist(), np.asarray(counts).tolist()):
             f.write(f"{w}\t{c}\t{n}\n")

@@ -33,7 +33,7 @@ import numpy as np
 from ._kernels import QUERY_MAX_ORDER
 from .errors import FormatError
 from .tables import NGramTables
-from .textio import open_binary, open_text, same_file, split_words
+from .textio import open_binary, open_text, refuse_stdout, same_file, split_words
 
 # The Kneser-Ney kernel counts up to order 32, but a model is only useful if nplm
 # can load it: the query kernels' limit.
@@ -358,6 +358,7 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
         if out is not None and out != "-" and isinstance(text, (str, os.PathLike)) \
                 and name != "-" and same_file(out, name):
             raise ValueError(f"refusing to overwrite the input text {name!r} with the model")
+    refuse_stdout(binary)      # ('-' for the ARPA is stdout)
     for out in (arpa, binary):
         if out is not None and not hasattr(out, "write") and out != "-":
             folder = os.path.dirname(os.path.abspath(os.fspath(out)))

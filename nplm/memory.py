@@ -68,7 +68,9 @@ _COUNT = re.compile(rb"^ngram\s+(\d+)\s*=\s*(\d+)\s*$")
 def arpa_header_counts(path, limit=1 << 16):
     """The n-gram counts of an ARPA file's header (plain or compressed), read from
     its first ``limit`` bytes; None when they cannot be made out (the ARPA reader
-    then reports the problem properly)."""
+    then reports the problem properly; and for stdin, which can be read only once)."""
+    if path in (None, "-"):
+        return None
     try:
         with open_binary(path) as f:
             head = f.read(limit)

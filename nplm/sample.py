@@ -153,19 +153,19 @@ def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress
 
 
 def sample_to_file(path, out, n_tokens, seed=1, max_len=100, streams=4096, progress=True):
-    """Write sampled sentences, one per line, atomically to ``out``; returns the
-    number of sentences and tokens written."""
+    """Write sampled sentences, one per line, atomically to ``out`` (compressed by the
+    extension; '-' is stdout); returns the number of sentences and tokens written."""
     from tqdm import tqdm
     from . import neural_model
     from .errors import FormatError
     from .formats import container
-    from .textio import atomic_write
+    from .textio import text_output
     if not container.is_container(path):
         raise FormatError("sampling needs a neural nplm model (nplm train's output)", path)
     data = neural_model.load(path)
     n_sent = n_tok = 0
     with tqdm(total=n_tokens, unit="tok", unit_scale=True, desc="sample", disable=not progress) as bar, \
-            atomic_write(out, "w") as f:
+            text_output(out, text=True) as f:
         for s in sample_sentences(data, n_tokens, seed=seed, max_len=max_len, streams=streams,
                                     progress=bar.update):
             f.write(" ".join(s) + "\n")

@@ -255,6 +255,55 @@ def _unblock_signals(held):
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+_COMPRESSORS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+
+
+def is_stdio(path):
+    return path is not None and not hasattr(path, "write") and os.fspath(path) in ("-", b"-")
+
+
+def refuse_stdout(path, what="an nplm binary", hint=""):
+    """A ValueError for '-' as the name of a binary output: a binary is memory-mapped
+    from a file, so it cannot go to a pipe (text outputs take '-' as stdout)."""
+    if is_stdio(path):
+        raise ValueError(f"cannot write {what} to stdout ('-'): it is memory-mapped from a file, "
+                         "so give a file name" + hint)
+
+
+@contextlib.contextmanager
+def text_output(path, text=False):
+    """``with text_output(path) as f:`` the writer of every text output (ARPA, classes,
+    sampled text): '-' is stdout (flushed, left open); a path is written atomically
+    and compressed by its extension (.gz, .bz2, .xz).  ``f`` takes bytes, or str
+    (UTF-8, \\n newlines) with ``text``."""
+    if is_stdio(path):
+        raw = sys.stdout.buffer
+        f = io.TextIOWrapper(raw, "utf-8", newline="\n") if text else raw
+        yield f
+        f.flush()
+        if f is not raw:
+            f.detach()      # (closing the wrapper would close stdout)
+        return
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    with atomic_write(path, "wb") as raw:
+        if ext == ".gz":
+            # mtime 0 and no name: the same content gives the same bytes
+            comp = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename="")
+        elif ext in _COMPRESSORS:
+            comp = __import__(_COMPRESSORS[ext]).open(raw, "wb")
+        else:
+            comp = raw
+        f = io.TextIOWrapper(comp, "utf-8", newline="\n") if text else comp
+        try:
+            yield f
+            f.flush()
+        finally:
+            if f is not comp:
+                f.detach()
+            if comp is not raw:
+                comp.close()    # the compressed stream's end; atomic_write closes raw
+
+
 def same_file(a, b):
     """True when paths ``a`` and ``b`` name the same existing file (used to refuse
     overwriting a command's own input)."""

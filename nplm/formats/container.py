@@ -27,7 +27,7 @@ import zlib
 import numpy as np
 
 from ..errors import FormatError
-from ..textio import atomic_write
+from ..textio import atomic_write, refuse_stdout
 
 MAGIC = b"\x93NPLM\r\n\x1a"
 VERSION = 1
@@ -55,6 +55,7 @@ def write(path, kind, config, arrays, checksum=True):
 
     kind: str, the model kind; config: JSON-serialisable dict;
     arrays: {name: numpy array}, written C-contiguous in little-endian order."""
+    refuse_stdout(path)
     prepared = {}
     specs = {}
     for name, arr in arrays.items():
