@@ -78,9 +78,10 @@ def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress
     budget ran out, as before, kept the short ones and dropped the long ones.  Writing
     in the order of starting, not of ending, keeps short sentences from coming first.
     Fewer than ``streams`` sentences are in flight when the budget is near: about the
-    tokens left over the tokens per finished sentence so far, so the text overshoots
-    ``n_tokens`` by about one sentence per stream in flight at the end, not by
-    ``streams`` sentences."""
+    tokens left over the tokens per finished sentence so far, and never more than
+    have finished (or than the ceil(n_tokens / max_len) started first), so the text
+    overshoots ``n_tokens`` by about one sentence per stream in flight at the end, not
+    by ``streams`` sentences."""
     if n_tokens < 1:
         raise ValueError(f"number of tokens to sample must be positive, not {n_tokens}")
     if streams < 1 or max_len < 1:
@@ -108,7 +109,8 @@ def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress
         started += len(free)
 
     # before any sentence has ended, no more than one per max_len tokens
-    start_streams(min(streams, -(-n_tokens // max_len)))
+    first = min(streams, -(-n_tokens // max_len))
+    start_streams(first)
     while True:
         idx = np.flatnonzero(active)
         if len(idx) == 0:
@@ -146,6 +148,10 @@ def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress
             # in flight: about the sentences the tokens left need, at the tokens per
             # finished sentence so far (decided from past draws only)
             want = min(streams, -(-(n_tokens - drawn) * finished // drawn))
+            # and no more in flight than have finished (or than at first): the first
+            # sentences to end are the short ones, so an estimate from a few of them
+            # started many too many at a small budget (100 tokens gave 292)
+            want = min(want, max(first, finished))
             n_active = int(active.sum())
             if want > n_active:
                 start_streams(want - n_active)

@@ -205,3 +205,21 @@ def test_sentence_lengths_do_not_depend_on_the_budget(tmp_path, kind):
     freq = np.bincount([len(s) for s in large], minlength=max_len + 1) / len(large)
     se = np.sqrt(p * (1 - p) / len(large))
     assert np.all(np.abs(freq - p) <= 4.5 * se + 1e-12), np.max(np.abs(freq - p) / se)
+
+
+@pytest.mark.parametrize("kind", ["class-full-1", "tree-full-1"])
+def test_small_budget_overshoot(tmp_path, kind):
+    """At a small budget the text overshoots by about the sentences in flight at the
+    end, which are never more than have finished: over seeds, the mean overshoot stays
+    under two mean sentences (an estimate of the length from the first, short,
+    sentences used to start several times too many: 100 tokens gave 292)."""
+    net, _, data = _load(tmp_path, kind, order=3)
+    max_len = 100
+    p = _exact_words_per_sentence(net, max_len)
+    mu = (p * (np.arange(max_len + 1) + 1)).sum()
+    for budget in (int(2 * mu), int(6 * mu)):
+        totals = np.array([sum(len(s) + 1 for s in sample.sample_sentences(data, budget, seed=s,
+                                                                            max_len=max_len))
+                           for s in range(60)])
+        assert totals.min() >= budget
+        assert totals.mean() - budget <= 2 * mu, (budget, mu, totals.mean())
