@@ -84,7 +84,9 @@ def convert(src, dst, to=None, text=None, messages=None):
     report dict).  ``text`` (optional) measures the perplexity change of a neural
     conversion (quantisation, or ISI output read back); a back-off conversion changes
     no value, and is refused ``text``.  ``messages(text)`` hears what an ISI file
-    leaves out or adds (default: what it leaves out as Python warnings)."""
+    leaves out or adds, and fallback normaliser tables that a quantisation leaves out
+    because they no longer match the weights (default: what is left out as Python
+    warnings)."""
     src, dst = os.fspath(src), os.fspath(dst)
     if os.path.exists(dst) and same_file(src, dst):
         raise ValueError(f"refusing to overwrite the input {src!r}")
@@ -125,13 +127,13 @@ def convert(src, dst, to=None, text=None, messages=None):
         else:
             tmp_net.save(dst, extra_config=extra_config, extra_arrays=extra_arrays)
             if tf in ("float16", "int8"):
-                quantize.quantize_file(dst, dst, tf)
+                quantize.quantize_file(dst, dst, tf, messages)
         ref_net = tmp_net
     elif tf == "isi":
         isi.nplm_to_isi(src, dst, messages)
         ref_net = quantize.load_neural(src) if text is not None else None
     else:
-        ref_net = quantize.quantize_file(src, dst, "float32" if tf == "neural" else tf)
+        ref_net = quantize.quantize_file(src, dst, "float32" if tf == "neural" else tf, messages)
     if text is not None:
         # the output as nplm reads it: an ISI file through the same mapping as its conversion
         out_net = isi.to_neural(isi.read_isi(dst))[0] if tf == "isi" else quantize.load_neural(dst)
