@@ -709,7 +709,8 @@ class Reproduce:
         return 0 if run.stages and run.stages[0].status == "ok" else 1
 
 
-@command("verify", "Check model files completely: every array's checksum and a full load")
+@command("verify", "Check model files completely: every array's checksum and a full load (an "
+         "interpolation spec: each component, then the mixture)")
 class Verify:
     @staticmethod
     def add_arguments(p):
@@ -717,11 +718,14 @@ class Verify:
 
     @staticmethod
     def run(args):
-        from .integrity import verify
+        from .integrity import Unreadable, verify
         failed = 0
         for path in args.models:
             try:
                 print(f"{path}: {verify(path)}")
+            except Unreadable as e:       # nothing known about the content: not "damaged"
+                print(f"{path}: {e.label}: {e}", file=sys.stderr)
+                failed += 1
             except (OSError, ValueError) as e:
                 print(f"{path}: DAMAGED: {e}", file=sys.stderr)
                 failed += 1

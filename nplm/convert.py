@@ -47,6 +47,8 @@ def detect(path):
         raise FormatError(KENLM_BINARY, path)
     if head.startswith(_NPLM_MAGIC[:5]):
         raise FormatError(NPLM_DAMAGED, path)
+    if container.altered_magic(head):
+        raise FormatError(container.ALTERED_MAGIC, path)
     for raw in head.split(b"\n"):
         line = raw.strip()
         if not line or line.startswith(b"#"):
