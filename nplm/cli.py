@@ -688,8 +688,12 @@ class Reproduce:
                        help="keep neural models already in OUT/models that were trained with the same "
                             "configuration (their recorded training time is reported)")
         p.add_argument("--only", action="append", metavar="STAGE",
-                       help="run only stages whose name starts with this (repeatable; e.g. KN5, "
-                            "'Vaswani NCE', interpolate, distil, quantise)")
+                       help="run only stages whose name starts with this (repeatable; one of data, KN1, KN3, "
+                            "KN5, 'kenlm reference', 'Vaswani NCE', 'Baltescu class NCE', 'V-NNLM fallback', "
+                            "'interpolate linear', 'interpolate loglinear', distil, 'quantise float16', "
+                            "'quantise int8', or a beginning such as interpolate). report.md and "
+                            "results.json then hold only these stages: they replace an earlier run's "
+                            "(use another --out to keep it)")
 
     @staticmethod
     def run(args):
@@ -701,7 +705,16 @@ class Reproduce:
             s.neural_minutes = args.neural_minutes
         s.threads = args.threads
         s.reuse = args.reuse
-        run = reproduce(args.data, args.out, s, only=set(args.only) if args.only else None)
+        from .reproduce import PTB_FILES
+        if not os.path.isdir(args.data):
+            return _error(f"--data {args.data}: no such data directory")
+        missing = [f for f in PTB_FILES if not os.path.isfile(os.path.join(args.data, f))]
+        if missing:
+            return _error(f"--data {args.data}: no {', '.join(missing)} there (the PTB text files)")
+        import shlex
+        command = "nplm reproduce " + shlex.join(args._argv[1:] if args._argv[:1] == ["reproduce"]
+                                                 else args._argv)
+        run = reproduce(args.data, args.out, s, only=set(args.only) if args.only else None, command=command)
         failed = [st.name for st in run.stages if st.status != "ok"]
         if failed:
             print(f"stages not available: {', '.join(failed)} (see {os.path.join(args.out, 'report.md')})",
