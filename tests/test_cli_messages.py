@@ -390,3 +390,32 @@ def test_binary_garbage_is_not_an_nplm_binary_or_arpa_file(tmp_path):
     junk.write_bytes(bytes(range(256)) * 4)
     r = nplm_cli("verify", junk)
     assert r.returncode == 1 and "not an nplm binary or ARPA file" in r.stderr
+
+
+# --- option values: refused, naming the option ---------------------------------------
+
+
+@pytest.mark.parametrize("args,message", [
+    (["distil", "{binary}", "--text", TOY, "-o", "3", "--arpa", "{tmp}/d.arpa", "--top-k", "-2"],
+     "argument --top-k: expected a non-negative integer, got '-2'"),
+    (["distil", "{binary}", "--text", TOY, "-o", "3", "--arpa", "{tmp}/d.arpa", "--continuation", "0"],
+     "argument --continuation: expected a positive integer, got '0'"),
+    (["distil", "{binary}", "--text", TOY, "-o", "3", "--arpa", "{tmp}/d.arpa", "--continuation", "3"],
+     "--continuation 3: it reshapes orders below --order 3, so at most 2"),
+    (["distil", "{binary}", "--text", TOY, "-o", "1", "--arpa", "{tmp}/d.arpa", "--continuation"],
+     "an order-1 table has none"),
+    (["train", "--train", TOY, "--valid", TOY, "--out", "{tmp}/n.nplm", "--output", "class", "--classes", "0"],
+     "argument --classes: expected a positive integer, got '0'"),
+    (["train", "--train", TOY, "--valid", TOY, "--out", "{tmp}/n.nplm", "--seed", "-1"],
+     "argument --seed: expected a non-negative integer, got '-1'"),
+    (["sample", "{softmax}", "--tokens", "5", "--out", "{tmp}/s.txt", "--seed", "-1"],
+     "argument --seed: expected a non-negative integer, got '-1'"),
+    (["cluster", "--text", TOY, "-c", "3", "--seed", "-1"],
+     "argument --seed: expected a non-negative integer, got '-1'"),
+])
+def test_bad_option_values_name_the_option(models, tmp_path, args, message):
+    args = [str(a).format(tmp=tmp_path, **models) for a in args]
+    r = nplm_cli(*args)
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr
+    assert message in r.stderr, r.stderr
+    assert not any(tmp_path.iterdir())            # nothing written
