@@ -58,6 +58,11 @@ def detect(path):
         if line == b"\\config":
             return "isi"
         break
+    from .interpolate import is_spec
+    if is_spec(path):
+        raise FormatError("this is an interpolation spec (a mixture of models), which no single model format "
+                          "holds: `nplm distil SPEC --text TRAIN --order N --arpa OUT.arpa` turns any model, "
+                          "mixtures included, into an ARPA back-off table (convertible from there)", path)
     raise FormatError("not a model file nplm can convert (no ARPA \\data\\, ISI \\config or nplm header)", path)
 
 

@@ -419,3 +419,16 @@ def test_bad_option_values_name_the_option(models, tmp_path, args, message):
     assert r.returncode in (1, 2) and "Traceback" not in r.stderr
     assert message in r.stderr, r.stderr
     assert not any(tmp_path.iterdir())            # nothing written
+
+
+def test_convert_of_a_spec_points_to_distil(models, tmp_path):
+    """A mixture has no single-file format: convert says so and names `nplm distil`,
+    which does turn the spec into an ARPA table."""
+    spec = _spec(tmp_path / "mix.json", [models["binary"], models["softmax"]])
+    r = nplm_cli("convert", spec, tmp_path / "o.nplm")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "interpolation spec" in r.stderr and "nplm distil" in r.stderr, r.stderr
+    assert not (tmp_path / "o.nplm").exists()
+    r = nplm_cli("distil", spec, "--text", TOY, "--order", "2", "--arpa", tmp_path / "o.arpa", "-q")
+    assert r.returncode == 0, r.stderr
+    assert nplm.Model(str(tmp_path / "o.arpa"), quiet()).order == 2
