@@ -182,7 +182,12 @@ def build_vocab_arrays(words, double multiplier=1.5, unreachable=()):
 
 
 cdef class Vocab:
-    """Word <-> id for a model.  Unknown words map to 0 (``<unk>``)."""
+    """Word <-> id for a model.  Unknown words map to 0 (``<unk>``), as kenlm maps
+    any string it does not know.  ``word(i)``/``words()`` list every id, internal ones
+    included, but a neural model's padding word ``<null>`` (id 3) cannot be looked up:
+    ``id("<null>")`` is 0, so a literal "<null>" in the text scores as an unknown word
+    and never as the padding a short context is filled with.  ``id(word(i)) == i`` holds
+    for every other id (and for ``<unk>``, 0)."""
 
     def __init__(self, keys, vals, offsets, blob):
         self._keys = keys

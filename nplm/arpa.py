@@ -220,12 +220,20 @@ class _Reader:
                 return ("this is an nplm binary model, not an ARPA file (`nplm convert` "
                         "writes it as ARPA)")
             return NPLM_DAMAGED
+        if self.path != "-":
+            from .formats import container
+            try:
+                with open(self.path, "rb") as f:      # the raw start: the line split at the magic's \n
+                    if container.altered_magic(f.read(64)):
+                        return container.ALTERED_MAGIC
+            except OSError:
+                pass
         if line.startswith(b"blmt"):
             return "this looks like an IRSTLM binary file; run compile-lm --text yes first"
         if line == b"iARPA":
             return "this is an IRSTLM iARPA file; convert it with compile-lm --text yes first"
         if b"\0" in line or not _valid_utf8(line):
-            return "binary garbage where \\data\\ was expected: this is not an ARPA file"
+            return "binary garbage where \\data\\ was expected: this is not an nplm binary or ARPA file"
         return f"first non-empty line was {_show(line)}, not \\data\\"
 
     def _check_counts(self):

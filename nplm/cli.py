@@ -175,6 +175,16 @@ def _positive_int(value):
     return n
 
 
+def _nonneg_int(value):
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value!r}")
+    return n
+
+
 def _lmplz_bool(value):
     v = str(value).strip().lower()
     if v in ("1", "true", "yes", "on"):
@@ -257,7 +267,7 @@ class Cluster:
                        help="brown: maximise class-bigram likelihood (default); "
                        "frequency: sqrt-frequency bins")
         p.add_argument("--iterations", type=int, default=20, help="most exchange passes (default 20)")
-        p.add_argument("--seed", type=int, default=0, help="tie-breaking seed (default 0)")
+        p.add_argument("--seed", type=_nonneg_int, default=0, help="tie-breaking seed (default 0)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     @staticmethod
@@ -462,7 +472,7 @@ class Train:
                        help="hidden activation (default %(default)s)")
         g.add_argument("--output", choices=["softmax", "class", "tree"], default=n.output,
                        help="output layer: full softmax, class-factored or Huffman-tree (default %(default)s)")
-        g.add_argument("--classes", type=int, default=n.classes,
+        g.add_argument("--classes", type=_positive_int, default=n.classes,
                        help="number of word classes for --output class (default: about sqrt(V))")
         g.add_argument("--clustering", choices=["brown", "frequency"], default=n.clustering,
                        help="how to form the classes (default %(default)s)")
@@ -496,7 +506,7 @@ class Train:
                        help="validate and save a moving average of the weights with this time constant in "
                             f"epochs; 0 for the raw weights (default {t.average})")
         g.add_argument("--threads", type=int, default=t.threads, help=f"CPU threads (default {t.threads})")
-        g.add_argument("--seed", type=int, default=t.seed,
+        g.add_argument("--seed", type=_nonneg_int, default=t.seed,
                        help="random seed; with --threads 1 the same seed gives the same model bytes")
         g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt")
         g.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -554,7 +564,7 @@ class Sample:
                             "finished, so the text ends at a sentence boundary")
         p.add_argument("--out", required=True, help="output text, one sentence per line (written atomically; "
                        ".gz/.bz2/.xz compressed by extension; '-' for stdout)")
-        p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+        p.add_argument("--seed", type=_nonneg_int, default=1, help="random seed (default 1)")
         p.add_argument("--max-length", type=int, default=100,
                        help="cut a sentence after this many words (default 100)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -615,15 +625,15 @@ class Distil:
                             "the likely unseen n-grams a training text cannot list")
         p.add_argument("--sample-min-count", type=int, nargs="+", metavar="N",
                        help="count thresholds for the sampled text's n-grams of orders 2..N (default 1)")
-        p.add_argument("--top-k", type=int, default=0,
-                       help="also list each text context's K most probable continuations")
+        p.add_argument("--top-k", type=_nonneg_int, default=0,
+                       help="also list each text context's K most probable continuations (default 0: none)")
         p.add_argument("--top-k-min-count", type=int, default=2,
                        help="only for contexts seen at least this often (default 2)")
         p.add_argument("--lower", help="model giving the probabilities of orders below --order")
         p.add_argument("--prune-to", type=_positive_int, metavar="NGRAMS",
                        help="relative-entropy pruning to at most this many n-grams of orders >= 2")
-        p.add_argument("--continuation", type=int, nargs="?", const=1, default=0, metavar="K",
-                       help="shape the unigrams (orders 1..K with K) for backing off: fitted to the "
+        p.add_argument("--continuation", type=_positive_int, nargs="?", const=1, default=0, metavar="K",
+                       help="shape the unigrams (orders 1..K with K, K below --order) for backing off: fitted to the "
                             "teacher's leftover mass of longer contexts (Kneser-Ney's idea, computed from the "
                             "teacher); pays with --sample-text; K > 1 measured worse on PTB")
         p.add_argument("--threads", type=int, default=1,
@@ -635,6 +645,9 @@ class Distil:
         from .distil import distil_to_file
         if args.text is None and args.ngrams is None and args.sample_text is None:
             return _error("give --text, --ngrams and/or --sample-text: the n-grams to list")
+        if args.continuation and args.continuation >= args.order:
+            return _error(f"--continuation {args.continuation}: it reshapes orders below --order {args.order}, "
+                          + (f"so at most {args.order - 1}" if args.order > 1 else "and an order-1 table has none"))
         tables = distil_to_file(args.model, args.arpa, args.order, args.text, ngrams=args.ngrams,
                                 min_count=args.min_count, sample_text=args.sample_text,
                                 sample_min_count=args.sample_min_count, top_k=args.top_k,
@@ -725,8 +738,12 @@ class Reproduce:
                        help="keep neural models already in OUT/models that were trained with the same "
                             "configuration (their recorded training time is reported)")
         p.add_argument("--only", action="append", metavar="STAGE",
-                       help="run only stages whose name starts with this (repeatable; e.g. KN5, "
-                            "'Vaswani NCE', interpolate, distil, quantise)")
+                       help="run only stages whose name starts with this (repeatable; one of data, KN1, KN3, "
+                            "KN5, 'kenlm reference', 'Vaswani NCE', 'Baltescu class NCE', 'V-NNLM fallback', "
+                            "'interpolate linear', 'interpolate loglinear', distil, 'quantise float16', "
+                            "'quantise int8', or a beginning such as interpolate). report.md and "
+                            "results.json then hold only these stages: they replace an earlier run's "
+                            "(use another --out to keep it)")
 
     @staticmethod
     def run(args):
@@ -738,7 +755,16 @@ class Reproduce:
             s.neural_minutes = args.neural_minutes
         s.threads = args.threads
         s.reuse = args.reuse
-        run = reproduce(args.data, args.out, s, only=set(args.only) if args.only else None)
+        from .reproduce import PTB_FILES
+        if not os.path.isdir(args.data):
+            return _error(f"--data {args.data}: no such data directory")
+        missing = [f for f in PTB_FILES if not os.path.isfile(os.path.join(args.data, f))]
+        if missing:
+            return _error(f"--data {args.data}: no {', '.join(missing)} there (the PTB text files)")
+        import shlex
+        command = "nplm reproduce " + shlex.join(args._argv[1:] if args._argv[:1] == ["reproduce"]
+                                                 else args._argv)
+        run = reproduce(args.data, args.out, s, only=set(args.only) if args.only else None, command=command)
         failed = [st.name for st in run.stages if st.status != "ok"]
         if failed:
             print(f"stages not available: {', '.join(failed)} (see {os.path.join(args.out, 'report.md')})",
@@ -746,7 +772,8 @@ class Reproduce:
         return 0 if run.stages and run.stages[0].status == "ok" else 1
 
 
-@command("verify", "Check model files completely: every array's checksum and a full load")
+@command("verify", "Check model files completely: every array's checksum and a full load (an "
+         "interpolation spec: each component, then the mixture)")
 class Verify:
     @staticmethod
     def add_arguments(p):
@@ -754,7 +781,7 @@ class Verify:
 
     @staticmethod
     def run(args):
-        from .integrity import verify
+        from .integrity import Unreadable, verify
         failed = 0
         for path in args.models:
             if path == "-":
@@ -764,6 +791,9 @@ class Verify:
                 continue
             try:
                 print(f"{path}: {verify(path)}")
+            except Unreadable as e:       # nothing known about the content: not "damaged"
+                print(f"{path}: {e.label}: {e}", file=sys.stderr)
+                failed += 1
             except (OSError, ValueError) as e:
                 print(f"{path}: DAMAGED: {e}", file=sys.stderr)
                 failed += 1

@@ -47,6 +47,8 @@ def detect(path):
         raise FormatError(KENLM_BINARY, path)
     if head.startswith(_NPLM_MAGIC[:5]):
         raise FormatError(NPLM_DAMAGED, path)
+    if container.altered_magic(head):
+        raise FormatError(container.ALTERED_MAGIC, path)
     for raw in head.split(b"\n"):
         line = raw.strip()
         if not line or line.startswith(b"#"):
@@ -56,6 +58,11 @@ def detect(path):
         if line == b"\\config":
             return "isi"
         break
+    from .interpolate import is_spec
+    if is_spec(path):
+        raise FormatError("this is an interpolation spec (a mixture of models), which no single model format "
+                          "holds: `nplm distil SPEC --text TRAIN --order N --arpa OUT.arpa` turns any model, "
+                          "mixtures included, into an ARPA back-off table (convertible from there)", path)
     raise FormatError("not a model file nplm can convert (no ARPA \\data\\, ISI \\config or nplm header)", path)
 
 
@@ -84,7 +91,9 @@ def convert(src, dst, to=None, text=None, messages=None):
     report dict).  ``text`` (optional) measures the perplexity change of a neural
     conversion (quantisation, or ISI output read back); a back-off conversion changes
     no value, and is refused ``text``.  ``messages(text)`` hears what an ISI file
-    leaves out or adds (default: what it leaves out as Python warnings)."""
+    leaves out or adds, and fallback normaliser tables that a quantisation leaves out
+    because they no longer match the weights (default: what is left out as Python
+    warnings)."""
     src, dst = os.fspath(src), os.fspath(dst)
     if os.path.exists(dst) and same_file(src, dst):
         raise ValueError(f"refusing to overwrite the input {src!r}")
@@ -125,13 +134,13 @@ def convert(src, dst, to=None, text=None, messages=None):
         else:
             tmp_net.save(dst, extra_config=extra_config, extra_arrays=extra_arrays)
             if tf in ("float16", "int8"):
-                quantize.quantize_file(dst, dst, tf)
+                quantize.quantize_file(dst, dst, tf, messages)
         ref_net = tmp_net
     elif tf == "isi":
         isi.nplm_to_isi(src, dst, messages)
         ref_net = quantize.load_neural(src) if text is not None else None
     else:
-        ref_net = quantize.quantize_file(src, dst, "float32" if tf == "neural" else tf)
+        ref_net = quantize.quantize_file(src, dst, "float32" if tf == "neural" else tf, messages)
     if text is not None:
         # the output as nplm reads it: an ISI file through the same mapping as its conversion
         out_net = isi.to_neural(isi.read_isi(dst))[0] if tf == "isi" else quantize.load_neural(dst)

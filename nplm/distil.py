@@ -470,8 +470,11 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
     lower = _load(lower_teacher) if lower_teacher is not None else teacher
     if not 1 <= order <= 16:
         raise ValueError(f"order {order} outside 1..16")
-    if int(continuation) < 0:
-        raise ValueError(f"continuation takes the number of orders to reshape (>= 0), not {continuation}")
+    if continuation is not False and (int(continuation) != continuation or not 0 <= continuation < order):
+        raise ValueError(f"continuation takes the number of orders below order {order} to reshape (0..{order - 1}; "
+                         f"0 or False: none), not {continuation!r}")
+    if isinstance(top_k, bool) or int(top_k) != top_k or top_k < 0:
+        raise ValueError(f"top_k takes the number of continuations to list per context (>= 0), not {top_k!r}")
     words = teacher.vocab.words()
     V = len(words)
     wid = {w: i for i, w in enumerate(words)}

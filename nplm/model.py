@@ -4,6 +4,7 @@ The file's content decides what it is: an nplm binary (its header names the kind
 or an ARPA file (plain or compressed).  Scoring itself lives in
 ``_kernels.ModelBase`` and is the same code for every kind.
 """
+import operator
 import os
 import sys
 
@@ -33,12 +34,70 @@ class ARPALoadComplain:
 
 class Config:
     """kenlm.Config: load options.  ``show_progress`` shows a progress bar while an
-    ARPA loads; ``arpa_complain`` prints the advice to convert it to a binary."""
+    ARPA loads; ``arpa_complain`` prints the advice to convert it to a binary.
+
+    As kenlm's, it has only these attributes (another name, e.g. a misspelt
+    ``load_mehtod``, raises AttributeError), ``show_progress`` takes any value's truth
+    and the other two raise TypeError for a non-integer.  Stricter than kenlm (which
+    truncates 1.5 to 1 and stores 7, then loads as it may): a fractional number is a
+    TypeError and an integer that is not one of LoadMethod's / ARPALoadComplain's
+    values a ValueError."""
+    __slots__ = ("_load_method", "_show_progress", "_arpa_complain")
 
     def __init__(self):
         self.load_method = LoadMethod.POPULATE_OR_READ
         self.show_progress = True
         self.arpa_complain = ARPALoadComplain.ALL
+
+    def __setattr__(self, name, value):
+        if name not in ("load_method", "show_progress", "arpa_complain") and name not in Config.__slots__:
+            import difflib
+            close = difflib.get_close_matches(name, ["load_method", "show_progress", "arpa_complain"], 1)
+            raise AttributeError(f"'nplm.Config' object has no attribute {name!r}"
+                                 + (f" (did you mean {close[0]!r}?)" if close else ""))
+        object.__setattr__(self, name, value)
+
+    @staticmethod
+    def _choice(name, value, constants):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)          # kenlm takes 1.0 as 1
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(f"an integer is required for Config.{name}, not {value!r}") from None
+        valid = sorted(v for k, v in vars(constants).items() if k.isupper())
+        if value not in valid:
+            names = ", ".join(f"{constants.__name__}.{k}={v}" for k, v in sorted(
+                ((k, v) for k, v in vars(constants).items() if k.isupper()), key=lambda kv: kv[1]))
+            raise ValueError(f"Config.{name} must be one of {names}, not {value!r}")
+        return int(value)
+
+    @property
+    def load_method(self):
+        return self._load_method
+
+    @load_method.setter
+    def load_method(self, value):
+        self._load_method = self._choice("load_method", value, LoadMethod)
+
+    @property
+    def show_progress(self):
+        return self._show_progress
+
+    @show_progress.setter
+    def show_progress(self, value):
+        self._show_progress = bool(value)   # kenlm: a C++ bool, any value's truth
+
+    @property
+    def arpa_complain(self):
+        return self._arpa_complain
+
+    @arpa_complain.setter
+    def arpa_complain(self, value):
+        self._arpa_complain = self._choice("arpa_complain", value, ARPALoadComplain)
+
+    def __delattr__(self, name):
+        raise NotImplementedError("__del__")    # as kenlm's
 
     def __repr__(self):
         return (f"Config(load_method={self.load_method}, show_progress={self.show_progress}, "

@@ -96,7 +96,8 @@ class Stage:
 class Run:
     """State shared by the stages: paths, settings, the rows and stage records."""
 
-    def __init__(self, data, out, settings, log=None):
+    def __init__(self, data, out, settings, log=None, command=None):
+        self.command = command or f"nplm.reproduce({data!r}, {out!r})"
         self.data = os.path.abspath(data)
         self.out = os.path.abspath(out)
         self.s = settings
@@ -605,7 +606,7 @@ def results_section(run, plots):
     lines = [
         "## Results",
         "",
-        f"Produced by `nplm reproduce --data ../shared/data/ptb --out report/` on {what}; "
+        f"Produced by `{run.command}` on {what}; "
         f"{_machine()}. Each neural model trained for at most {s.neural_minutes:g} minutes "
         f"({s.threads} threads) on a shared machine, so they are far from converged and far below the "
         "papers' training budgets (days of CPU time); the published column gives the papers' figures.",
@@ -636,10 +637,15 @@ def write_report(run, started):
         try:
             fn(run, os.path.join(run.out, name))
             plots.append((name, title))
+            continue
         except ImportError:
             run.log(f"   {name}: matplotlib is not installed (pip install 'nplm[plot]'); tables only")
         except Exception as e:
             run.log(f"   {name} not drawn: {type(e).__name__}: {e}")
+        try:        # an earlier run's picture would not match this report
+            os.unlink(os.path.join(run.out, name))
+        except FileNotFoundError:
+            pass
     from .textio import atomic_write
     total = time.time() - started
     section = results_section(run, plots)
@@ -678,17 +684,43 @@ def write_report(run, started):
 # --------------------------------------------------------------------------- driver
 
 
-def reproduce(data, out, settings=None, log=None, only=None):
+PTB_FILES = ("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt")
+
+
+def stage_names(settings):
+    """The stages a run has, in order (``data`` always runs first)."""
+    s = settings
+    try:
+        neural = list(neural_configs(s))
+    except Exception:
+        neural = ["Vaswani NCE", "Baltescu class NCE", "V-NNLM fallback"]
+    return (["data"] + list(dict.fromkeys(f"KN{o}" for o in (1, 3, s.order))) + ["kenlm reference"] + neural
+            + ["interpolate linear", "interpolate loglinear", "distil", "quantise float16", "quantise int8"])
+
+
+def reproduce(data, out, settings=None, log=None, only=None, command=None):
     """Run the whole pipeline; returns the Run (rows, stages) after writing the report
     to ``out/report.md``.  ``only``: optional set of stage-name prefixes to run
-    (``data`` always runs)."""
+    (``data`` always runs); each must start some stage's name (ValueError listing them
+    otherwise).  The report and results.json then hold only the stages run: they
+    replace an earlier run's.  ``command``: how the run was started, for the report.
+    A missing data directory or PTB file is an error before anything is written."""
     s = settings or Settings.full_preset()
     if s.threads < 1:
         raise ValueError(f"threads must be at least 1, not {s.threads}")
+    if only is not None:
+        names = stage_names(s)
+        unknown = [p for p in only if not any(n.startswith(p) for n in names)]
+        if unknown:
+            raise ValueError(f"no stage named {', '.join(map(repr, sorted(unknown)))} (a stage name or its "
+                             f"beginning); the stages are: {', '.join(names)}")
     if not os.path.isdir(data):
         raise FileNotFoundError(2, "no such data directory", data)
+    missing = [f for f in PTB_FILES if not os.path.isfile(os.path.join(data, f))]
+    if missing:
+        raise FileNotFoundError(2, f"the data directory has no {', '.join(missing)} (the PTB text files)", data)
     os.makedirs(out, exist_ok=True)
-    run = Run(data, out, s, log)
+    run = Run(data, out, s, log, command)
     started = time.time()
 
     def want(name):

@@ -5,6 +5,7 @@ import os
 import pickle
 
 import kenlm
+import numpy as np
 import pytest
 
 import nplm
@@ -159,3 +160,47 @@ def test_vocab_access(models):
     assert list(v.ids(["the", "zzqx"])) == [v.id("the"), 0]
     with pytest.raises(IndexError):
         v.word(len(v))
+
+
+@pytest.mark.parametrize("name,value", [
+    ("foo", 1), ("load_mehtod", 0), ("show_progres", False),                  # no such attribute
+    ("load_method", "lazy"), ("load_method", None), ("load_method", b"1"),   # not an integer
+    ("arpa_complain", "x"), ("arpa_complain", None),
+    ("load_method", 0), ("load_method", 1.0), ("load_method", True), ("load_method", np.int64(3)),
+    ("arpa_complain", 2), ("arpa_complain", True),
+    ("show_progress", 0), ("show_progress", None), ("show_progress", "x"), ("show_progress", 2),
+])
+def test_config_attributes_as_kenlm(name, value):
+    """nplm.Config takes what kenlm.Config takes (same stored value) and raises the
+    same exception type for what kenlm refuses: unknown names, non-integers."""
+    k, n = kenlm.Config(), nplm.Config()
+    try:
+        setattr(k, name, value)
+    except Exception as e:
+        with pytest.raises(type(e)):
+            setattr(n, name, value)
+        return
+    setattr(n, name, value)
+    assert getattr(n, name) == getattr(k, name)
+    assert type(getattr(n, name)) is type(getattr(k, name))
+    with pytest.raises(AttributeError):
+        getattr(n, "foo")
+
+
+@pytest.mark.parametrize("name,value,error", [
+    ("load_method", 7, ValueError), ("load_method", -1, ValueError), ("arpa_complain", 5, ValueError),
+    ("load_method", 1.5, TypeError), ("arpa_complain", 2.7, TypeError),
+])
+def test_config_refuses_what_kenlm_would_store_as_nonsense(name, value, error):
+    """kenlm stores 7 (and -1 as 4294967295) and truncates 1.5: nplm refuses them,
+    naming the attribute and the valid constants."""
+    setattr(kenlm.Config(), name, value)      # kenlm: silently accepted
+    c = nplm.Config()
+    with pytest.raises(error, match=f"Config.{name}"):
+        setattr(c, name, value)
+    assert getattr(c, name) == getattr(kenlm.Config(), name)     # unchanged default
+
+
+def test_config_misspelling_suggests_the_attribute():
+    with pytest.raises(AttributeError, match="did you mean 'load_method'"):
+        nplm.Config().load_mehtod = 0

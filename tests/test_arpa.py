@@ -436,7 +436,7 @@ HOSTILE = [
      "invalid UTF-8"),
     ("NUL byte", GOOD.replace(b"a </s>", b"a\0 </s>"), 13, "NUL byte"),
     ("NUL in a unigram", GOOD.replace(b"-0.7\ta", b"-0.7\ta\0"), 9, "NUL byte"),
-    ("binary garbage", bytes(range(256)) * 4, 1, "not an ARPA file"),
+    ("binary garbage", bytes(range(256)) * 4, 1, "not an nplm binary or ARPA file"),
     ("garbage in a section", GOOD.replace(b"-0.3\t<s> a", b"\x93\x01\xfe\x88garbage"), 12, "bad number"),
     ("KenLM binary", b"mmap lm http://kheafield.com/code\0\0\0\x01\x02" + bytes(100), 1, "KenLM binary"),
     ("IRSTLM binary", b"blmt 3 1000\n" + bytes(50), 1, "IRSTLM"),

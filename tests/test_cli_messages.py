@@ -324,3 +324,111 @@ def test_distil_prune_to_must_be_positive(models, tmp_path, capsys, value):
         from nplm.distil import distil
         with pytest.raises(ValueError, match="prune_to is the number of n-grams"):
             distil(models["binary"], 2, str(TOY), prune_to=int(value))
+
+
+# --- verify: specs component by component, missing files, altered magic ----------------
+
+
+def _spec(path, models_):
+    import json
+    path.write_text(json.dumps({"nplm": "interpolation", "version": 1, "models": models_,
+                                "weights": [1 / len(models_)] * len(models_), "mode": "linear"}))
+    return path
+
+
+def test_verify_checks_each_component_of_a_spec(models, tmp_path):
+    """A payload flip in a component is found through the spec (loading the spec maps
+    the component without reading it), and a sound spec lists its components."""
+    raw = bytearray(Path(models["binary"]).read_bytes())
+    bad = tmp_path / "bad.nplm"
+    spec = max(container.read(models["binary"])._specs.values(), key=lambda s: s["nbytes"])
+    raw[spec["offset"] + spec["nbytes"] // 2] ^= 4       # inside the largest array's payload
+    bad.write_bytes(bytes(raw))
+    nplm.Model(str(bad), quiet())                # loads: only a full read finds it
+    good = _spec(tmp_path / "good.json", [models["binary"], {"path": models["softmax"], "normalization": "exact"}])
+    damaged = _spec(tmp_path / "damaged.json", ["bad.nplm", models["softmax"]])
+    r = nplm_cli("verify", good, damaged, bad)
+    assert "Traceback" not in r.stderr and r.returncode == 1
+    line = r.stdout.strip()
+    assert line.startswith(f"{good}: interpolation spec (linear, 2 components: ") and line.endswith(": OK")
+    assert "kn.nplm [nplm backoff binary" in line and "softmax.nplm [nplm neural binary" in line
+    errs = r.stderr.splitlines()
+    assert f"{damaged}: DAMAGED: " in errs[0] and "component 1 of 2 (bad.nplm) is damaged" in errs[0] \
+        and "checksum mismatch" in errs[0]
+    assert errs[1].startswith(f"{bad}: DAMAGED: ") and "checksum mismatch" in errs[1]
+
+
+def test_verify_says_missing_or_unreadable_not_damaged(models, tmp_path):
+    spec = _spec(tmp_path / "s.json", ["gone.nplm", models["binary"]])
+    r = nplm_cli("verify", tmp_path / "nothere.nplm", tmp_path, spec, models["arpa"])
+    assert "Traceback" not in r.stderr and r.returncode == 1
+    errs = r.stderr.splitlines()
+    assert errs[0] == f"{tmp_path / 'nothere.nplm'}: MISSING: no such file"
+    assert errs[1].startswith(f"{tmp_path}: UNREADABLE: ") and "directory" in errs[1]
+    assert errs[2].startswith(f"{spec}: DAMAGED: ") and "component 1 of 2 (gone.nplm) is missing" in errs[2]
+    assert r.stdout == f"{models['arpa']}: ARPA file, order 3, {len(nplm.Model(models['arpa'], quiet()).vocab)} words: OK\n"
+
+
+@pytest.mark.parametrize("byte,bit", [(0, 0), (1, 3), (3, 5), (4, 0), (7, 1)])
+def test_a_flipped_magic_byte_is_called_a_damaged_nplm_binary(models, tmp_path, byte, bit):
+    raw = bytearray(Path(models["binary"]).read_bytes())
+    raw[byte] ^= 1 << bit
+    bad = tmp_path / "flip.nplm"
+    bad.write_bytes(bytes(raw))
+    r = nplm_cli("verify", bad)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"{bad}: DAMAGED: ") and "damaged nplm binary" in r.stderr, r.stderr
+    assert "not an ARPA file" not in r.stderr
+    with pytest.raises(nplm.ModelLoadError, match="damaged nplm binary"):
+        nplm.Model(str(bad), quiet())
+    r = nplm_cli("convert", bad, tmp_path / "x.arpa")
+    assert r.returncode == 1 and "damaged nplm binary" in r.stderr
+
+
+def test_binary_garbage_is_not_an_nplm_binary_or_arpa_file(tmp_path):
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 4)
+    r = nplm_cli("verify", junk)
+    assert r.returncode == 1 and "not an nplm binary or ARPA file" in r.stderr
+
+
+# --- option values: refused, naming the option ---------------------------------------
+
+
+@pytest.mark.parametrize("args,message", [
+    (["distil", "{binary}", "--text", TOY, "-o", "3", "--arpa", "{tmp}/d.arpa", "--top-k", "-2"],
+     "argument --top-k: expected a non-negative integer, got '-2'"),
+    (["distil", "{binary}", "--text", TOY, "-o", "3", "--arpa", "{tmp}/d.arpa", "--continuation", "0"],
+     "argument --continuation: expected a positive integer, got '0'"),
+    (["distil", "{binary}", "--text", TOY, "-o", "3", "--arpa", "{tmp}/d.arpa", "--continuation", "3"],
+     "--continuation 3: it reshapes orders below --order 3, so at most 2"),
+    (["distil", "{binary}", "--text", TOY, "-o", "1", "--arpa", "{tmp}/d.arpa", "--continuation"],
+     "an order-1 table has none"),
+    (["train", "--train", TOY, "--valid", TOY, "--out", "{tmp}/n.nplm", "--output", "class", "--classes", "0"],
+     "argument --classes: expected a positive integer, got '0'"),
+    (["train", "--train", TOY, "--valid", TOY, "--out", "{tmp}/n.nplm", "--seed", "-1"],
+     "argument --seed: expected a non-negative integer, got '-1'"),
+    (["sample", "{softmax}", "--tokens", "5", "--out", "{tmp}/s.txt", "--seed", "-1"],
+     "argument --seed: expected a non-negative integer, got '-1'"),
+    (["cluster", "--text", TOY, "-c", "3", "--seed", "-1"],
+     "argument --seed: expected a non-negative integer, got '-1'"),
+])
+def test_bad_option_values_name_the_option(models, tmp_path, args, message):
+    args = [str(a).format(tmp=tmp_path, **models) for a in args]
+    r = nplm_cli(*args)
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr
+    assert message in r.stderr, r.stderr
+    assert not any(tmp_path.iterdir())            # nothing written
+
+
+def test_convert_of_a_spec_points_to_distil(models, tmp_path):
+    """A mixture has no single-file format: convert says so and names `nplm distil`,
+    which does turn the spec into an ARPA table."""
+    spec = _spec(tmp_path / "mix.json", [models["binary"], models["softmax"]])
+    r = nplm_cli("convert", spec, tmp_path / "o.nplm")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "interpolation spec" in r.stderr and "nplm distil" in r.stderr, r.stderr
+    assert not (tmp_path / "o.nplm").exists()
+    r = nplm_cli("distil", spec, "--text", TOY, "--order", "2", "--arpa", tmp_path / "o.arpa", "-q")
+    assert r.returncode == 0, r.stderr
+    assert nplm.Model(str(tmp_path / "o.arpa"), quiet()).order == 2

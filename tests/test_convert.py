@@ -444,3 +444,58 @@ def test_isi_output_warns_about_the_normalisers_it_leaves_out(tmp_path):
     assert any(m.startswith("warning: the precomputed normalisers") for m in said), said
     with pytest.warns(UserWarning, match="precomputed normalisers"):       # no listener: Python warnings
         convert.convert(src, tmp_path / "m.isi")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+def test_quantising_drops_stale_fallback_normalisers(tmp_path, dtype):
+    """Fallback tables hold the normalisers of the float32 weights: a quantised copy
+    must not keep them (its fallback distribution would not sum to 1).  It leaves them
+    out with a warning naming `nplm precompute`, and fallback mode then refuses to load
+    until they are computed again; a fresh precompute normalises the quantised model."""
+    from nplm.neural_model import precompute
+    src, dst = tmp_path / "n.nplm", tmp_path / f"q.{dtype}.nplm"
+    _random_net(order=3).save(src)
+    text = _write_text(tmp_path)
+    precompute(str(src), str(text), min_count=1, progress=False)
+    said = []
+    convert.convert(src, dst, to=dtype, messages=said.append)
+    assert any("fallback normaliser tables" in m and "nplm precompute" in m for m in said), said
+    with pytest.raises(nplm.ModelLoadError, match="precompute"):
+        nplm.Model(str(dst), normalization="fallback")
+    with pytest.warns(UserWarning, match="nplm precompute"):          # no listener: Python warnings
+        convert.convert(src, tmp_path / "p.nplm", to=dtype)
+    precompute(str(dst), str(text), min_count=1, progress=False)
+    fb, ex = (nplm.Model(str(dst), normalization=n) for n in ("fallback", "exact"))
+    for ctx in ("<s>", "<s> w1", "w5 w6"):       # contexts the text holds: fallback is exact there
+        states = []
+        for m in (fb, ex):
+            state = nplm.State()
+            words = ctx.split()
+            m.BeginSentenceWrite(state) if words[0] == "<s>" else m.NullContextWrite(state)
+            for w in words[1:] if words[0] == "<s>" else words:
+                nxt = nplm.State()
+                m.BaseScore(state, w, nxt)
+                state = nxt
+            states.append(m.log10_distribution(state))
+        np.testing.assert_allclose(states[0], states[1], atol=1e-5, err_msg=ctx)
+
+
+def test_dequantising_keeps_normalisers_that_still_match(tmp_path):
+    """float16 -> float32 keeps the same weight values, so its tables stay: they equal
+    a fresh precompute of the float32 copy."""
+    from nplm.formats import container
+    from nplm.neural_model import precompute
+    src, f16, f32 = tmp_path / "n.nplm", tmp_path / "h.nplm", tmp_path / "f.nplm"
+    _random_net(order=3).save(src)
+    text = _write_text(tmp_path)
+    quantize.quantize_file(src, f16, "float16")
+    precompute(str(f16), str(text), min_count=1, progress=False)
+    said = []
+    convert.convert(f16, f32, to="neural", messages=said.append)
+    assert not said
+    kept = {k: np.array(v) for k, v in container.read(f32).arrays.items() if k.startswith("fallback.")}
+    assert kept
+    precompute(str(f32), str(text), min_count=1, progress=False)
+    fresh = container.read(f32).arrays
+    for k, v in kept.items():
+        np.testing.assert_array_equal(v, fresh[k])

@@ -636,3 +636,16 @@ def test_gram_counter_rejects_bad_input():
         c.result()
     with pytest.raises(ValueError):
         GramCounter(3, 0)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(continuation=3), "orders below order 3 to reshape"),        # orders 1..2 only
+    (dict(continuation=1.5), "continuation"),
+    (dict(top_k=-2), "top_k"), (dict(top_k=1.5), "top_k"), (dict(top_k=True), "top_k"),
+])
+def test_out_of_range_options_are_refused(tiny, kwargs, message):
+    """Values that were silently clipped or ignored (continuation beyond order - 1, a
+    negative top_k) are refused before any work."""
+    teacher, text, held, d = tiny
+    with pytest.raises(ValueError, match=message):
+        distil.distil(teacher, 3, text=str(text), **kwargs)

@@ -67,3 +67,23 @@ def test_truncate_histories():
         assert (row[:4 - k] == NULL).all()
     freq = np.bincount(kept, minlength=5)[1:] / kept.size
     np.testing.assert_allclose(freq, 0.25, atol=0.02)
+
+
+def test_model_vocab_round_trip_and_null_is_unknown(tmp_path):
+    """nplm.Model(...).vocab: id(word(i)) == i for every id but the padding <null>,
+    which no text can name: id('<null>') is 0 and '<null>' in a sentence scores
+    exactly as any unknown word (oov), not as padding."""
+    import nplm
+    from neural_fixtures import make_net
+    path = tmp_path / "n.nplm"
+    make_net("softmax-full-2", order=3).save(path)
+    m = nplm.Model(str(path))
+    words = m.vocab.words()
+    assert words[NULL] == "<null>" and m.vocab.word(NULL) == "<null>"
+    for i, w in enumerate(words):
+        assert m.vocab.id(w) == (0 if w == "<null>" else i), (i, w)
+    assert m.vocab.id("<null>") == m.vocab.id("zzqx-never-seen") == 0
+    real = words[5]
+    null_scores = list(m.full_scores(f"{real} <null> {real}"))
+    unk_scores = list(m.full_scores(f"{real} zzqx {real}"))
+    assert null_scores == unk_scores and null_scores[1][2] is True

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nplm import cli
-from nplm.reproduce import PUBLISHED, Settings, reproduce
+from nplm.reproduce import PUBLISHED, Settings, reproduce, stage_names
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PTB = SHARED / "data" / "ptb"
@@ -211,13 +211,52 @@ def test_cli(tmp_path, capsys):
     assert data["settings"]["quick"] is True
 
 
-def test_bad_data_dir_contents(tmp_path):
-    """A data directory without the PTB files: the data stage fails by name, the run stops there."""
+def test_bad_data_dir_contents(tmp_path, capsys):
+    """A data directory without the PTB files is an error naming them before anything
+    is written (an earlier report in OUT stays)."""
     (tmp_path / "data").mkdir()
-    run = reproduce(str(tmp_path / "data"), str(tmp_path / "out"), Settings.quick_preset(), log=lambda m: None)
-    assert len(run.stages) == 1 and run.stages[0].status.startswith("not available: FileNotFoundError")
-    assert "ptb.train.txt" in run.stages[0].status
-    assert (tmp_path / "out" / "report.md").exists()
+    (tmp_path / "data" / "ptb.train.txt").write_text("a b\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("earlier")
+    with pytest.raises(FileNotFoundError, match="ptb.valid.txt, ptb.test.txt"):
+        reproduce(str(tmp_path / "data"), str(out), Settings.quick_preset(), log=lambda m: None)
+    assert cli.main(["reproduce", "--data", str(tmp_path / "data"), "--out", str(out), "--quick"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"nplm: error: --data {tmp_path / 'data'}: no ptb.valid.txt, ptb.test.txt there (the PTB text files)\n"
+    assert cli.main(["reproduce", "--data", str(tmp_path / "absent"), "--out", str(out), "--quick"]) == 1
+    assert capsys.readouterr().err == f"nplm: error: --data {tmp_path / 'absent'}: no such data directory\n"
+    assert sorted(p.name for p in out.iterdir()) == ["report.md"] and (out / "report.md").read_text() == "earlier"
+
+
+def test_unknown_only_stage_is_refused(tmp_path, capsys):
+    """--only bogus ran nothing and rewrote the report with an empty table: now an error
+    listing the stages, and OUT is not touched."""
+    need_ptb()
+    out = tmp_path / "o"
+    assert cli.main(["reproduce", "--data", str(PTB), "--out", str(out), "--quick", "--only", "KN3",
+                     "--only", "bogus"]) == 1
+    err = capsys.readouterr().err
+    assert "no stage named 'bogus'" in err and "KN3, KN5, kenlm reference, Vaswani NCE" in err \
+        and "quantise int8" in err
+    assert not out.exists()
+    with pytest.raises(ValueError, match="no stage named 'Interpolate'"):
+        reproduce(str(PTB), str(out), Settings.quick_preset(), log=lambda m: None, only={"Interpolate"})
+    for p in ("interpolate", "KN", "quantise f", "data"):        # beginnings of stage names pass the check
+        assert any(n.startswith(p) for n in stage_names(Settings.quick_preset()))
+
+
+def test_report_names_the_command_run_and_drops_stale_plots(tmp_path, capsys):
+    need_ptb()
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "validation_per_epoch.png").write_bytes(b"an earlier run's plot")
+    assert cli.main(["reproduce", "--data", str(PTB), "--out", str(out), "--quick", "--only", "KN3"]) == 0
+    report = (out / "report.md").read_text()
+    assert f"Produced by `nplm reproduce --data {PTB} --out {out} --quick --only KN3` on" in report
+    assert "../shared/data/ptb --out report/" not in report
+    assert not (out / "validation_per_epoch.png").exists()        # no history this time: not drawn
+    assert "validation_per_epoch.png" not in report
 
 
 def test_reuse_trained_model(quick, tmp_path):

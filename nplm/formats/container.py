@@ -50,6 +50,22 @@ def is_container(path):
         return False
 
 
+def altered_magic(head):
+    """Whether ``head`` (a file's first bytes) is an nplm container header whose magic
+    was altered: 1 or 2 of its 8 bytes differ, or the rest of the fixed header (version
+    1, JSON after it) is intact.  Text never comes this close."""
+    if len(head) < len(MAGIC) or head.startswith(MAGIC):
+        return False
+    if sum(a != b for a, b in zip(head[:len(MAGIC)], MAGIC)) <= 2:
+        return True
+    return (len(head) >= _FIXED.size + 2 and head[_FIXED.size:_FIXED.size + 2] == b'{"'
+            and _FIXED.unpack(head[:_FIXED.size])[1] == VERSION)
+
+
+ALTERED_MAGIC = ("this is a damaged nplm binary: its 8-byte header magic was altered; restore the file "
+                 "from a good copy")
+
+
 def write(path, kind, config, arrays, checksum=True):
     """Write a container atomically.
 

@@ -134,9 +134,15 @@ def load_neural(path, return_container=False, lazy=False):
     return NeuralNet.load(path, return_container=return_container, lazy=lazy)
 
 
-def quantize_file(src, dst, dtype):
+def quantize_file(src, dst, dtype, messages=None):
     """Write a quantised copy of the neural model ``src`` (float32 or quantised) to
-    ``dst`` (atomically).  ``dtype`` "float32" writes a plain float32 model."""
+    ``dst`` (atomically).  ``dtype`` "float32" writes a plain float32 model.
+
+    Fallback normaliser tables (``nplm precompute``) hold softmax normalisers of the
+    source's weights; they are kept only where the output's weights are the same
+    values (float16/int8 -> float32, float16 -> float16) and otherwise left out, with a
+    warning through ``messages(text)`` (default: a Python warning): a stale table would
+    make fallback scores silently unnormalised."""
     net, c = load_neural(src, return_container=True)
     extra_config = {k: v for k, v in c.config.items() if k not in ("format", "net", "specials", "quantized")}
     extra_arrays = {k: v for k, v in c.arrays.items()
@@ -145,6 +151,17 @@ def quantize_file(src, dst, dtype):
         net.save(dst, extra_config=extra_config, extra_arrays=extra_arrays)
         return net
     arrays, names = quantize_params(net.params, dtype)
+    if any(k.startswith("fallback.") for k in extra_arrays) and not _same_weights(net.params, arrays, names):
+        extra_arrays = {k: v for k, v in extra_arrays.items() if not k.startswith("fallback.")}
+        extra_config.pop("fallback", None)
+        note = (f"warning: the fallback normaliser tables (nplm precompute) were computed for {src}'s weights "
+                f"and do not match the {dtype} ones, so they are left out of {dst}; for "
+                f"normalization='fallback' run `nplm precompute {dst} --text TRAIN` again")
+        if messages is not None:
+            messages(note)
+        else:
+            import warnings
+            warnings.warn(note, stacklevel=2)
     from ..neural import FORMAT, KIND
     from ..vocab import SPECIALS
     config = {"format": FORMAT, "net": net.config.to_json(), "specials": list(SPECIALS),
@@ -156,6 +173,13 @@ def quantize_file(src, dst, dtype):
     arrays.update(extra_arrays)
     container.write(dst, KIND, config, arrays)
     return net
+
+
+def _same_weights(params, arrays, names):
+    """Whether the quantised ``arrays`` give back exactly the float32 ``params``."""
+    scales = {n: arrays["qscale." + n] for n in names if "qscale." + n in arrays}
+    back = DequantizedParams({n: arrays["param." + n] for n in params}, set(names), scales)
+    return all(np.array_equal(np.asarray(params[n], np.float32), back[n]) for n in names)
 
 
 def perplexity_change(reference, quantised, text):
