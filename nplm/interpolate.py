@@ -12,14 +12,21 @@ other mixtures), model paths, and real ``kenlm.Model`` objects:
 
 Vocabularies may differ: the mixture's vocabulary is the union of the components'
 (in component order; ids no word reaches, such as a neural model's <null>, are left
-out), and a word one component does not know gets that component's <unk>
-probability (``unknown="unk"``, KenLM's rule).  Probability a component gives to
-such unreachable ids, and to <s> (a softmax's share; back-off models give <s>
-none), is not part of the mixture's distribution.  A linear mixture of models
-with different vocabularies is then not normalised (a component's <unk> mass is
-counted once per word it lacks); ``unknown="split"`` instead divides that mass
-evenly among the words it lacks, which keeps every component, and so the mixture,
-normalised over the union vocabulary.
+out).  Probability a component gives to such unreachable ids, and to <s> (a
+softmax's share; back-off models give <s> none), is not part of the mixture's
+distribution.  A word one component does not know gets:
+
+* ``unknown="split"`` (the default): an even share of that component's <unk>
+  probability, divided among the union's words it lacks (the union's <unk>
+  included).  Every component, and so the mixture, stays normalised over the union
+  vocabulary.  With equal vocabularies nothing is divided: this is KenLM's rule.
+* ``unknown="unk"`` (KenLM's rule applied to every word): that component's whole
+  <unk> probability, once per word it lacks.  A linear mixture is then not
+  normalised (a KN3 + a min-count-2 network lacking 1,935 of its 7,185 words sums to
+  66 after <s>), and its dev perplexity is falsely low: such a linear mixture warns
+  when built and ``tune`` refuses it unless given ``allow_unnormalised=True``.  A
+  normalised log-linear mixture is renormalised by Z, but the missing words' large
+  numerators take mass from the words the component knows.
 
 With ``bucket_by=i`` (linear only) the weights depend on the context: one row per
 length of the state model i keeps for it (0 .. order-1: for a back-off model, KenLM's
@@ -46,6 +53,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -263,7 +271,7 @@ class InterpolatedModel(_kernels.ModelBase):
     """Several language models used as one, with the whole kenlm.Model API (see the
     module docstring).  All scores are log10."""
 
-    def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="unk",
+    def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="split",
                  vocab=None, config=None, cache_entries=65536, fast_distributions=True,
                  bucket_by=None, bucket_bins=1, bucket_edges=None):
         from .model import Config
@@ -328,6 +336,25 @@ class InterpolatedModel(_kernels.ModelBase):
         self._maps = maps
         self._attach(core, union)
         self.path = b"<interpolation>"
+        self._unnormalised = None
+        if unknown == "unk" and mode == "linear" and np.any(self._unknown_counts > 1):
+            self._unnormalised = self._unk_rule_excess()
+            warnings.warn(self._unnormalised, stacklevel=3)
+
+    def _unk_rule_excess(self):
+        """What unknown='unk' does to a linear mixture of different vocabularies, in
+        words: how many words each component lacks and the sum after <s>."""
+        st = _kernels.State()
+        self.BeginSentenceWrite(st)
+        p = np.power(10.0, self.log10_distribution(st).astype(np.float64))
+        total = float(p.sum() - p[self.vocab.id("<s>")])
+        lacks = "; ".join(f"component {i} ({os.path.basename(c.path) if c.path else '?'}) lacks "
+                          f"{int(k) - 1} of the {len(self._words) - 1} words"
+                          for i, (c, k) in enumerate(zip(self._comps, self._unknown_counts)) if k > 1)
+        return (f"linear mixture with unknown='unk' is not normalised: {lacks}, and each of them gets "
+                f"that component's whole <unk> probability, so p(w | <s>) sums to {total:.4g} over the "
+                "union vocabulary and perplexities are too low; unknown='split' (the default) keeps "
+                "it normalised")
 
     def _set_buckets(self, bucket_by, bins, edges, mode):
         n = len(self._comps)
@@ -441,7 +468,7 @@ class InterpolatedModel(_kernels.ModelBase):
     # --- tuning ------------------------------------------------------------------
 
     def tune(self, dev, *, max_contexts=None, memory_mib=512, threads=2, tol=1e-7,
-             max_iter=500, seed=0, progress=None):
+             max_iter=500, seed=0, progress=None, allow_unnormalised=False):
         """Set the weights that minimise the perplexity of ``dev`` (a path or a list
         of sentences; bos and eos on).  Linear: EM.  Log-linear: Newton's method on
         the normalised likelihood (the gradient and Hessian are exact:
@@ -450,7 +477,13 @@ class InterpolatedModel(_kernels.ModelBase):
         log-linear objective needs every component's distribution in every dev
         context; at most ``max_contexts`` contexts (default: what fits in
         ``memory_mib``) are used, sampled uniformly (seeded) with all their tokens.
+        A linear mixture that is not normalised (unknown='unk' with different
+        vocabularies) is refused unless ``allow_unnormalised``: EM would favour the
+        component whose <unk> mass is counted many times.
         Returns a TuneResult."""
+        if self._unnormalised is not None and not allow_unnormalised:
+            raise ValueError(f"refusing to tune: {self._unnormalised} (allow_unnormalised=True "
+                             "tunes it anyway)")
         threads = _kernels.thread_count(threads)
         sentences = _read_sentences(dev)
         if not sentences:
@@ -667,7 +700,7 @@ def _read_sentences(dev):
 def interpolate(models, weights=None, mode="linear", **kwargs):
     """One model from several (nplm models, paths, kenlm.Model objects).  ``mode`` is
     "linear" or "loglinear"; keyword options: normalize (log-linear; default True),
-    unknown ("unk" or "split"), vocab (extra words), config, cache_entries,
+    unknown ("split", the default, or "unk"), vocab (extra words), config, cache_entries,
     bucket_by (linear: weights per context bucket of that model; module docstring).
     Uniform weights by default.  See the module docstring."""
     return InterpolatedModel(models, weights, mode, **kwargs)
@@ -751,7 +784,7 @@ def read_spec(path):
 
 def _from_spec(spec, config=None):
     return InterpolatedModel(spec["models"], spec["weights"], spec["mode"],
-                             normalize=spec.get("normalize", True), unknown=spec.get("unknown", "unk"),
+                             normalize=spec.get("normalize", True), unknown=spec.get("unknown", "split"),
                              vocab=spec.get("vocab") or None, config=config,
                              bucket_by=spec.get("bucket_by"), bucket_edges=spec.get("bucket_edges"))
 

@@ -176,7 +176,8 @@ def test_linear_unk_rule_with_different_vocabularies_counts_unk_mass_per_missing
     # The documented consequence of giving a missing word the component's <unk>
     # probability: the sum exceeds one by each component's <unk> mass per word it lacks.
     comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
-    mix = nplm.interpolate(comps, [0.3, 0.7], unknown="unk")
+    with pytest.warns(UserWarning, match="not normalised"):
+        mix = nplm.interpolate(comps, [0.3, 0.7], unknown="unk")
     for words, bos in CONTEXTS[:3]:
         total = _total(mix.log10_distribution(_after(mix, words, bos)), mix)
         extra = 0.0
@@ -186,6 +187,60 @@ def test_linear_unk_rule_with_different_vocabularies_counts_unk_mass_per_missing
             extra += lam * missing * p_unk
         assert total == pytest.approx(1.0 + extra, abs=1e-4)
         assert total > 1.0
+
+
+def test_default_linear_mixture_of_different_vocabularies_sums_to_one(models):
+    comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # the default policy is normalised: no notice
+        mix = nplm.interpolate(comps, [0.3, 0.7])
+    assert mix.unknown == "split"
+    union = mix.vocab.words()
+    assert all(sum(1 for w in union[1:] if w not in c) > 100 for c in comps)   # really different
+    for words, bos in CONTEXTS:
+        assert _total(mix.log10_distribution(_after(mix, words, bos)), mix) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_unk_rule_linear_mixture_warns_with_the_sum_and_tuning_it_is_refused(models, dev):
+    comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
+    union_size = len(nplm.interpolate(comps).vocab) - 1
+    lacks = [sum(1 for w in nplm.interpolate(comps).vocab.words()[1:] if w not in c) for c in comps]
+    with pytest.warns(UserWarning) as rec:
+        mix = nplm.interpolate(comps, unknown="unk")
+    msg = str(rec[0].message)
+    total = _total(mix.log10_distribution(_after(mix, [], True)), mix)
+    assert f"component 0 (ptb5k.o5.arpa.xz) lacks {lacks[0]} of the {union_size} words" in msg
+    assert f"component 1 (wiki3k.o5.arpa.xz) lacks {lacks[1]} of the {union_size} words" in msg
+    assert f"sums to {total:.4g}" in msg and total > 1.01
+    with pytest.raises(ValueError, match="refusing to tune.*allow_unnormalised"):
+        mix.tune(dev)
+    assert mix.tune(dev, allow_unnormalised=True).perplexity > 0          # when asked
+    # log-linear renormalises: no notice
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nplm.interpolate(comps, mode="loglinear", unknown="unk")
+
+
+def test_default_tuned_weights_minimise_the_honest_dev_perplexity_brute_force(models, dev):
+    # Each component's per-token log10 p from its own full_scores; a word it lacks
+    # (oov) gets its <unk> probability divided among the k union words it lacks.
+    comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
+    mix = nplm.interpolate(comps)
+    union = mix.vocab.words()
+    lp = []
+    for c in comps:
+        k = 1 + sum(1 for w in union[1:] if w not in c)
+        lp.append([p - (math.log10(k) if oov else 0.0) for s in dev for p, _, oov in c.full_scores(s)])
+    p = 10.0 ** np.array(lp)
+    grid = np.linspace(0.0, 1.0, 1001)
+    ppl = [10.0 ** (-np.log10(g * p[0] + (1 - g) * p[1]).mean()) for g in grid]
+    best = int(np.argmin(ppl))
+    res = mix.tune(dev)
+    assert abs(res.weights[0] - grid[best]) <= 2e-3
+    assert res.perplexity <= ppl[best] * (1 + 1e-6)
+    honest = 10.0 ** (-np.log10(res.weights @ p).mean())
+    assert res.perplexity == pytest.approx(honest, rel=1e-5)
+    assert _ppl(mix, dev) == pytest.approx(honest, rel=1e-5)
 
 
 @pytest.mark.parametrize("pair", [("ptb5k.o3", "ptb5k.o5"), ("ptb5k.o5", "wiki3k.o5")])
@@ -203,7 +258,10 @@ def test_normalised_loglinear_sums_to_one(models, pair, weights):
 def test_sentence_scores_match_components(models, mode):
     comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
     w = np.array([0.4, 0.6])
-    mix = nplm.interpolate(comps, w, "linear" if mode == "linear" else "loglinear", normalize=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # (linear under the unk rule: not normalised)
+        mix = nplm.interpolate(comps, w, "linear" if mode == "linear" else "loglinear", normalize=False,
+                               unknown="unk")
     for s in SENTENCES:
         for bos, eos in [(True, True), (False, True), (True, False)]:
             # each component on its own sees a word it lacks as <unk>: the mixture's rule
@@ -253,8 +311,12 @@ def test_kenlm_api_consistency(models):
 def test_nested_linear_mixture_equals_the_flat_one(models, tmp_path):
     a, b, c = models["wiki3k.o5"], models["ptb5k.o3"], models["ptb5k.o5"]
     inner = nplm.interpolate([b, c], [0.6, 0.4])
-    with pytest.raises(ValueError, match="not normalised"):    # different vocabularies, "unk" rule
-        nplm.interpolate([nplm.interpolate([a, b], [0.5, 0.5]), c], [0.5, 0.5])
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="not normalised"):
+        # different vocabularies under the "unk" rule
+        nplm.interpolate([nplm.interpolate([a, b], [0.5, 0.5], unknown="unk"), c], [0.5, 0.5])
+    ok = nplm.interpolate([nplm.interpolate([a, b], [0.5, 0.5]), c], [0.5, 0.5])   # "split": normalised
+    for words, bos in CONTEXTS[:3]:
+        assert _total(ok.log10_distribution(_after(ok, words, bos)), ok) == pytest.approx(1.0, abs=1e-5)
     nested = nplm.interpolate([a, inner], [0.3, 0.7])
     flat = nplm.interpolate([a, b, c], [0.3, 0.7 * 0.6, 0.7 * 0.4])
     for s in SENTENCES:
