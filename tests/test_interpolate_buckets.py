@@ -109,6 +109,36 @@ def test_scores_match_the_brute_force_buckets(paths, extendable):
     assert len(seen) >= 5          # the sentences reach most rows, so a wrong row would show
 
 
+def test_a_kenlm_model_component_buckets_by_kenlms_own_state(paths, extendable, dev, tmp_path):
+    # The same ARPA as a kenlm.Model and as an nplm binary: the same rows (those of
+    # the brute force, which walks the ARPA's n-grams), scores, tuned weights, and a
+    # saved spec reloads as the same model.
+    kenlm = pytest.importorskip("kenlm")
+    cfg = kenlm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = kenlm.ARPALoadComplain.NONE
+    km = kenlm.Model(str(REFERENCE / "ptb5k.o5.arpa.xz"), cfg)
+    vocab, ext = extendable
+    words = nplm.Model(paths["ptb5k.o5"], _quiet()).vocab.words()
+    rows = np.random.default_rng(5).dirichlet([1.0, 1.0], size=6)
+    a = nplm.interpolate([km, paths["wiki3k.o5"]], rows, bucket_by=0, vocab=words, config=_quiet())
+    b = nplm.interpolate([paths["ptb5k.o5"], paths["wiki3k.o5"]], rows, bucket_by=0, config=_quiet())
+    assert sorted(a.vocab.words()) == sorted(b.vocab.words())
+    lines = SENTENCES + ["the company said it expects zzqx to report a loss"] + dev[:40]
+    for s in lines:
+        for bos, eos in [(True, True), (False, True)]:
+            got = a.context_buckets([s], bos, eos).tolist()
+            assert got == b.context_buckets([s], bos, eos).tolist() == _buckets(s, vocab, ext, 5, bos, eos)
+            np.testing.assert_allclose([p for p, _, _ in a.full_scores(s, bos, eos)],
+                                       [p for p, _, _ in b.full_scores(s, bos, eos)], atol=1e-5)
+    ra, rb = a.tune(dev[:150]), b.tune(dev[:150])
+    np.testing.assert_allclose(ra.weights, rb.weights, atol=1e-6)
+    a.save(str(tmp_path / "a.json"))
+    loaded = nplm.Model(str(tmp_path / "a.json"), _quiet())
+    for s in lines:
+        assert loaded.score(s) == pytest.approx(a.score(s), abs=1e-4)
+
+
 def test_back_off_bins_match_the_brute_force_buckets(paths, extendable, dev):
     comps = [paths["ptb5k.o5"], paths["wiki3k.o5"]]
     mix = nplm.interpolate(comps, bucket_by=0, bucket_bins=3, config=_quiet())
