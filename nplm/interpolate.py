@@ -46,8 +46,10 @@ log-probabilities, Hessian = their covariance; as KenLM's tuning) for log-linear
 
 A ``kenlm.Model`` component is scored through kenlm itself, which needs the GIL: a
 mixture containing one does not score in parallel.  kenlm cannot list its
-vocabulary, so such a component adds no words to the union; words only it knows
-must be passed in ``vocab=`` (otherwise they are <unk> to the mixture).
+vocabulary: where its ``path`` is an ARPA file (plain or compressed) its words are
+read from the file's unigrams (only that section), giving the union the same ARPA
+gives as a path; a KenLM binary adds no words (a warning says so), and words only
+it knows must be passed in ``vocab=`` (otherwise they are <unk> to the mixture).
 """
 import json
 import math
@@ -100,7 +102,8 @@ def _component(obj, config):
         model = Model(name, config, obj.get("normalization"))
         return _Component(None, None, None, os.path.abspath(name), False, model)
     if _is_kenlm(obj):
-        return _Component(obj, None, None, os.fsdecode(obj.path), True, obj)
+        path = os.fsdecode(obj.path)
+        return _Component(obj, None, _arpa_unigrams(path, obj), path, True, obj)
     if isinstance(obj, _kernels.ModelBase):
         path = None if isinstance(obj, InterpolatedModel) else getattr(obj, "path", None)
         if isinstance(path, bytes):
@@ -110,12 +113,59 @@ def _component(obj, config):
                     "a model path or a kenlm.Model")
 
 
+def _arpa_unigrams(path, model):
+    """The words of a kenlm.Model read from its file's \\1-grams: section when that
+    file is an ARPA file (plain or compressed; nothing past that section is read),
+    in file order, each checked with ``in``; None for a KenLM binary or a file
+    that cannot be read (kenlm itself cannot list its vocabulary)."""
+    from .textio import open_binary
+    try:
+        f = open_binary(path)
+    except OSError:
+        return None
+    words = []
+    try:
+        with f:
+            line = b""
+            for line in f:
+                if line.strip():
+                    break
+            if line.strip() != b"\\data\\":
+                return None                 # a KenLM binary (or not a model at all)
+            for line in f:
+                if line.strip() == b"\\1-grams:":
+                    break
+            else:
+                return None
+            for line in f:
+                fields = line.split(b"\t") if b"\t" in line else line.split()
+                if not line.strip() or line.startswith(b"\\"):
+                    break
+                if len(fields) >= 2:
+                    words.append(fields[1].strip(b" \r\n"))
+    except (OSError, EOFError, ValueError):
+        return None
+    out = []
+    for w in words:
+        try:
+            w = w.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if w not in _UNK and w in model:
+            out.append(w)
+    return out
+
+
 def _union_vocab(comps, extra):
     """Union vocabulary, <unk> first, then each component's words in its id order."""
     words = ["<unk>"]
     seen = set(words)
     for c in comps:
         if c.is_kenlm:
+            for w in c.words or ():     # its ARPA file's unigrams, if it has one
+                if w not in seen:
+                    seen.add(w)
+                    words.append(w)
             continue
         own = c.owner.vocab.words()
         # Only words that look up to themselves: padding such as a neural model's
@@ -296,11 +346,17 @@ class InterpolatedModel(_kernels.ModelBase):
         self.normalize = bool(normalize) if mode == "loglinear" else True
         self.unknown = unknown
         self.extra_vocab = list(vocab) if vocab is not None else []
+        for i, c in enumerate(self._comps):
+            if c.is_kenlm and c.words is None and vocab is None:
+                warnings.warn(f"component {i} is a kenlm.Model of a KenLM binary ({c.path}), whose "
+                              "vocabulary kenlm cannot list: words only it knows are unknown to the "
+                              "mixture unless given in vocab= (a kenlm.Model of an ARPA file, or the "
+                              "path, lists them)", stacklevel=3)
         words = _union_vocab(self._comps, self.extra_vocab)
         for special in ("<s>", "</s>"):
             if special not in words:
                 raise ValueError(f"the union vocabulary has no {special}: a mixture of only kenlm.Model "
-                                 "components needs vocab= (kenlm cannot list its words)")
+                                 "components of KenLM binaries needs vocab= (kenlm cannot list its words)")
         self._words = words
         union = _kernels.Vocab(*_kernels.build_vocab_arrays(words))
         bos, eos = union.id("<s>"), union.id("</s>")

@@ -352,17 +352,55 @@ def test_kenlm_component_equals_the_same_arpa_in_nplm(models, kenlm_o3, mode):
         assert [(n, o) for _, n, o in a] == [(n, o) for _, n, o in b]
 
 
-def test_kenlm_only_mixture_needs_and_uses_an_explicit_vocabulary(models, kenlm_o3):
-    with pytest.raises(ValueError, match="vocab="):
-        nplm.interpolate([kenlm_o3])
+def _kenlm_of_a_binary(tmp_path):
+    # No KenLM binary is at hand: a kenlm.Model whose (writable) path names a file
+    # starting with KenLM's binary magic, which is what the adapter reads.
+    cfg = kenlm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = kenlm.ARPALoadComplain.NONE
+    km = kenlm.Model(str(REFERENCE / "ptb5k.o3.arpa.xz"), cfg)
+    fake = tmp_path / "model.klm"
+    fake.write_bytes(b"mmap lm http://kheafield.com/code format version 5\n\0" + bytes(64))
+    km.path = str(fake).encode()
+    return km
+
+
+def test_kenlm_only_mixture_lists_an_arpa_vocabulary_and_needs_vocab_for_a_binary(models, kenlm_o3, tmp_path):
     ref = models["ptb5k.o3"]
-    mix = nplm.interpolate([kenlm_o3], vocab=ref.vocab.words())
-    for s in SENTENCES + read_lines(DATA / "ptb" / "ptb.valid.txt", limit=10):
-        a, b = list(mix.full_scores(s)), list(ref.full_scores(s))
-        np.testing.assert_allclose([p for p, _, _ in a], [p for p, _, _ in b], atol=1e-6)
+    km = _kenlm_of_a_binary(tmp_path)
+    with pytest.warns(UserWarning, match="KenLM binary.*vocab="), pytest.raises(ValueError, match="vocab="):
+        nplm.interpolate([km])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # given vocab=, no notice
+        mixes = [nplm.interpolate([kenlm_o3]), nplm.interpolate([km], vocab=ref.vocab.words())]
+    assert mixes[0].vocab.words() == ref.vocab.words()        # the ARPA's unigrams, in file order
+    for mix in mixes:
+        for s in SENTENCES + read_lines(DATA / "ptb" / "ptb.valid.txt", limit=10):
+            a, b = list(mix.full_scores(s)), list(ref.full_scores(s))
+            np.testing.assert_allclose([p for p, _, _ in a], [p for p, _, _ in b], atol=1e-6)
+            assert [(n, o) for _, n, o in a] == [(n, o) for _, n, o in b]
+            # and kenlm itself agrees
+            assert mix.score(s) == pytest.approx(kenlm_o3.score(s), abs=1e-4)
+
+
+def test_words_only_an_arpa_backed_kenlm_model_knows_are_words_of_the_mixture(models, kenlm_o3, tmp_path):
+    # ptb5k.o3 (as kenlm.Model) + wiki3k.o5: as the mixture of the two paths, PTB-only
+    # words included; through a KenLM binary they are <unk> (as documented).
+    wiki = models["wiki3k.o5"]
+    via_kenlm = nplm.interpolate([kenlm_o3, wiki], [0.5, 0.5])
+    via_path = nplm.interpolate([models["ptb5k.o3"], wiki], [0.5, 0.5])
+    assert via_kenlm.vocab.words() == via_path.vocab.words()
+    ptb_only = [w for w in models["ptb5k.o3"].vocab.words()[3:] if w not in wiki][:30]
+    assert len(ptb_only) == 30
+    lines = [" ".join(ptb_only[i:i + 6]) for i in range(0, 30, 6)] + SENTENCES
+    for s in lines:
+        a, b = list(via_kenlm.full_scores(s)), list(via_path.full_scores(s))
+        np.testing.assert_allclose([p for p, _, _ in a], [p for p, _, _ in b], atol=1e-5)
         assert [(n, o) for _, n, o in a] == [(n, o) for _, n, o in b]
-        # and kenlm itself agrees
-        assert mix.score(s) == pytest.approx(kenlm_o3.score(s), abs=1e-4)
+    assert not any(o for _, _, o in via_kenlm.full_scores(lines[0], eos=False))
+    with pytest.warns(UserWarning, match="KenLM binary"):
+        blind = nplm.interpolate([_kenlm_of_a_binary(tmp_path), wiki], [0.5, 0.5])
+    assert all(o for _, _, o in blind.full_scores(lines[0], eos=False))
 
 
 # --- tuning -------------------------------------------------------------------------------
