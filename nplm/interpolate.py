@@ -55,6 +55,7 @@ import json
 import math
 import os
 import sys
+import threading
 import warnings
 
 import numpy as np
@@ -854,12 +855,26 @@ class SpecData:
         self.vocab = mixture.vocab
 
 
+# The specs this thread is loading, outermost first: a spec that (through others)
+# names itself as a model is a cycle, not an endless recursion.
+_loading = threading.local()
+
+
 def load_spec(path, config=None):
     """Load a spec file as an InterpolatedModel (wrapped for nplm.Model)."""
     spec = read_spec(path)
+    real = os.path.realpath(path)
+    stack = _loading.__dict__.setdefault("specs", [])
+    if real in stack:
+        cycle = " -> ".join(stack[stack.index(real):] + [real])
+        raise FormatError(f"the interpolation specs form a cycle ({cycle}): a spec cannot be "
+                          "a component of itself", path)
+    stack.append(real)
     try:
         return SpecData(_from_spec(spec, config))
     except ValueError as e:
         if isinstance(e, FormatError):
             raise
         raise FormatError(str(e), path) from e
+    finally:
+        stack.pop()

@@ -561,6 +561,40 @@ def test_cli_tunes_and_writes_a_spec(reference_binaries, tmp_path, dev, capsys):
     assert m.score(SENTENCES[0]) == ref.score(SENTENCES[0])
 
 
+def test_a_spec_cycle_is_an_error_naming_it(reference_binaries, tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    def spec(name, models):
+        (tmp_path / name).write_text(json.dumps({"nplm": "interpolation", "version": 1, "mode": "linear",
+                                                 "models": models, "weights": [1 / len(models)] * len(models)}))
+        return str(tmp_path / name)
+    me = spec("self.json", ["self.json"])
+    a = spec("a.json", ["b.json"])
+    b = spec("b.json", [reference_binaries["ptb5k.o3"], "a.json"])
+    for path, cycle in [(me, f"({me} -> {me})"), (a, f"({a} -> {b} -> {a})")]:
+        with pytest.raises(nplm.ModelLoadError, match="cycle") as e:
+            nplm.Model(path, _quiet())
+        assert isinstance(e.value, nplm.FormatError) and cycle in str(e.value)
+        with pytest.raises(nplm.FormatError, match="cycle"):
+            nplm.interpolate([path, reference_binaries["ptb5k.o3"]])
+        for args in (["verify", path], ["interpolate", "--model", path, "--model", reference_binaries["ptb5k.o3"],
+                                         "--out", str(tmp_path / "x.json")]):
+            assert cli_main(args) != 0
+            err = capsys.readouterr().err
+            assert cycle in err and "Traceback" not in err
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nplm.__file__)))
+        run = subprocess.run([sys.executable, "-m", "nplm", "query", path], input="the\n", env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and cycle in run.stderr and "Traceback" not in run.stderr
+    # a spec used twice, without a cycle, is fine
+    ok = spec("ok.json", ["b2.json", "b2.json"])
+    spec("b2.json", [reference_binaries["ptb5k.o3"]])
+    assert nplm.Model(ok, _quiet()).score("the") == pytest.approx(
+        nplm.Model(reference_binaries["ptb5k.o3"]).score("the"), abs=1e-5)
+
+
 @pytest.mark.parametrize("content,needle", [
     ('{"nplm": "interpolation", "version": 1, "mode": "linear", "models": [], "weights": []}', "models"),
     ('{"nplm": "interpolation", "version": 1, "mode": "cubic", "models": ["a"], "weights": [1]}', "mode"),
