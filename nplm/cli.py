@@ -327,6 +327,8 @@ class Interpolate:
             if os.path.exists(args.out) and same_file(m, args.out):
                 raise ValueError(f"refusing to overwrite the model {m}")
         import numpy as np
+        if args.max_contexts is not None and args.max_contexts < 1:
+            raise ValueError(f"--max-contexts {args.max_contexts}: expected a positive number of dev contexts")
         if args.bucket_bins > 1 and not args.tune:
             raise ValueError("--bucket-bins needs --tune: the bin edges are the dev text's quantiles")
         favour = None

@@ -541,6 +541,13 @@ class InterpolatedModel(_kernels.ModelBase):
         if self._unnormalised is not None and not allow_unnormalised:
             raise ValueError(f"refusing to tune: {self._unnormalised} (allow_unnormalised=True "
                              "tunes it anyway)")
+        if max_contexts is not None and (isinstance(max_contexts, bool) or not isinstance(
+                max_contexts, (int, np.integer)) or max_contexts < 1):
+            raise ValueError(f"max_contexts={max_contexts!r}: expected a positive number of dev "
+                             "contexts (or None: what fits in memory_mib)")
+        if isinstance(memory_mib, bool) or not isinstance(memory_mib, (int, float, np.number)) \
+                or not memory_mib > 0:
+            raise ValueError(f"memory_mib={memory_mib!r}: expected a positive number of MiB")
         threads = _kernels.thread_count(threads)
         sentences = _read_sentences(dev)
         if not sentences:

@@ -561,6 +561,24 @@ def test_cli_tunes_and_writes_a_spec(reference_binaries, tmp_path, dev, capsys):
     assert m.score(SENTENCES[0]) == ref.score(SENTENCES[0])
 
 
+def test_max_contexts_must_be_positive(reference_binaries, tmp_path, dev, capsys):
+    a, b = reference_binaries["ptb5k.o3"], reference_binaries["wiki3k.o5"]
+    mix = nplm.interpolate([a, b], mode="loglinear")
+    for bad in (0, -5, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="max_contexts="):
+            mix.tune(dev[:5], max_contexts=bad)
+    with pytest.raises(ValueError, match="memory_mib="):
+        mix.tune(dev[:5], memory_mib=0)
+    assert mix.tune(dev[:5], max_contexts=1).tokens >= 1          # one context and its tokens
+    text = tmp_path / "dev.txt"
+    text.write_text("\n".join(dev[:5]) + "\n")
+    for bad in ("0", "-5"):
+        assert cli_main(["interpolate", "--mode", "loglinear", "--tune", str(text), "--max-contexts", bad,
+                         "--model", a, "--model", b, "--out", str(tmp_path / "x.json")]) == 1
+        err = capsys.readouterr().err
+        assert f"--max-contexts {bad}: expected a positive number" in err and "Traceback" not in err
+
+
 def test_a_spec_cycle_is_an_error_naming_it(reference_binaries, tmp_path, capsys):
     import os
     import subprocess
