@@ -814,6 +814,11 @@ def read_spec(path):
                 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row))
     by = spec.get("bucket_by")
     if spec["version"] == SPEC_VERSION_BUCKETED:
+        if by is None:
+            raise FormatError(f'"bucket_by" is missing: spec version {SPEC_VERSION_BUCKETED} (weights per '
+                              'context bucket) requires it, the index of the model whose context picks '
+                              f'the row of weights (0..{len(models) - 1}); a spec with one row of weights '
+                              f'is version {SPEC_VERSION}', path)
         if isinstance(by, bool) or not isinstance(by, int) or not 0 <= by < len(models):
             raise FormatError(f'"bucket_by" must be the index of a model (0..{len(models) - 1})', path)
         if not (isinstance(weights, list) and weights and all(numbers(r) for r in weights)):

@@ -267,10 +267,12 @@ def test_argument_errors(paths):
 
 
 @pytest.mark.parametrize("body,needle", [
-    ('"version": 2, "weights": [[1]]', "bucket_by"),
+    ('"version": 2, "weights": [[1]]', '"bucket_by" is missing: spec version 2'),
+    ('"version": 2, "weights": [1]', '"bucket_by" is missing: spec version 2'),
+    ('"version": 2, "bucket_by": null, "weights": [[1]]', '"bucket_by" is missing'),
     ('"version": 1, "bucket_by": 0, "weights": [1]', "version 2"),
     ('"version": 2, "bucket_by": 0, "weights": [1]', "rows"),
-    ('"version": 2, "bucket_by": 3, "weights": [[1]]', "bucket_by"),
+    ('"version": 2, "bucket_by": 3, "weights": [[1]]', '"bucket_by" must be the index of a model (0..0)'),
     ('"version": 2, "bucket_by": 0, "weights": [[1]], "bucket_edges": [[0], []]', "bucket_edges"),
     ('"version": 1, "weights": [1], "bucket_edges": [[0]]', "version 2"),
 ])
