@@ -707,7 +707,30 @@ cdef class KenlmCore(LMCore):
         self.cache = {}
         self.cache_limit = cache_limit
 
-    # context_state: LMCore's default (keep the last order - 1 words) is right here.
+    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
+        """KenLM's own state after the context ``words`` (most recent first): kenlm
+        minimises it to the longest suffix it can still extend, so its length is the
+        shortest suffix whose kenlm.State equals the whole context's (States compare
+        by length, then words).  Back-off weights are not visible through kenlm: 0."""
+        cdef int i
+        if n > self.order - 1:
+            n = self.order - 1
+        with gil:
+            n = self._state_length(words, n)
+        for i in range(n):
+            out.words[i] = words[i]
+            out.backoff[i] = 0.0
+        out.length = <uint8_t>n
+        return 0
+
+    cdef int _state_length(self, const WordId *words, int n) except -1:
+        cdef int j
+        key = (<char *>words)[:n * sizeof(WordId)]
+        whole = self._kstate(key)
+        for j in range(n):
+            if self._kstate(key[:j * sizeof(WordId)]) == whole:
+                return j
+        return n
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         with gil:

@@ -304,9 +304,14 @@ class Interpolate:
                        "weighted sum of log-probabilities, normalised over the vocabulary")
         p.add_argument("--unnormalized", action="store_true",
                        help="loglinear without the normaliser (decoder features, not probabilities)")
-        p.add_argument("--unknown", choices=["unk", "split"], default="unk",
-                       help="a word a component lacks gets its <unk> probability (unk, default) "
-                       "or an even share of it (split: keeps linear mixtures normalised)")
+        p.add_argument("--unknown", choices=["unk", "split"], default="split",
+                       help="a word a component lacks gets an even share of its <unk> probability "
+                       "(split, default: keeps linear mixtures normalised) or all of it, once per "
+                       "missing word (unk: a linear mixture of different vocabularies then sums "
+                       "to more than 1)")
+        p.add_argument("--allow-unnormalised", action="store_true",
+                       help="tune a linear --unknown unk mixture of different vocabularies anyway "
+                       "(refused otherwise: its dev perplexity is too low)")
         p.add_argument("--tune", metavar="DEV", help="tune the weights on this text "
                        "(one sentence per line): EM for linear, Newton for loglinear")
         p.add_argument("--bucket-by", type=int, metavar="I", help="linear: weights per context "
@@ -333,6 +338,8 @@ class Interpolate:
             if os.path.exists(args.out) and same_file(m, args.out):
                 raise ValueError(f"refusing to overwrite the model {m}")
         import numpy as np
+        if args.max_contexts is not None and args.max_contexts < 1:
+            raise ValueError(f"--max-contexts {args.max_contexts}: expected a positive number of dev contexts")
         if args.bucket_bins > 1 and not args.tune:
             raise ValueError("--bucket-bins needs --tune: the bin edges are the dev text's quantiles")
         favour = None
@@ -341,12 +348,20 @@ class Interpolate:
                 favour = int(args.favour[0]), float(args.favour[1])
             except ValueError:
                 raise ValueError(f"--favour takes a model index and a fraction, not {' '.join(args.favour)!r}") from None
-        mix = interpolate(args.model, args.weight, args.mode, normalize=not args.unnormalized,
-                          unknown=args.unknown, bucket_by=args.bucket_by, bucket_bins=args.bucket_bins)
+        import warnings
+        with warnings.catch_warnings():
+            # (an unnormalised mixture's notice, plainly)
+            warnings.simplefilter("always")
+            warnings.showwarning = lambda message, *rest, **kw: print(f"nplm: {message}", file=sys.stderr)
+            mix = interpolate(args.model, args.weight, args.mode, normalize=not args.unnormalized,
+                              unknown=args.unknown, bucket_by=args.bucket_by, bucket_bins=args.bucket_bins)
         extra = {}
         if args.tune:
+            if mix._unnormalised is not None and not args.allow_unnormalised:
+                raise ValueError("refusing to tune a mixture that is not normalised (above); "
+                                 "--unknown split keeps it normalised, --allow-unnormalised tunes it anyway")
             res = mix.tune(args.tune, max_contexts=args.max_contexts, threads=args.threads,
-                           progress=True)
+                           progress=True, allow_unnormalised=args.allow_unnormalised)
             extra = {"tuned_on": os.path.abspath(args.tune), "dev_perplexity": res.perplexity,
                      "dev_tokens": res.tokens}
             rows = np.atleast_2d(res.weights)

@@ -12,14 +12,21 @@ other mixtures), model paths, and real ``kenlm.Model`` objects:
 
 Vocabularies may differ: the mixture's vocabulary is the union of the components'
 (in component order; ids no word reaches, such as a neural model's <null>, are left
-out), and a word one component does not know gets that component's <unk>
-probability (``unknown="unk"``, KenLM's rule).  Probability a component gives to
-such unreachable ids, and to <s> (a softmax's share; back-off models give <s>
-none), is not part of the mixture's distribution.  A linear mixture of models
-with different vocabularies is then not normalised (a component's <unk> mass is
-counted once per word it lacks); ``unknown="split"`` instead divides that mass
-evenly among the words it lacks, which keeps every component, and so the mixture,
-normalised over the union vocabulary.
+out).  Probability a component gives to such unreachable ids, and to <s> (a
+softmax's share; back-off models give <s> none), is not part of the mixture's
+distribution.  A word one component does not know gets:
+
+* ``unknown="split"`` (the default): an even share of that component's <unk>
+  probability, divided among the union's words it lacks (the union's <unk>
+  included).  Every component, and so the mixture, stays normalised over the union
+  vocabulary.  With equal vocabularies nothing is divided: this is KenLM's rule.
+* ``unknown="unk"`` (KenLM's rule applied to every word): that component's whole
+  <unk> probability, once per word it lacks.  A linear mixture is then not
+  normalised (a KN3 + a min-count-2 network lacking 1,935 of its 7,185 words sums to
+  66 after <s>), and its dev perplexity is falsely low: such a linear mixture warns
+  when built and ``tune`` refuses it unless given ``allow_unnormalised=True``.  A
+  normalised log-linear mixture is renormalised by Z, but the missing words' large
+  numerators take mass from the words the component knows.
 
 With ``bucket_by=i`` (linear only) the weights depend on the context: one row per
 length of the state model i keeps for it (0 .. order-1: for a back-off model, KenLM's
@@ -39,13 +46,17 @@ log-probabilities, Hessian = their covariance; as KenLM's tuning) for log-linear
 
 A ``kenlm.Model`` component is scored through kenlm itself, which needs the GIL: a
 mixture containing one does not score in parallel.  kenlm cannot list its
-vocabulary, so such a component adds no words to the union; words only it knows
-must be passed in ``vocab=`` (otherwise they are <unk> to the mixture).
+vocabulary: where its ``path`` is an ARPA file (plain or compressed) its words are
+read from the file's unigrams (only that section), giving the union the same ARPA
+gives as a path; a KenLM binary adds no words (a warning says so), and words only
+it knows must be passed in ``vocab=`` (otherwise they are <unk> to the mixture).
 """
 import json
 import math
 import os
 import sys
+import threading
+import warnings
 
 import numpy as np
 
@@ -92,7 +103,8 @@ def _component(obj, config):
         model = Model(name, config, obj.get("normalization"))
         return _Component(None, None, None, os.path.abspath(name), False, model)
     if _is_kenlm(obj):
-        return _Component(obj, None, None, os.fsdecode(obj.path), True, obj)
+        path = os.fsdecode(obj.path)
+        return _Component(obj, None, _arpa_unigrams(path, obj), path, True, obj)
     if isinstance(obj, _kernels.ModelBase):
         path = None if isinstance(obj, InterpolatedModel) else getattr(obj, "path", None)
         if isinstance(path, bytes):
@@ -102,12 +114,59 @@ def _component(obj, config):
                     "a model path or a kenlm.Model")
 
 
+def _arpa_unigrams(path, model):
+    """The words of a kenlm.Model read from its file's \\1-grams: section when that
+    file is an ARPA file (plain or compressed; nothing past that section is read),
+    in file order, each checked with ``in``; None for a KenLM binary or a file
+    that cannot be read (kenlm itself cannot list its vocabulary)."""
+    from .textio import open_binary
+    try:
+        f = open_binary(path)
+    except OSError:
+        return None
+    words = []
+    try:
+        with f:
+            line = b""
+            for line in f:
+                if line.strip():
+                    break
+            if line.strip() != b"\\data\\":
+                return None                 # a KenLM binary (or not a model at all)
+            for line in f:
+                if line.strip() == b"\\1-grams:":
+                    break
+            else:
+                return None
+            for line in f:
+                fields = line.split(b"\t") if b"\t" in line else line.split()
+                if not line.strip() or line.startswith(b"\\"):
+                    break
+                if len(fields) >= 2:
+                    words.append(fields[1].strip(b" \r\n"))
+    except (OSError, EOFError, ValueError):
+        return None
+    out = []
+    for w in words:
+        try:
+            w = w.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if w not in _UNK and w in model:
+            out.append(w)
+    return out
+
+
 def _union_vocab(comps, extra):
     """Union vocabulary, <unk> first, then each component's words in its id order."""
     words = ["<unk>"]
     seen = set(words)
     for c in comps:
         if c.is_kenlm:
+            for w in c.words or ():     # its ARPA file's unigrams, if it has one
+                if w not in seen:
+                    seen.add(w)
+                    words.append(w)
             continue
         own = c.owner.vocab.words()
         # Only words that look up to themselves: padding such as a neural model's
@@ -263,7 +322,7 @@ class InterpolatedModel(_kernels.ModelBase):
     """Several language models used as one, with the whole kenlm.Model API (see the
     module docstring).  All scores are log10."""
 
-    def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="unk",
+    def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="split",
                  vocab=None, config=None, cache_entries=65536, fast_distributions=True,
                  bucket_by=None, bucket_bins=1, bucket_edges=None):
         from .model import Config
@@ -288,11 +347,17 @@ class InterpolatedModel(_kernels.ModelBase):
         self.normalize = bool(normalize) if mode == "loglinear" else True
         self.unknown = unknown
         self.extra_vocab = list(vocab) if vocab is not None else []
+        for i, c in enumerate(self._comps):
+            if c.is_kenlm and c.words is None and vocab is None:
+                warnings.warn(f"component {i} is a kenlm.Model of a KenLM binary ({c.path}), whose "
+                              "vocabulary kenlm cannot list: words only it knows are unknown to the "
+                              "mixture unless given in vocab= (a kenlm.Model of an ARPA file, or the "
+                              "path, lists them)", stacklevel=3)
         words = _union_vocab(self._comps, self.extra_vocab)
         for special in ("<s>", "</s>"):
             if special not in words:
                 raise ValueError(f"the union vocabulary has no {special}: a mixture of only kenlm.Model "
-                                 "components needs vocab= (kenlm cannot list its words)")
+                                 "components of KenLM binaries needs vocab= (kenlm cannot list its words)")
         self._words = words
         union = _kernels.Vocab(*_kernels.build_vocab_arrays(words))
         bos, eos = union.id("<s>"), union.id("</s>")
@@ -328,6 +393,25 @@ class InterpolatedModel(_kernels.ModelBase):
         self._maps = maps
         self._attach(core, union)
         self.path = b"<interpolation>"
+        self._unnormalised = None
+        if unknown == "unk" and mode == "linear" and np.any(self._unknown_counts > 1):
+            self._unnormalised = self._unk_rule_excess()
+            warnings.warn(self._unnormalised, stacklevel=3)
+
+    def _unk_rule_excess(self):
+        """What unknown='unk' does to a linear mixture of different vocabularies, in
+        words: how many words each component lacks and the sum after <s>."""
+        st = _kernels.State()
+        self.BeginSentenceWrite(st)
+        p = np.power(10.0, self.log10_distribution(st).astype(np.float64))
+        total = float(p.sum() - p[self.vocab.id("<s>")])
+        lacks = "; ".join(f"component {i} ({os.path.basename(c.path) if c.path else '?'}) lacks "
+                          f"{int(k) - 1} of the {len(self._words) - 1} words"
+                          for i, (c, k) in enumerate(zip(self._comps, self._unknown_counts)) if k > 1)
+        return (f"linear mixture with unknown='unk' is not normalised: {lacks}, and each of them gets "
+                f"that component's whole <unk> probability, so p(w | <s>) sums to {total:.4g} over the "
+                "union vocabulary and perplexities are too low; unknown='split' (the default) keeps "
+                "it normalised")
 
     def _set_buckets(self, bucket_by, bins, edges, mode):
         n = len(self._comps)
@@ -442,7 +526,7 @@ class InterpolatedModel(_kernels.ModelBase):
     # --- tuning ------------------------------------------------------------------
 
     def tune(self, dev, *, max_contexts=None, memory_mib=512, threads=2, tol=1e-7,
-             max_iter=500, seed=0, progress=None):
+             max_iter=500, seed=0, progress=None, allow_unnormalised=False):
         """Set the weights that minimise the perplexity of ``dev`` (a path or a list
         of sentences; bos and eos on).  Linear: EM.  Log-linear: Newton's method on
         the normalised likelihood (the gradient and Hessian are exact:
@@ -451,7 +535,20 @@ class InterpolatedModel(_kernels.ModelBase):
         log-linear objective needs every component's distribution in every dev
         context; at most ``max_contexts`` contexts (default: what fits in
         ``memory_mib``) are used, sampled uniformly (seeded) with all their tokens.
+        A linear mixture that is not normalised (unknown='unk' with different
+        vocabularies) is refused unless ``allow_unnormalised``: EM would favour the
+        component whose <unk> mass is counted many times.
         Returns a TuneResult."""
+        if self._unnormalised is not None and not allow_unnormalised:
+            raise ValueError(f"refusing to tune: {self._unnormalised} (allow_unnormalised=True "
+                             "tunes it anyway)")
+        if max_contexts is not None and (isinstance(max_contexts, bool) or not isinstance(
+                max_contexts, (int, np.integer)) or max_contexts < 1):
+            raise ValueError(f"max_contexts={max_contexts!r}: expected a positive number of dev "
+                             "contexts (or None: what fits in memory_mib)")
+        if isinstance(memory_mib, bool) or not isinstance(memory_mib, (int, float, np.number)) \
+                or not memory_mib > 0:
+            raise ValueError(f"memory_mib={memory_mib!r}: expected a positive number of MiB")
         threads = _kernels.thread_count(threads)
         sentences = _read_sentences(dev)
         if not sentences:
@@ -668,7 +765,7 @@ def _read_sentences(dev):
 def interpolate(models, weights=None, mode="linear", **kwargs):
     """One model from several (nplm models, paths, kenlm.Model objects).  ``mode`` is
     "linear" or "loglinear"; keyword options: normalize (log-linear; default True),
-    unknown ("unk" or "split"), vocab (extra words), config, cache_entries,
+    unknown ("split", the default, or "unk"), vocab (extra words), config, cache_entries,
     bucket_by (linear: weights per context bucket of that model; module docstring).
     Uniform weights by default.  See the module docstring."""
     return InterpolatedModel(models, weights, mode, **kwargs)
@@ -718,6 +815,11 @@ def read_spec(path):
                 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row))
     by = spec.get("bucket_by")
     if spec["version"] == SPEC_VERSION_BUCKETED:
+        if by is None:
+            raise FormatError(f'"bucket_by" is missing: spec version {SPEC_VERSION_BUCKETED} (weights per '
+                              'context bucket) requires it, the index of the model whose context picks '
+                              f'the row of weights (0..{len(models) - 1}); a spec with one row of weights '
+                              f'is version {SPEC_VERSION}', path)
         if isinstance(by, bool) or not isinstance(by, int) or not 0 <= by < len(models):
             raise FormatError(f'"bucket_by" must be the index of a model (0..{len(models) - 1})', path)
         if not (isinstance(weights, list) and weights and all(numbers(r) for r in weights)):
@@ -752,7 +854,7 @@ def read_spec(path):
 
 def _from_spec(spec, config=None):
     return InterpolatedModel(spec["models"], spec["weights"], spec["mode"],
-                             normalize=spec.get("normalize", True), unknown=spec.get("unknown", "unk"),
+                             normalize=spec.get("normalize", True), unknown=spec.get("unknown", "split"),
                              vocab=spec.get("vocab") or None, config=config,
                              bucket_by=spec.get("bucket_by"), bucket_edges=spec.get("bucket_edges"))
 
@@ -766,12 +868,26 @@ class SpecData:
         self.vocab = mixture.vocab
 
 
+# The specs this thread is loading, outermost first: a spec that (through others)
+# names itself as a model is a cycle, not an endless recursion.
+_loading = threading.local()
+
+
 def load_spec(path, config=None):
     """Load a spec file as an InterpolatedModel (wrapped for nplm.Model)."""
     spec = read_spec(path)
+    real = os.path.realpath(path)
+    stack = _loading.__dict__.setdefault("specs", [])
+    if real in stack:
+        cycle = " -> ".join(stack[stack.index(real):] + [real])
+        raise FormatError(f"the interpolation specs form a cycle ({cycle}): a spec cannot be "
+                          "a component of itself", path)
+    stack.append(real)
     try:
         return SpecData(_from_spec(spec, config))
     except ValueError as e:
         if isinstance(e, FormatError):
             raise
         raise FormatError(str(e), path) from e
+    finally:
+        stack.pop()

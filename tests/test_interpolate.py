@@ -176,7 +176,8 @@ def test_linear_unk_rule_with_different_vocabularies_counts_unk_mass_per_missing
     # The documented consequence of giving a missing word the component's <unk>
     # probability: the sum exceeds one by each component's <unk> mass per word it lacks.
     comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
-    mix = nplm.interpolate(comps, [0.3, 0.7], unknown="unk")
+    with pytest.warns(UserWarning, match="not normalised"):
+        mix = nplm.interpolate(comps, [0.3, 0.7], unknown="unk")
     for words, bos in CONTEXTS[:3]:
         total = _total(mix.log10_distribution(_after(mix, words, bos)), mix)
         extra = 0.0
@@ -186,6 +187,60 @@ def test_linear_unk_rule_with_different_vocabularies_counts_unk_mass_per_missing
             extra += lam * missing * p_unk
         assert total == pytest.approx(1.0 + extra, abs=1e-4)
         assert total > 1.0
+
+
+def test_default_linear_mixture_of_different_vocabularies_sums_to_one(models):
+    comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # the default policy is normalised: no notice
+        mix = nplm.interpolate(comps, [0.3, 0.7])
+    assert mix.unknown == "split"
+    union = mix.vocab.words()
+    assert all(sum(1 for w in union[1:] if w not in c) > 100 for c in comps)   # really different
+    for words, bos in CONTEXTS:
+        assert _total(mix.log10_distribution(_after(mix, words, bos)), mix) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_unk_rule_linear_mixture_warns_with_the_sum_and_tuning_it_is_refused(models, dev):
+    comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
+    union_size = len(nplm.interpolate(comps).vocab) - 1
+    lacks = [sum(1 for w in nplm.interpolate(comps).vocab.words()[1:] if w not in c) for c in comps]
+    with pytest.warns(UserWarning) as rec:
+        mix = nplm.interpolate(comps, unknown="unk")
+    msg = str(rec[0].message)
+    total = _total(mix.log10_distribution(_after(mix, [], True)), mix)
+    assert f"component 0 (ptb5k.o5.arpa.xz) lacks {lacks[0]} of the {union_size} words" in msg
+    assert f"component 1 (wiki3k.o5.arpa.xz) lacks {lacks[1]} of the {union_size} words" in msg
+    assert f"sums to {total:.4g}" in msg and total > 1.01
+    with pytest.raises(ValueError, match="refusing to tune.*allow_unnormalised"):
+        mix.tune(dev)
+    assert mix.tune(dev, allow_unnormalised=True).perplexity > 0          # when asked
+    # log-linear renormalises: no notice
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nplm.interpolate(comps, mode="loglinear", unknown="unk")
+
+
+def test_default_tuned_weights_minimise_the_honest_dev_perplexity_brute_force(models, dev):
+    # Each component's per-token log10 p from its own full_scores; a word it lacks
+    # (oov) gets its <unk> probability divided among the k union words it lacks.
+    comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
+    mix = nplm.interpolate(comps)
+    union = mix.vocab.words()
+    lp = []
+    for c in comps:
+        k = 1 + sum(1 for w in union[1:] if w not in c)
+        lp.append([p - (math.log10(k) if oov else 0.0) for s in dev for p, _, oov in c.full_scores(s)])
+    p = 10.0 ** np.array(lp)
+    grid = np.linspace(0.0, 1.0, 1001)
+    ppl = [10.0 ** (-np.log10(g * p[0] + (1 - g) * p[1]).mean()) for g in grid]
+    best = int(np.argmin(ppl))
+    res = mix.tune(dev)
+    assert abs(res.weights[0] - grid[best]) <= 2e-3
+    assert res.perplexity <= ppl[best] * (1 + 1e-6)
+    honest = 10.0 ** (-np.log10(res.weights @ p).mean())
+    assert res.perplexity == pytest.approx(honest, rel=1e-5)
+    assert _ppl(mix, dev) == pytest.approx(honest, rel=1e-5)
 
 
 @pytest.mark.parametrize("pair", [("ptb5k.o3", "ptb5k.o5"), ("ptb5k.o5", "wiki3k.o5")])
@@ -203,7 +258,10 @@ def test_normalised_loglinear_sums_to_one(models, pair, weights):
 def test_sentence_scores_match_components(models, mode):
     comps = [models["ptb5k.o5"], models["wiki3k.o5"]]
     w = np.array([0.4, 0.6])
-    mix = nplm.interpolate(comps, w, "linear" if mode == "linear" else "loglinear", normalize=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # (linear under the unk rule: not normalised)
+        mix = nplm.interpolate(comps, w, "linear" if mode == "linear" else "loglinear", normalize=False,
+                               unknown="unk")
     for s in SENTENCES:
         for bos, eos in [(True, True), (False, True), (True, False)]:
             # each component on its own sees a word it lacks as <unk>: the mixture's rule
@@ -253,8 +311,12 @@ def test_kenlm_api_consistency(models):
 def test_nested_linear_mixture_equals_the_flat_one(models, tmp_path):
     a, b, c = models["wiki3k.o5"], models["ptb5k.o3"], models["ptb5k.o5"]
     inner = nplm.interpolate([b, c], [0.6, 0.4])
-    with pytest.raises(ValueError, match="not normalised"):    # different vocabularies, "unk" rule
-        nplm.interpolate([nplm.interpolate([a, b], [0.5, 0.5]), c], [0.5, 0.5])
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="not normalised"):
+        # different vocabularies under the "unk" rule
+        nplm.interpolate([nplm.interpolate([a, b], [0.5, 0.5], unknown="unk"), c], [0.5, 0.5])
+    ok = nplm.interpolate([nplm.interpolate([a, b], [0.5, 0.5]), c], [0.5, 0.5])   # "split": normalised
+    for words, bos in CONTEXTS[:3]:
+        assert _total(ok.log10_distribution(_after(ok, words, bos)), ok) == pytest.approx(1.0, abs=1e-5)
     nested = nplm.interpolate([a, inner], [0.3, 0.7])
     flat = nplm.interpolate([a, b, c], [0.3, 0.7 * 0.6, 0.7 * 0.4])
     for s in SENTENCES:
@@ -290,17 +352,55 @@ def test_kenlm_component_equals_the_same_arpa_in_nplm(models, kenlm_o3, mode):
         assert [(n, o) for _, n, o in a] == [(n, o) for _, n, o in b]
 
 
-def test_kenlm_only_mixture_needs_and_uses_an_explicit_vocabulary(models, kenlm_o3):
-    with pytest.raises(ValueError, match="vocab="):
-        nplm.interpolate([kenlm_o3])
+def _kenlm_of_a_binary(tmp_path):
+    # No KenLM binary is at hand: a kenlm.Model whose (writable) path names a file
+    # starting with KenLM's binary magic, which is what the adapter reads.
+    cfg = kenlm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = kenlm.ARPALoadComplain.NONE
+    km = kenlm.Model(str(REFERENCE / "ptb5k.o3.arpa.xz"), cfg)
+    fake = tmp_path / "model.klm"
+    fake.write_bytes(b"mmap lm http://kheafield.com/code format version 5\n\0" + bytes(64))
+    km.path = str(fake).encode()
+    return km
+
+
+def test_kenlm_only_mixture_lists_an_arpa_vocabulary_and_needs_vocab_for_a_binary(models, kenlm_o3, tmp_path):
     ref = models["ptb5k.o3"]
-    mix = nplm.interpolate([kenlm_o3], vocab=ref.vocab.words())
-    for s in SENTENCES + read_lines(DATA / "ptb" / "ptb.valid.txt", limit=10):
-        a, b = list(mix.full_scores(s)), list(ref.full_scores(s))
-        np.testing.assert_allclose([p for p, _, _ in a], [p for p, _, _ in b], atol=1e-6)
+    km = _kenlm_of_a_binary(tmp_path)
+    with pytest.warns(UserWarning, match="KenLM binary.*vocab="), pytest.raises(ValueError, match="vocab="):
+        nplm.interpolate([km])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # given vocab=, no notice
+        mixes = [nplm.interpolate([kenlm_o3]), nplm.interpolate([km], vocab=ref.vocab.words())]
+    assert mixes[0].vocab.words() == ref.vocab.words()        # the ARPA's unigrams, in file order
+    for mix in mixes:
+        for s in SENTENCES + read_lines(DATA / "ptb" / "ptb.valid.txt", limit=10):
+            a, b = list(mix.full_scores(s)), list(ref.full_scores(s))
+            np.testing.assert_allclose([p for p, _, _ in a], [p for p, _, _ in b], atol=1e-6)
+            assert [(n, o) for _, n, o in a] == [(n, o) for _, n, o in b]
+            # and kenlm itself agrees
+            assert mix.score(s) == pytest.approx(kenlm_o3.score(s), abs=1e-4)
+
+
+def test_words_only_an_arpa_backed_kenlm_model_knows_are_words_of_the_mixture(models, kenlm_o3, tmp_path):
+    # ptb5k.o3 (as kenlm.Model) + wiki3k.o5: as the mixture of the two paths, PTB-only
+    # words included; through a KenLM binary they are <unk> (as documented).
+    wiki = models["wiki3k.o5"]
+    via_kenlm = nplm.interpolate([kenlm_o3, wiki], [0.5, 0.5])
+    via_path = nplm.interpolate([models["ptb5k.o3"], wiki], [0.5, 0.5])
+    assert via_kenlm.vocab.words() == via_path.vocab.words()
+    ptb_only = [w for w in models["ptb5k.o3"].vocab.words()[3:] if w not in wiki][:30]
+    assert len(ptb_only) == 30
+    lines = [" ".join(ptb_only[i:i + 6]) for i in range(0, 30, 6)] + SENTENCES
+    for s in lines:
+        a, b = list(via_kenlm.full_scores(s)), list(via_path.full_scores(s))
+        np.testing.assert_allclose([p for p, _, _ in a], [p for p, _, _ in b], atol=1e-5)
         assert [(n, o) for _, n, o in a] == [(n, o) for _, n, o in b]
-        # and kenlm itself agrees
-        assert mix.score(s) == pytest.approx(kenlm_o3.score(s), abs=1e-4)
+    assert not any(o for _, _, o in via_kenlm.full_scores(lines[0], eos=False))
+    with pytest.warns(UserWarning, match="KenLM binary"):
+        blind = nplm.interpolate([_kenlm_of_a_binary(tmp_path), wiki], [0.5, 0.5])
+    assert all(o for _, _, o in blind.full_scores(lines[0], eos=False))
 
 
 # --- tuning -------------------------------------------------------------------------------
@@ -459,6 +559,58 @@ def test_cli_tunes_and_writes_a_spec(reference_binaries, tmp_path, dev, capsys):
     m = nplm.Model(str(out), _quiet())
     ref = nplm.interpolate([a, b], [0.8, 0.4], "loglinear", normalize=False, unknown="split")
     assert m.score(SENTENCES[0]) == ref.score(SENTENCES[0])
+
+
+def test_max_contexts_must_be_positive(reference_binaries, tmp_path, dev, capsys):
+    a, b = reference_binaries["ptb5k.o3"], reference_binaries["wiki3k.o5"]
+    mix = nplm.interpolate([a, b], mode="loglinear")
+    for bad in (0, -5, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="max_contexts="):
+            mix.tune(dev[:5], max_contexts=bad)
+    with pytest.raises(ValueError, match="memory_mib="):
+        mix.tune(dev[:5], memory_mib=0)
+    assert mix.tune(dev[:5], max_contexts=1).tokens >= 1          # one context and its tokens
+    text = tmp_path / "dev.txt"
+    text.write_text("\n".join(dev[:5]) + "\n")
+    for bad in ("0", "-5"):
+        assert cli_main(["interpolate", "--mode", "loglinear", "--tune", str(text), "--max-contexts", bad,
+                         "--model", a, "--model", b, "--out", str(tmp_path / "x.json")]) == 1
+        err = capsys.readouterr().err
+        assert f"--max-contexts {bad}: expected a positive number" in err and "Traceback" not in err
+
+
+def test_a_spec_cycle_is_an_error_naming_it(reference_binaries, tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    def spec(name, models):
+        (tmp_path / name).write_text(json.dumps({"nplm": "interpolation", "version": 1, "mode": "linear",
+                                                 "models": models, "weights": [1 / len(models)] * len(models)}))
+        return str(tmp_path / name)
+    me = spec("self.json", ["self.json"])
+    a = spec("a.json", ["b.json"])
+    b = spec("b.json", [reference_binaries["ptb5k.o3"], "a.json"])
+    for path, cycle in [(me, f"({me} -> {me})"), (a, f"({a} -> {b} -> {a})")]:
+        with pytest.raises(nplm.ModelLoadError, match="cycle") as e:
+            nplm.Model(path, _quiet())
+        assert isinstance(e.value, nplm.FormatError) and cycle in str(e.value)
+        with pytest.raises(nplm.FormatError, match="cycle"):
+            nplm.interpolate([path, reference_binaries["ptb5k.o3"]])
+        for args in (["verify", path], ["interpolate", "--model", path, "--model", reference_binaries["ptb5k.o3"],
+                                         "--out", str(tmp_path / "x.json")]):
+            assert cli_main(args) != 0
+            err = capsys.readouterr().err
+            assert cycle in err and "Traceback" not in err
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nplm.__file__)))
+        run = subprocess.run([sys.executable, "-m", "nplm", "query", path], input="the\n", env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and cycle in run.stderr and "Traceback" not in run.stderr
+    # a spec used twice, without a cycle, is fine
+    ok = spec("ok.json", ["b2.json", "b2.json"])
+    spec("b2.json", [reference_binaries["ptb5k.o3"]])
+    assert nplm.Model(ok, _quiet()).score("the") == pytest.approx(
+        nplm.Model(reference_binaries["ptb5k.o3"]).score("the"), abs=1e-5)
 
 
 @pytest.mark.parametrize("content,needle", [

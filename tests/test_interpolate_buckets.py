@@ -77,6 +77,13 @@ def _buckets(sentence, vocab, ext, order, bos=True, eos=True, edges=None):
     return out
 
 
+def _split_scores(m, s, union, bos=True, eos=True):
+    """A component's log10 p per token as a mixture with unknown="split" sees it: a
+    word it lacks gets its <unk> probability divided among the k union words it lacks."""
+    k = 1 + sum(1 for w in union[1:] if w not in m)
+    return [p - (np.log10(k) if oov else 0.0) for p, _, oov in m.full_scores(s, bos, eos)]
+
+
 def _mix(paths, rows=None, seed=3, **kw):
     comps = [paths["ptb5k.o5"], paths["wiki3k.o5"]]
     if rows is None:
@@ -87,6 +94,7 @@ def _mix(paths, rows=None, seed=3, **kw):
 def test_scores_match_the_brute_force_buckets(paths, extendable):
     mix, comps, W = _mix(paths)
     models = [nplm.Model(c, _quiet()) for c in comps]
+    union = mix.vocab.words()
     vocab, ext = extendable
     seen = set()
     for s in SENTENCES:
@@ -94,11 +102,41 @@ def test_scores_match_the_brute_force_buckets(paths, extendable):
             b = _buckets(s, vocab, ext, 5, bos, eos)
             seen.update(b)
             assert mix.context_buckets([s], bos, eos).tolist() == b
-            per = np.array([[p for p, _, _ in m.full_scores(s, bos, eos)] for m in models])
+            per = np.array([_split_scores(m, s, union, bos, eos) for m in models])
             ref = np.log10((W[b].T * 10.0 ** per).sum(axis=0))
             np.testing.assert_allclose([p for p, _, _ in mix.full_scores(s, bos, eos)], ref, atol=2e-5)
             assert mix.score(s, bos, eos) == pytest.approx(float(ref.sum()), abs=1e-4)
     assert len(seen) >= 5          # the sentences reach most rows, so a wrong row would show
+
+
+def test_a_kenlm_model_component_buckets_by_kenlms_own_state(paths, extendable, dev, tmp_path):
+    # The same ARPA as a kenlm.Model and as an nplm binary: the same rows (those of
+    # the brute force, which walks the ARPA's n-grams), scores, tuned weights, and a
+    # saved spec reloads as the same model.
+    kenlm = pytest.importorskip("kenlm")
+    cfg = kenlm.Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = kenlm.ARPALoadComplain.NONE
+    km = kenlm.Model(str(REFERENCE / "ptb5k.o5.arpa.xz"), cfg)
+    vocab, ext = extendable
+    words = nplm.Model(paths["ptb5k.o5"], _quiet()).vocab.words()
+    rows = np.random.default_rng(5).dirichlet([1.0, 1.0], size=6)
+    a = nplm.interpolate([km, paths["wiki3k.o5"]], rows, bucket_by=0, vocab=words, config=_quiet())
+    b = nplm.interpolate([paths["ptb5k.o5"], paths["wiki3k.o5"]], rows, bucket_by=0, config=_quiet())
+    assert sorted(a.vocab.words()) == sorted(b.vocab.words())
+    lines = SENTENCES + ["the company said it expects zzqx to report a loss"] + dev[:40]
+    for s in lines:
+        for bos, eos in [(True, True), (False, True)]:
+            got = a.context_buckets([s], bos, eos).tolist()
+            assert got == b.context_buckets([s], bos, eos).tolist() == _buckets(s, vocab, ext, 5, bos, eos)
+            np.testing.assert_allclose([p for p, _, _ in a.full_scores(s, bos, eos)],
+                                       [p for p, _, _ in b.full_scores(s, bos, eos)], atol=1e-5)
+    ra, rb = a.tune(dev[:150]), b.tune(dev[:150])
+    np.testing.assert_allclose(ra.weights, rb.weights, atol=1e-6)
+    a.save(str(tmp_path / "a.json"))
+    loaded = nplm.Model(str(tmp_path / "a.json"), _quiet())
+    for s in lines:
+        assert loaded.score(s) == pytest.approx(a.score(s), abs=1e-4)
 
 
 def test_back_off_bins_match_the_brute_force_buckets(paths, extendable, dev):
@@ -110,13 +148,14 @@ def test_back_off_bins_match_the_brute_force_buckets(paths, extendable, dev):
     assert edges.shape == (4, 2) and np.all(np.diff(edges, axis=1) >= 0)
     W = mix.weights
     models = [nplm.Model(c, _quiet()) for c in comps]
+    union = mix.vocab.words()
     vocab, ext = extendable
     seen = set()
     for s in SENTENCES + dev[:20]:
         b = _buckets(s, vocab, ext, 5, edges=edges.tolist())
         seen.update(b)
         assert mix.context_buckets([s]).tolist() == b
-        per = np.array([[p for p, _, _ in m.full_scores(s)] for m in models])
+        per = np.array([_split_scores(m, s, union) for m in models])
         np.testing.assert_allclose([p for p, _, _ in mix.full_scores(s)],
                                    np.log10((W[b].T * 10.0 ** per).sum(axis=0)), atol=2e-5)
     assert len(seen) >= 8
@@ -228,10 +267,12 @@ def test_argument_errors(paths):
 
 
 @pytest.mark.parametrize("body,needle", [
-    ('"version": 2, "weights": [[1]]', "bucket_by"),
+    ('"version": 2, "weights": [[1]]', '"bucket_by" is missing: spec version 2'),
+    ('"version": 2, "weights": [1]', '"bucket_by" is missing: spec version 2'),
+    ('"version": 2, "bucket_by": null, "weights": [[1]]', '"bucket_by" is missing'),
     ('"version": 1, "bucket_by": 0, "weights": [1]', "version 2"),
     ('"version": 2, "bucket_by": 0, "weights": [1]', "rows"),
-    ('"version": 2, "bucket_by": 3, "weights": [[1]]', "bucket_by"),
+    ('"version": 2, "bucket_by": 3, "weights": [[1]]', '"bucket_by" must be the index of a model (0..0)'),
     ('"version": 2, "bucket_by": 0, "weights": [[1]], "bucket_edges": [[0], []]', "bucket_edges"),
     ('"version": 1, "weights": [1], "bucket_edges": [[0]]', "version 2"),
 ])
