@@ -79,9 +79,10 @@ def _verify(path, seen):
     path = os.fspath(path)
     key = os.path.realpath(path)
     if key in seen:
-        raise FormatError("the spec names itself (a cycle of interpolation specs)", path)
+        from .interpolate import spec_cycle_error
+        raise spec_cycle_error(seen, key, path)
     head = _open_check(path)
-    what = _what(path, head, seen | {key})
+    what = _what(path, head, seen + (key,))
     config = Config()
     config.load_method = LoadMethod.LAZY
     config.show_progress = False
@@ -94,4 +95,4 @@ def verify(path):
     """Raise Unreadable (an OSError) when ``path`` is missing or cannot be opened,
     FormatError / ModelLoadError naming it when the model file is damaged; return a
     one-line description when it is sound."""
-    return _verify(path, frozenset()) + ": OK"
+    return _verify(path, ()) + ": OK"

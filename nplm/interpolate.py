@@ -873,15 +873,21 @@ class SpecData:
 _loading = threading.local()
 
 
+def spec_cycle_error(stack, real, path):
+    """The error for spec ``path`` (real path ``real``) met again while the specs
+    ``stack`` (real paths, outermost first) load."""
+    cycle = " -> ".join(list(stack[stack.index(real):]) + [real])
+    return FormatError(f"the interpolation specs form a cycle ({cycle}): a spec cannot be "
+                       "a component of itself", path)
+
+
 def load_spec(path, config=None):
     """Load a spec file as an InterpolatedModel (wrapped for nplm.Model)."""
     spec = read_spec(path)
     real = os.path.realpath(path)
     stack = _loading.__dict__.setdefault("specs", [])
     if real in stack:
-        cycle = " -> ".join(stack[stack.index(real):] + [real])
-        raise FormatError(f"the interpolation specs form a cycle ({cycle}): a spec cannot be "
-                          "a component of itself", path)
+        raise spec_cycle_error(stack, real, path)
     stack.append(real)
     try:
         return SpecData(_from_spec(spec, config))
