@@ -62,7 +62,7 @@ import numpy as np
 
 from . import _interp, _kernels
 from .errors import FormatError
-from .textio import atomic_write, utf8_lines
+from .textio import atomic_write, split_words, utf8_lines
 
 SPEC_KEY = "interpolation"
 SPEC_VERSION = 1
@@ -503,7 +503,6 @@ class InterpolatedModel(_kernels.ModelBase):
     # --- per-component scores (tuning) ---------------------------------------------
 
     def _encode(self, sentences, bos, eos):
-        from .textio import split_words   # KenLM's delimiters, as scoring splits
         ids, offsets = [], [0]
         eos_id = self.vocab.id("</s>")
         for s in _kernels.sentence_list(sentences):
@@ -758,7 +757,8 @@ def newton(objective, w, max_iter=50, tol=1e-12):
 def _read_sentences(dev):
     if isinstance(dev, (str, bytes, os.PathLike)):
         # (invalid UTF-8 is an error naming the line)
-        return [line.rstrip("\n") for line in utf8_lines(os.fsdecode(dev)) if line.strip()]
+        # (a line is blank when it has no words as scoring splits them: KenLM's delimiters)
+        return [line.rstrip("\n") for line in utf8_lines(os.fsdecode(dev)) if split_words(line)]
     return [s.decode("utf-8") if isinstance(s, bytes) else s for s in dev]
 
 

@@ -233,7 +233,7 @@ def stage_data(run):
     cut to the settings' line counts."""
     os.makedirs(os.path.join(run.out, "data"), exist_ok=True)
     os.makedirs(run.models_dir, exist_ok=True)
-    from .textio import atomic_write, open_text
+    from .textio import atomic_write, open_text, split_words
     limits = {"train": run.s.train_lines, "valid": run.s.valid_lines, "test": run.s.test_lines}
     counts = []
     for part, limit in limits.items():
@@ -246,7 +246,7 @@ def stage_data(run):
             for line in f:
                 if limit and n >= limit:
                     break
-                words = line.split()
+                words = split_words(line)
                 if not words:
                     continue
                 g.write(" ".join("UNK" if w == "<unk>" else w for w in words) + "\n")
@@ -281,6 +281,7 @@ def stage_kenlm_reference(run):
     """The real kenlm module on the same KN5 ARPA: the speed reference (kenlm has no
     batch API, so its throughput column is the per-sentence ``score()`` loop)."""
     import kenlm
+    from .textio import split_words
     kn = run.need(f"KN{run.s.order}")
     arpa = kn["path"][:-len(".nplm")] + ".arpa"
     cfg = kenlm.Config()
@@ -295,7 +296,7 @@ def stage_kenlm_reference(run):
     for part in ("test", "valid"):
         lines = _read_lines(run.text[part])
         total, dt = best_time(lambda m: sum(m.score(line) for line in lines), lambda: m)
-        n = sum(len(line.split()) + 1 for line in lines)
+        n = sum(len(split_words(line)) + 1 for line in lines)
         if part == "test":
             row.test_ppl, row.tokens, row.tokens_per_s = 10 ** (-total / n), n, n / dt
         else:
