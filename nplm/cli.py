@@ -165,24 +165,21 @@ class BuildBinary:
         return 0
 
 
-def _positive_int(value):
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return n
+def _int_at_least(lowest, what):
+    """An argparse type: an integer >= ``lowest``, called ``what`` in the error."""
+    def parse(value):
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < lowest:
+            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {value!r}")
+        return n
+    return parse
 
 
-def _nonneg_int(value):
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value!r}")
-    return n
+_positive_int = _int_at_least(1, "positive")
+_nonneg_int = _int_at_least(0, "non-negative")
 
 
 def _lmplz_bool(value):

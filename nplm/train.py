@@ -477,9 +477,8 @@ def resume_conflicts(old_config, state, config, tc, data_id):
     return out
 
 
-def checkpoint_settings(out_path):
-    """(NeuralConfig, TrainConfig) the checkpoint ``out_path + '.ckpt'`` was made with:
-    what a resume keeps where the command line says nothing."""
+def _read_checkpoint(out_path):
+    """(path, network, checkpoint record) of the checkpoint ``out_path + '.ckpt'``."""
     ckpt = os.fspath(out_path) + CHECKPOINT_SUFFIX
     if not os.path.exists(ckpt):
         raise FileNotFoundError(2, "no checkpoint to resume from", ckpt)
@@ -487,9 +486,19 @@ def checkpoint_settings(out_path):
     state = cont.config.get("checkpoint")
     if state is None:
         raise FormatError("not a training checkpoint", ckpt)
+    return ckpt, old, state
+
+
+def _saved_train_config(state):
     known = {f.name for f in dataclasses.fields(TrainConfig)}
-    return old.config, TrainConfig(**{k: v for k, v in (state.get("train_config") or {}).items()
-                                      if k in known})
+    return TrainConfig(**{k: v for k, v in (state.get("train_config") or {}).items() if k in known})
+
+
+def checkpoint_settings(out_path):
+    """(NeuralConfig, TrainConfig) the checkpoint ``out_path + '.ckpt'`` was made with:
+    what a resume keeps where the command line says nothing."""
+    _, old, state = _read_checkpoint(out_path)
+    return old.config, _saved_train_config(state)
 
 
 def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=False, log=print,
@@ -510,12 +519,7 @@ def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=Fa
     data_id = {"train": file_fingerprint(train_path), "valid": file_fingerprint(valid_path)}
     vocab = None
     if resume:
-        if not os.path.exists(ckpt):
-            raise FileNotFoundError(2, "no checkpoint to resume from", ckpt)
-        old, cont = NeuralNet.load(ckpt, return_container=True)
-        state = cont.config.get("checkpoint")
-        if state is None:
-            raise FormatError("not a training checkpoint", ckpt)
+        ckpt, old, state = _read_checkpoint(out_path)
         conflicts = resume_conflicts(old.config, state, config, tc, data_id)
         if conflicts:
             raise ValueError(f"cannot resume from {ckpt}: it was made with other settings or data:\n  "
@@ -526,9 +530,7 @@ def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=Fa
             log(f"note: {ckpt} does not record its training data (an older checkpoint); "
                 "make sure --train and --valid are the texts it was trained on")
         if tc is None:
-            known = {f.name for f in dataclasses.fields(TrainConfig)}
-            tc = TrainConfig(**{k: v for k, v in (state.get("train_config") or {}).items()
-                                if k in known}).validate()
+            tc = _saved_train_config(state).validate()
         vocab, config = old.vocab, old.config
     corpus = Corpus(train_path, valid_path, config.order, tc.min_count, tc.vocab_size, vocab=vocab)
     log(f"vocabulary: {len(corpus.vocab)} words; {corpus.train[1].size:,} training examples"
