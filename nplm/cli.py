@@ -179,6 +179,16 @@ def _int_at_least(lowest, what):
 
 
 _positive_int = _int_at_least(1, "positive")
+
+
+def _positive_minutes(value):
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of minutes, got {value!r}")
+    return x
 _nonneg_int = _int_at_least(0, "non-negative")
 
 
@@ -512,7 +522,7 @@ class Train:
                        help=f"dropout rate on the context embeddings (default {t.input_dropout})")
         g.add_argument("--max-halvings", type=int, default=t.max_halvings,
                        help=f"stop after this many learning-rate halvings (default {t.max_halvings})")
-        g.add_argument("--time-limit", type=float, default=t.time_limit,
+        g.add_argument("--time-limit", type=_positive_minutes, default=None,
                        help="stop after the epoch that passes this many minutes (default: none)")
         g.add_argument("--average", type=float, default=t.average,
                        help="validate and save a moving average of the weights with this time constant in "
@@ -546,13 +556,24 @@ class Train:
                          optimizer=args.optimizer, l2=args.l2, dropout=args.dropout,
                          input_dropout=args.input_dropout, threads=args.threads,
                          seed=args.seed, min_count=args.min_count, vocab_size=args.vocab_size,
-                         max_halvings=args.max_halvings, time_limit=args.time_limit * 60,
+                         max_halvings=args.max_halvings, time_limit=(args.time_limit or 0) * 60,
                          average=args.average)
+        given = _given_options(args)
+        objective = config.objective if config.objective != "auto" else \
+            ("mle" if config.output == "tree" else "nce")
+        for option, dest, idle in (("--classes", "classes", config.output != "class"),
+                                   ("--clustering", "clustering", config.output != "class"),
+                                   ("--noise-samples", "noise_samples", objective != "nce"),
+                                   ("--variable-history", "variable_history", config.order == 2)):
+            if dest in given and idle:
+                why = {"classes": "without --output class", "clustering": "without --output class",
+                       "noise_samples": "without --objective nce",
+                       "variable_history": "at order 2 (every context is one word already)"}[dest]
+                print(f"nplm: warning: {option} has no effect {why}", file=sys.stderr)
         if args.resume:
             # the checkpoint's settings, but for the options given (which train() then
             # compares with it): resuming needs no repeat of the options it was made with
             from .train import checkpoint_settings
-            given = _given_options(args)
             old_config, old_tc = checkpoint_settings(args.out)
             config = dataclasses.replace(old_config, **{f.name: getattr(config, f.name)
                                                         for f in dataclasses.fields(config) if f.name in given})

@@ -59,6 +59,8 @@ class TrainConfig:
         need(self.vocab_size >= 0, f"vocabulary size cap must be non-negative, not {self.vocab_size}")
         need(self.parallel in ("hogwild", "blas"), f"parallel must be 'hogwild' or 'blas', not {self.parallel!r}")
         need(self.max_halvings >= 0, f"max halvings must be non-negative, not {self.max_halvings}")
+        need(self.time_limit >= 0 and not math.isnan(self.time_limit),
+             f"time limit must be a non-negative number of seconds (0: none), not {self.time_limit}")
         need(self.average >= 0 and math.isfinite(self.average),
              f"averaging time constant must be a non-negative number of epochs, not {self.average}")
         return self

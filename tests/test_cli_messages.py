@@ -432,3 +432,31 @@ def test_convert_of_a_spec_points_to_distil(models, tmp_path):
     r = nplm_cli("distil", spec, "--text", TOY, "--order", "2", "--arpa", tmp_path / "o.arpa", "-q")
     assert r.returncode == 0, r.stderr
     assert nplm.Model(str(tmp_path / "o.arpa"), quiet()).order == 2
+
+
+def test_train_warns_of_options_without_effect_and_checks_the_time_limit(tmp_path, capsys):
+    """--classes/--clustering without a class output, --noise-samples without NCE and
+    --variable-history at order 2 change nothing: said, not silently ignored; a time
+    limit must be a positive number of minutes (0 read as 'none', -1 stopped at once)."""
+    from nplm.cli import main
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat\na dog sat on a log\n" * 20)
+    base = ["train", "--train", str(text), "--embedding-dim", "8", "--hidden", "", "--epochs", "1",
+            "--threads", "1", "--quiet"]
+    cases = [(["--output", "softmax", "--classes", "3"], "--classes has no effect without --output class"),
+             (["--output", "tree", "--clustering", "frequency"], "--clustering has no effect"),
+             (["--output", "softmax", "--objective", "mle", "--noise-samples", "5"],
+              "--noise-samples has no effect without --objective nce"),
+             (["--order", "2", "--variable-history"], "--variable-history has no effect at order 2")]
+    for i, (extra, said) in enumerate(cases):
+        assert main(base + ["--out", str(tmp_path / f"m{i}.nplm")] + extra) == 0
+        assert said in capsys.readouterr().err
+    assert main(base + ["--out", str(tmp_path / "ok.nplm"), "--output", "softmax", "--objective", "mle"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    for bad in ("0", "-1", "nan"):
+        with pytest.raises(SystemExit):
+            main(base + ["--out", str(tmp_path / "x.nplm"), "--time-limit", bad])
+        assert "--time-limit: expected a positive number of minutes" in capsys.readouterr().err
+    from nplm.train import TrainConfig
+    with pytest.raises(ValueError, match="time limit"):
+        TrainConfig(time_limit=-60).validate()
