@@ -530,6 +530,10 @@ def read_corpus(path):
                 raise FormatError(f"not UTF-8 (byte {e.start}: {e.reason})", path, line_no) from None
             ids.extend(index.setdefault(w, len(index)) for w in split_words(line))
             ids.append(0)
+            if len(index) > 1 and ("<s>" in index or "<null>" in index):
+                # reserved as in training (vocab.check_corpus): a class for them is meaningless
+                bad = "<s>" if "<s>" in index else "<null>"
+                raise FormatError(f"reserved token {bad!r} in the text", path, line_no)
     if len(index) == 1:
         raise FormatError("the text has no words", path)
     ids = np.array(ids, dtype=np.int32)

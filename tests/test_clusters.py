@@ -443,3 +443,19 @@ def test_cluster_command_bad_input(tmp_path, capsys):
     good.write_text("a b c\n")
     assert main(["cluster", "--text", str(good), "-c", "9", "-q"]) == 1
     assert "between 1 and the vocabulary size (4)" in capsys.readouterr().err
+
+
+def test_read_corpus_refuses_the_reserved_tokens_training_refuses(tmp_path):
+    """<s> and <null> inside a line are refused naming the line, as nplm train refuses
+    them (a class for the padding word is meaningless); </s> is the sentence end."""
+    from nplm.clusters import read_corpus
+    from nplm.errors import FormatError
+    for token in ("<s>", "<null>"):
+        path = tmp_path / "t.txt"
+        path.write_text(f"a b\nc {token} d\n")
+        with pytest.raises(FormatError, match=f"reserved token '{token}'") as e:
+            read_corpus(path)
+        assert ":2" in str(e.value)
+    path.write_text("a b\nc d\n")
+    words, counts, ids = read_corpus(path)
+    assert sorted(words) == ["</s>", "a", "b", "c", "d"]
