@@ -19,16 +19,31 @@ from _bench_common import ptb_lines  # noqa: E402
 
 
 def main(argv):
-    if len(argv) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("teacher", help="anything nplm.Model loads (e.g. an interpolation spec)")
+    ap.add_argument("tables", nargs="+", metavar="TABLE.arpa", help="distilled tables (read by kenlm)")
+    args = ap.parse_args(argv)
     import kenlm
     import nplm
     test = ptb_lines("test")
-    teacher = nplm.Model(argv[0])
+    missing = [p for p in [args.teacher] + args.tables if not Path(p).is_file()]
+    if missing:
+        print(f"analyse_distil: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    try:
+        teacher = nplm.Model(args.teacher)
+    except OSError as e:            # nplm.ModelLoadError names the file and the problem
+        print(f"analyse_distil: {e}", file=sys.stderr)
+        return 1
     T = np.array([s[0] for line in test for s in teacher.full_scores(line)])
-    for path in argv[1:]:
-        k = kenlm.Model(path)
+    for path in args.tables:
+        try:
+            k = kenlm.Model(path)
+        except OSError as e:
+            print(f"analyse_distil: {e}", file=sys.stderr)
+            return 1
         scores = [s for line in test for s in k.full_scores(line)]
         K = np.array([s[0] for s in scores])
         L = np.array([s[1] for s in scores])
