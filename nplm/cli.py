@@ -178,6 +178,14 @@ def _int_at_least(lowest, what):
     return parse
 
 
+def _input_file(value):
+    """An argparse type: a file that exists (argparse then names the option)."""
+    if not os.path.isfile(value):
+        raise argparse.ArgumentTypeError(f"no such file: {value!r}" if not os.path.exists(value)
+                                         else f"not a file: {value!r}")
+    return value
+
+
 _positive_int = _int_at_least(1, "positive")
 
 
@@ -221,8 +229,8 @@ class Estimate:
                        nargs="?", const=True, default=True, metavar="0|1",
                        help="interpolate unigrams with the uniform distribution (default 1); "
                        "0 gives the mass to <unk> as SRILM does")
-        p.add_argument("--limit_vocab_file", "--limit-vocab-file", help="prune n-grams with words "
-                       "not listed (whitespace-separated) in this file")
+        p.add_argument("--limit_vocab_file", "--limit-vocab-file", type=_input_file,
+                       help="prune n-grams with words not listed (whitespace-separated) in this file")
         p.add_argument("--skip_symbols", "--skip-symbols", action="store_true",
                        help="treat <s>, </s> and <unk> in the text as whitespace")
         p.add_argument("--verbose_header", "--verbose-header", action="store_true",
@@ -473,8 +481,9 @@ class Train:
                     "Bengio-style MLE: --context full --embedding-dim 128 --hidden 512 --objective mle")
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         g = p.add_argument_group("data")
-        g.add_argument("--train", required=True, help="training text, one sentence per line (plain/gz/bz2/xz)")
-        g.add_argument("--valid", help="validation text: perplexity per epoch, learning-rate halving, "
+        g.add_argument("--train", required=True, type=_input_file,
+                       help="training text, one sentence per line (plain/gz/bz2/xz)")
+        g.add_argument("--valid", type=_input_file, help="validation text: perplexity per epoch, learning-rate halving, "
                        "early stopping (recommended)")
         g.add_argument("--out", required=True, help="output model file (a checkpoint OUT.ckpt is kept per epoch)")
         g.add_argument("--min-count", type=int, default=t.min_count,

@@ -460,3 +460,17 @@ def test_train_warns_of_options_without_effect_and_checks_the_time_limit(tmp_pat
     from nplm.train import TrainConfig
     with pytest.raises(ValueError, match="time limit"):
         TrainConfig(time_limit=-60).validate()
+
+
+def test_missing_input_files_are_named_with_their_option(tmp_path, capsys):
+    from nplm.cli import main
+    text = tmp_path / "t.txt"
+    text.write_text("a b\n")
+    for argv, option in ((["estimate", "-o", "2", "--text", str(text), "--limit_vocab_file", str(tmp_path / "no")],
+                          "--limit_vocab_file"),
+                         (["train", "--train", str(text), "--valid", "", "--out", str(tmp_path / "m.nplm")], "--valid"),
+                         (["train", "--train", str(tmp_path), "--out", str(tmp_path / "m.nplm")], "--train")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        err = capsys.readouterr().err
+        assert f"argument {option}" in err and ("no such file" in err or "not a file" in err), err
