@@ -179,8 +179,8 @@ def _int_at_least(lowest, what):
 
 
 def _input_file(value):
-    """An argparse type: a file that exists (argparse then names the option)."""
-    if not os.path.isfile(value):
+    """An argparse type: a file that exists, or - (argparse then names the option)."""
+    if value != "-" and not os.path.isfile(value):
         raise argparse.ArgumentTypeError(f"no such file: {value!r}" if not os.path.exists(value)
                                          else f"not a file: {value!r}")
     return value
