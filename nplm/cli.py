@@ -568,6 +568,10 @@ class Train:
                          max_halvings=args.max_halvings, time_limit=(args.time_limit or 0) * 60,
                          average=args.average)
         given = _given_options(args)
+        cpus = os.cpu_count() or 1
+        if args.threads > cpus:
+            print(f"nplm: warning: --threads {args.threads} is more than this machine's {cpus} CPUs: "
+                  "the extra Hogwild threads only add stale updates", file=sys.stderr)
         objective = config.objective if config.objective != "auto" else \
             ("mle" if config.output == "tree" else "nce")
         for option, dest, idle in (("--classes", "classes", config.output != "class"),

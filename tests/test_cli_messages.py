@@ -453,6 +453,9 @@ def test_train_warns_of_options_without_effect_and_checks_the_time_limit(tmp_pat
         assert said in capsys.readouterr().err
     assert main(base + ["--out", str(tmp_path / "ok.nplm"), "--output", "softmax", "--objective", "mle"]) == 0
     assert "warning" not in capsys.readouterr().err
+    many = str((os.cpu_count() or 1) + 1)
+    assert main(base[:-3] + ["--threads", many, "--quiet", "--out", str(tmp_path / "t.nplm")]) == 0
+    assert f"--threads {many} is more than this machine's" in capsys.readouterr().err
     for bad in ("0", "-1", "nan"):
         with pytest.raises(SystemExit):
             main(base + ["--out", str(tmp_path / "x.nplm"), "--time-limit", bad])
