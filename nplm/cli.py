@@ -3,9 +3,11 @@ library modules.  Each command registers itself with ``@command`` below; its
 ``add_arguments(parser)`` declares flags and its ``run(args)`` returns an exit code.
 """
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
+import warnings
 
 _COMMANDS = {}
 
@@ -23,6 +25,16 @@ def command(name, help):
 def _error(message):
     print(f"nplm: error: {message}", file=sys.stderr)
     return 1
+
+
+@contextlib.contextmanager
+def _plain_warnings():
+    """The library's warnings inside the block, each printed once as a plain
+    ``nplm: message`` line on stderr (not Python's file:line: category form)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *rest, **kw: print(f"nplm: {message}", file=sys.stderr)
+        yield
 
 
 # --- commands are defined below, one class each -------------------------------------
@@ -252,12 +264,8 @@ class Estimate:
         fallback = None
         if args.discount_fallback is not None:
             fallback = args.discount_fallback or True
-        import sys
-        import warnings
-        with warnings.catch_warnings():
-            # with -q, notices (fallback discounts, <unk> counted) still reach stderr, plainly
-            warnings.simplefilter("always")
-            warnings.showwarning = lambda message, *rest, **kw: print(f"nplm: {message}", file=sys.stderr)
+        # with -q, notices (fallback discounts, <unk> counted) still reach stderr, plainly
+        with _plain_warnings():
             estimate(args.text, args.order, arpa=arpa, binary=args.binary, discount_fallback=fallback,
                      prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
                      limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
@@ -363,11 +371,7 @@ class Interpolate:
                 favour = int(args.favour[0]), float(args.favour[1])
             except ValueError:
                 raise ValueError(f"--favour takes a model index and a fraction, not {' '.join(args.favour)!r}") from None
-        import warnings
-        with warnings.catch_warnings():
-            # (an unnormalised mixture's notice, plainly)
-            warnings.simplefilter("always")
-            warnings.showwarning = lambda message, *rest, **kw: print(f"nplm: {message}", file=sys.stderr)
+        with _plain_warnings():        # (an unnormalised mixture's notice)
             mix = interpolate(args.model, args.weight, args.mode, normalize=not args.unnormalized,
                               unknown=args.unknown, bucket_by=args.bucket_by, bucket_bins=args.bucket_bins)
         extra = {}
