@@ -199,6 +199,7 @@ def _input_file(value):
 
 
 _positive_int = _int_at_least(1, "positive")
+_nonneg_int = _int_at_least(0, "non-negative")
 
 
 def _positive_minutes(value):
@@ -209,7 +210,6 @@ def _positive_minutes(value):
     if not 0 < x < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number of minutes, got {value!r}")
     return x
-_nonneg_int = _int_at_least(0, "non-negative")
 
 
 def _lmplz_bool(value):
@@ -740,7 +740,6 @@ class Convert:
                     f"({100 * report['perplexity_change']:+.3f}%)")
         print(msg, file=sys.stderr)
         return 0
-
 
     @staticmethod
     def stdio(args):
