@@ -576,8 +576,7 @@ class Train:
         if args.threads > cpus:
             print(f"nplm: warning: --threads {args.threads} is more than this machine's {cpus} CPUs: "
                   "the extra Hogwild threads only add stale updates", file=sys.stderr)
-        objective = config.objective if config.objective != "auto" else \
-            ("mle" if config.output == "tree" else "nce")
+        objective = config.resolved_objective()
         for option, dest, idle in (("--classes", "classes", config.output != "class"),
                                    ("--clustering", "clustering", config.output != "class"),
                                    ("--noise-samples", "noise_samples", objective != "nce"),

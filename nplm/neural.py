@@ -62,6 +62,13 @@ class NeuralConfig:
     variable_history: bool = False
     tie_embeddings: bool = False  # one table for input and output word vectors (Press & Wolf 2017)
 
+    def resolved_objective(self):
+        """The objective "auto" stands for: MLE for a tree output (NCE does not apply
+        there), NCE otherwise; any other value as it is."""
+        if self.objective == "auto":
+            return "mle" if self.output == "tree" else "nce"
+        return self.objective
+
     def validate(self):
         """Raise ValueError naming the first nonsense setting."""
         def need(cond, msg):
@@ -77,8 +84,7 @@ class NeuralConfig:
         need(self.context in _CTX, f"context must be one of {sorted(_CTX)}, not {self.context!r}")
         need(self.activation in _ACT, f"activation must be one of {sorted(_ACT)}, not {self.activation!r}")
         need(self.output in _OUT, f"output must be one of {sorted(_OUT)}, not {self.output!r}")
-        if self.objective == "auto":
-            self.objective = "mle" if self.output == "tree" else "nce"
+        self.objective = self.resolved_objective()
         need(self.objective in _OBJ, f"objective must be one of {sorted(_OBJ)}, not {self.objective!r}")
         need(not (self.output == "tree" and self.objective == "nce"),
              "tree output is normalised by construction; train it with objective 'mle'")
