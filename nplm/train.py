@@ -447,25 +447,22 @@ def resume_conflicts(old_config, state, config, tc, data_id):
     the command-line option; settings that do not apply (noise samples without NCE,
     classes without class output) are skipped.  ``config``/``tc`` None: not given."""
     out = []
+
+    def differ(name, a, b):
+        if a != b:
+            out.append(f"--{name.replace('_', '-')}: {_flag_value(a)} in the checkpoint, {_flag_value(b)} now")
     if config is not None:
         for f in dataclasses.fields(NeuralConfig):
-            a, b = getattr(old_config, f.name), getattr(config, f.name)
             if f.name == "noise_samples" and old_config.objective != "nce":
                 continue
             if f.name in ("classes", "clustering") and old_config.output != "class":
                 continue
-            if a != b:
-                out.append(f"--{f.name.replace('_', '-')}: {_flag_value(a)} in the checkpoint, "
-                           f"{_flag_value(b)} now")
+            differ(f.name, getattr(old_config, f.name), getattr(config, f.name))
     saved_tc = state.get("train_config")
     if tc is not None and saved_tc:
         for f in dataclasses.fields(TrainConfig):
-            if f.name in RESUMABLE or f.name not in saved_tc:
-                continue
-            a, b = saved_tc[f.name], getattr(tc, f.name)
-            if a != b:
-                out.append(f"--{f.name.replace('_', '-')}: {_flag_value(a)} in the checkpoint, "
-                           f"{_flag_value(b)} now")
+            if f.name not in RESUMABLE and f.name in saved_tc:
+                differ(f.name, saved_tc[f.name], getattr(tc, f.name))
     saved = state.get("data")
     if saved is not None:
         def describe(d):
