@@ -12,6 +12,7 @@ import os
 
 from .errors import FormatError
 from .formats import container
+from .textio import compression_name
 
 
 class Unreadable(OSError):
@@ -68,10 +69,8 @@ def _what(path, head, seen):
                                   path) from None
             parts.append(f"{shown} [{desc}]")
         return (f"interpolation spec ({spec['mode']}, {len(parts)} components: {'; '.join(parts)})")
-    if head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ")):
-        kind = {b"\x1f": "gzip", b"B": "bzip2", b"\xfd": "xz"}[head[:1]]
-        return f"ARPA file ({kind})"
-    return "ARPA file"
+    kind = compression_name(head)
+    return f"ARPA file ({kind})" if kind else "ARPA file"
 
 
 def _verify(path, seen):

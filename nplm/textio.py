@@ -55,17 +55,25 @@ def _opener(cls):
 
 
 _MAGIC = (
-    (b"\x1f\x8b", _opener(gzip.GzipFile)),
-    (b"BZh", _opener(bz2.BZ2File)),
-    (b"\xfd7zXZ\x00", _opener(lzma.LZMAFile)),
+    (b"\x1f\x8b", "gzip", _opener(gzip.GzipFile)),
+    (b"BZh", "bzip2", _opener(bz2.BZ2File)),
+    (b"\xfd7zXZ\x00", "xz", _opener(lzma.LZMAFile)),
 )
 
 
 def compression_of(head):
     """The opener for a file starting with ``head`` bytes (None for plain)."""
-    for magic, opener in _MAGIC:
+    for magic, _, opener in _MAGIC:
         if head.startswith(magic):
             return opener
+    return None
+
+
+def compression_name(head):
+    """"gzip", "bzip2" or "xz" for a file starting with ``head`` bytes (None for plain)."""
+    for magic, name, _ in _MAGIC:
+        if head.startswith(magic):
+            return name
     return None
 
 
