@@ -294,6 +294,14 @@ def _start_columns(first, e_null, e_s, m, d):
     return cols
 
 
+def _other_columns(m, D):
+    """Mask of the first layer's (m*D) input columns without each position's last,
+    the sentence-start dimension from_neural adds."""
+    keep = np.ones(m * D, bool)
+    keep[D - 1::D] = False
+    return keep
+
+
 def _has_start_dimension(model):
     """Whether the file's last input embedding dimension is the one from_neural adds
     for nplm's sentence start: 1 for <s>, 0 for every other word, and first-layer
@@ -312,9 +320,7 @@ def _has_start_dimension(model):
         return False
     first = a["hidden_weights_1"] if c["num_hidden"] > 0 else a["hidden_weights_2"]
     d = D - 1
-    keep = np.ones(m * D, bool)
-    keep[d::D] = False
-    want = _start_columns(first[:, keep], E[n, :d], E[s, :d], m, d)
+    want = _start_columns(first[:, _other_columns(m, D)], E[n, :d], E[s, :d], m, d)
     delta = np.abs(E[n, :d] - E[s, :d])
     for p in range(m):
         scale = np.abs(first[:, (p - 1) * D:(p - 1) * D + d]) @ delta if p else 0.0
@@ -336,10 +342,9 @@ def to_neural(model):
     if nplm_start:
         # written by from_neural: drop the sentence-start dimension and its columns
         D, m = c["input_embedding_dimension"], c["ngram_size"] - 1
-        keep = np.ones(m * D, bool)
-        keep[D - 1::D] = False
         first = "hidden_weights_1" if c["num_hidden"] > 0 else "hidden_weights_2"
-        a = dict(a, input_embeddings=a["input_embeddings"][:, :-1], **{first: a[first][:, keep]})
+        a = dict(a, input_embeddings=a["input_embeddings"][:, :-1],
+                 **{first: a[first][:, _other_columns(m, D)]})
         c = dict(c, input_embedding_dimension=D - 1)
     others = [w for w in model.output_words if w not in SPECIALS]
     others += [w for w in model.input_words if w not in SPECIALS and w not in out_idx]
