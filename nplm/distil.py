@@ -466,8 +466,6 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
     """
     if prune_to is not None and (isinstance(prune_to, bool) or int(prune_to) != prune_to or prune_to < 1):
         raise ValueError(f"prune_to is the number of n-grams of orders >= 2 to keep (>= 1), not {prune_to!r}")
-    teacher = _load(teacher)
-    lower = _load(lower_teacher) if lower_teacher is not None else teacher
     if not 1 <= order <= 16:
         raise ValueError(f"order {order} outside 1..16")
     if continuation is not False and (int(continuation) != continuation or not 0 <= continuation < order):
@@ -475,6 +473,9 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
                          f"0 or False: none), not {continuation!r}")
     if isinstance(top_k, bool) or int(top_k) != top_k or top_k < 0:
         raise ValueError(f"top_k takes the number of continuations to list per context (>= 0), not {top_k!r}")
+    # (the arguments first: loading a teacher can take seconds)
+    teacher = _load(teacher)
+    lower = _load(lower_teacher) if lower_teacher is not None else teacher
     words = teacher.vocab.words()
     V = len(words)
     wid = {w: i for i, w in enumerate(words)}
