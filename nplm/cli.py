@@ -90,7 +90,7 @@ class Query:
     @staticmethod
     def run(args):
         from . import ARPALoadComplain, Model, Config
-        from .corpus import evaluate
+        from .corpus import evaluate, kenlm_floats
         from .textio import split_words
         levels = _query_levels(args.verbosity)
         cfg = Config()
@@ -106,17 +106,18 @@ class Query:
         vocab = model.vocab
         eos = vocab.id("</s>")
 
-        def per_line(line, probs, lengths, oovs):
+        def per_line(line, probs, lengths, oovs, total):
             # ASCII white space only, as the kernels (and KenLM) split: str.split()
             # would also split at U+00A0 etc. and mislabel the scores.
             words = split_words(line)
             if "word" in levels:
-                items = [f"{w}={vocab.id(w)} {l} {p:.7g}" for w, p, l in zip(words, probs, lengths)]
+                shown = kenlm_floats(probs)
+                items = [f"{w}={vocab.id(w)} {l} {p}" for w, p, l in zip(words, shown, lengths)]
                 if context:
-                    items.append(f"</s>={eos} {lengths[-1]} {probs[-1]:.7g}")
+                    items.append(f"</s>={eos} {lengths[-1]} {shown[-1]}")
                 out.write("\t".join(items) + "\t")
             if "sentence" in levels:
-                out.write(f"Total: {probs.astype('f8').sum():.7g} OOV: {int(oovs.sum())}\n")
+                out.write(f"Total: {kenlm_floats([total])[0]} OOV: {int(oovs.sum())}\n")
 
         with _open_lines(args.text) as f:
             stats = evaluate(model, f, context, per_line if levels & {"word", "sentence"} else None)

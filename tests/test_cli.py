@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import kenlm
+import numpy as np
 import pytest
 
 from conftest import DATA, REFERENCE, need_shared, read_lines
@@ -63,6 +64,67 @@ def test_query_word_lines():
     expect = [p for p, _, _ in km.full_scores("the company said")]
     got = [float(item.split(" ")[2]) for item in items[:4]]
     assert got == pytest.approx(expect, abs=1e-5)
+
+
+def kenlm_number(x, float32):
+    """x as KenLM's query prints it (util/float_to_string.cc: double-conversion's
+    shortest digits of the float or double, plain decimals for exponents -6 to 20),
+    from numpy's own shortest digits."""
+    if x != x:
+        return "NaN"
+    sci = np.format_float_scientific(np.float32(x) if float32 else float(x), unique=True, trim="-")
+    mantissa, exponent = sci.split("e")
+    sign, digits = ("-", mantissa[1:]) if mantissa.startswith("-") else ("", mantissa)
+    digits, e = digits.replace(".", ""), int(exponent)
+    if not -6 <= e < 21:
+        return sign + digits[0] + ("." + digits[1:] if len(digits) > 1 else "") + f"e{e}"
+    point = e + 1
+    if point <= 0:
+        return sign + "0." + "0" * -point + digits
+    digits += "0" * max(0, point - len(digits))
+    return sign + digits[:point] + ("." + digits[point:] if point < len(digits) else "")
+
+
+def kenlm_query_output(lines, ids):
+    """What KenLM's query writes to stdout for these lines (lm/ngram_query.hh), the
+    scores from the kenlm module: float32 line totals, float64 corpus sums."""
+    c = kenlm.Config()
+    c.show_progress = False
+    m = kenlm.Model(ARPA, c)
+    out, corpus, corpus_oov, tokens, oovs = [], 0.0, 0.0, 0, 0
+    for line in lines:
+        words = line.split() + ["</s>"]
+        total, line_oov = np.float32(0), 0
+        for w, (p, n, oov) in zip(words, m.full_scores(line)):
+            out.append(f"{w}={0 if oov else ids[w]} {n} {kenlm_number(p, True)}\t")
+            total = np.float32(total + np.float32(p))
+            corpus_oov += p if oov else 0.0
+            line_oov += oov
+        out.append(f"Total: {kenlm_number(total, True)} OOV: {line_oov}\n")
+        corpus += float(total)
+        tokens, oovs = tokens + len(words), oovs + line_oov
+    ppl = 10.0 ** (-corpus / tokens) if tokens else float("nan")
+    ppl_ex = 10.0 ** (-(corpus - corpus_oov) / (tokens - oovs)) if tokens else float("nan")
+    out.append(f"Perplexity including OOVs:\t{kenlm_number(ppl, False)}\n"
+               f"Perplexity excluding OOVs:\t{kenlm_number(ppl_ex, False)}\nOOVs:\t{oovs}\nTokens:\t{tokens}\n")
+    return "".join(out)
+
+
+def test_query_prints_kenlm_query_digits():
+    """Every number as query prints it: shortest float32 digits for word scores and
+    line totals (a float32 sum), shortest double digits for the perplexities (sums of
+    those totals); .7g or .10g printing, or float64 totals, differ."""
+    need_shared()
+    import lzma
+    with lzma.open(ARPA, "rt") as f:      # lmplz's unigram order is KenLM's ids (<unk> = 0)
+        section = f.read().split("\\1-grams:\n")[1].split("\n\n")[0]
+    ids = {row.split("\t")[1]: i for i, row in enumerate(section.splitlines())}
+    lines = read_lines(DATA / "ptb" / "ptb.valid.txt", unk_to="<unk>", limit=200) + ["", "zzqx yyqx"]
+    r = nplm_cli("query", ARPA, stdin="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == kenlm_query_output(lines, ids)
+    r = nplm_cli("query", ARPA, stdin="")
+    assert r.stdout == kenlm_query_output([], ids) and "\tNaN\n" in r.stdout
 
 
 def test_perplexity_and_build_binary(tmp_path):
