@@ -424,10 +424,43 @@ def _given_options(args):
     return set(vars(parser.parse_args(args._argv)))
 
 
+# KenLM's program names, for a user who types them after "nplm"
+_KENLM_NAMES = {"lmplz": "estimate", "build_binary": "build-binary"}
+
+
+def _check_command(parser, argv):
+    """An unknown command: a close match or the KenLM program it names, before
+    argparse's list of every choice."""
+    import difflib
+    name = argv[0] if argv else "-"
+    if name.startswith("-") or name in _COMMANDS:
+        return
+    close = [_KENLM_NAMES[name]] if name in _KENLM_NAMES else difflib.get_close_matches(name, _COMMANDS, n=1)
+    hint = f"; did you mean 'nplm {close[0]}'?" if close else ""
+    parser.error(f"unknown command '{name}'{hint} (commands: {', '.join(_COMMANDS)})")
+
+
+def _check_unknown(parser, args, extra):
+    """Arguments the command does not take, reported with that command's usage (argparse
+    names the top-level parser) and the closest option of the command."""
+    import difflib
+    if not extra:
+        return
+    sub = parser._subparsers._group_actions[0].choices[args.command] if args.command else parser
+    options = [o for a in sub._actions for o in a.option_strings]
+    hints = []
+    for word in extra:
+        close = difflib.get_close_matches(word.split("=")[0], options, n=1) if word.startswith("-") else []
+        hints += [f"{word}: did you mean {close[0]}?"] if close else []
+    sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+
+
 def main(argv=None):
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    _check_command(parser, argv)
+    args, extra = parser.parse_known_args(argv)
+    _check_unknown(parser, args, extra)
     args._argv = argv
     if not getattr(args, "_run", None):
         parser.print_help()

@@ -112,6 +112,26 @@ def test_help_and_version(capsys):
     assert "the work lives in" not in out
 
 
+@pytest.mark.parametrize("argv, usage, message", [
+    (["quer", "m.arpa"], "usage: nplm [", "unknown command 'quer'; did you mean 'nplm query'?"),
+    (["lmplz", "-o", "3"], "usage: nplm [", "unknown command 'lmplz'; did you mean 'nplm estimate'?"),
+    (["build_binary", "a", "b"], "usage: nplm [", "did you mean 'nplm build-binary'?"),
+    (["frobnicate"], "usage: nplm [", "unknown command 'frobnicate' (commands: query, perplexity"),
+    (["query", "m.arpa", "--txt", "t"], "usage: nplm query [",
+     "nplm query: error: unrecognized arguments: --txt t (--txt: did you mean --text?)"),
+    (["estimate", "-o", "3", "--discount-fallbak"], "usage: nplm estimate [",
+     "(--discount-fallbak: did you mean --discount-fallback?)"),
+    (["--verison"], "usage: nplm [", "--verison: did you mean --version?"),
+])
+def test_unknown_commands_and_options_suggest_the_right_one(capsys, argv, usage, message):
+    """argparse alone lists every command for a typo'd one, and blames a subcommand's
+    unknown option on the top-level parser, with its usage and no hint."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(usage) and message in err, err
+
+
 # --- models that cannot be read ------------------------------------------------------
 
 BANNER = "Loading the LM will be faster"
