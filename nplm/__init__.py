@@ -22,6 +22,20 @@ __all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "Load
            "interpolate", "InterpolatedModel"]
 
 
+# Submodules the README names as ``nplm.corpus.evaluate`` etc., imported on first use
+# (PEP 562): ``import nplm`` loads only what the kenlm API needs.
+_SUBMODULES = ("arpa", "backoff", "clusters", "continuation", "convert", "corpus", "distil",
+               "integrity", "kneser_ney", "neural", "neural_model", "sample", "tables", "textio",
+               "train", "vocab")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'nplm' has no attribute {name!r}")
+
+
 def build_binary(arpa_path, out_path):
     """Convert an ARPA file (plain or compressed) to an nplm binary (atomically)."""
     from . import arpa, backoff

@@ -29,6 +29,21 @@ def test_public_names_cover_kenlm():
     assert public <= set(dir(nplm))
 
 
+def test_readme_submodule_names_work_after_import_nplm():
+    """The README's ``nplm.corpus.evaluate(m, lines)``: a fresh interpreter that only
+    ran ``import nplm`` (other tests here have imported the submodules already)."""
+    import subprocess
+    import sys
+    code = ("import nplm; print(nplm.corpus.evaluate.__name__, nplm.distil.distil.__name__, "
+            "nplm.interpolate.__name__)\n"
+            "try:\n    nplm.nonesuch\nexcept AttributeError as e:\n    print(e)")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nplm.__file__)))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["evaluate distil interpolate",
+                                     "module 'nplm' has no attribute 'nonesuch'"]
+
+
 def test_constants_match():
     for cls in ("LoadMethod", "ARPALoadComplain"):
         k, n = getattr(kenlm, cls), getattr(nplm, cls)
