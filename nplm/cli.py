@@ -77,7 +77,7 @@ class Query:
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="ARPA file (plain/.gz/.bz2/.xz) or nplm binary")
-        p.add_argument("--text", default="-", help="text to score, one sentence per line (default stdin)")
+        p.add_argument("--text", default="-", type=_input_file, help="text to score, one sentence per line (default stdin)")
         p.add_argument("-n", dest="no_context", action="store_true",
                        help="do not wrap each line in <s> and </s>")
         p.add_argument("-v", dest="verbosity", action="append", metavar="LEVEL",
@@ -131,7 +131,7 @@ class Perplexity:
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="ARPA file or nplm binary")
-        p.add_argument("text", help="text file, one sentence per line ('-' for stdin; may be compressed)")
+        p.add_argument("text", type=_input_file, help="text file, one sentence per line ('-' for stdin; may be compressed)")
         _add_normalization(p)
 
     @staticmethod
@@ -192,8 +192,9 @@ def _int_at_least(lowest, what):
 
 
 def _input_file(value):
-    """An argparse type: a file that exists, or - (argparse then names the option)."""
-    if value != "-" and not os.path.isfile(value):
+    """An argparse type: a file that exists (a pipe such as <(zcat t.gz) too), or -;
+    argparse then names the option, before any model is loaded or banner printed."""
+    if value != "-" and (not os.path.exists(value) or os.path.isdir(value)):
         raise argparse.ArgumentTypeError(f"no such file: {value!r}" if not os.path.exists(value)
                                          else f"not a file: {value!r}")
     return value
@@ -229,7 +230,7 @@ class Estimate:
     @staticmethod
     def add_arguments(p):
         p.add_argument("-o", "--order", type=int, required=True, help="order of the model")
-        p.add_argument("--text", default="-", help="training text, one sentence per line "
+        p.add_argument("--text", default="-", type=_input_file, help="training text, one sentence per line "
                        "(default stdin; plain, gzip, bz2 or xz)")
         p.add_argument("--arpa", help="write the ARPA file here (default stdout unless --binary)")
         p.add_argument("--binary", help="write an nplm binary model here (a file, not '-')")
@@ -281,7 +282,7 @@ class Cluster:
 
     @staticmethod
     def add_arguments(p):
-        p.add_argument("--text", default="-", help="training text, one sentence per line "
+        p.add_argument("--text", default="-", type=_input_file, help="training text, one sentence per line "
                        "(default stdin; plain, gzip, bz2 or xz); </s> ends every line")
         p.add_argument("-c", "--classes", type=int, required=True, help="number of classes")
         p.add_argument("-o", "--output", default="-",
@@ -336,7 +337,7 @@ class Interpolate:
         p.add_argument("--allow-unnormalised", action="store_true",
                        help="tune a linear --unknown unk mixture of different vocabularies anyway "
                        "(refused otherwise: its dev perplexity is too low)")
-        p.add_argument("--tune", metavar="DEV", help="tune the weights on this text "
+        p.add_argument("--tune", metavar="DEV", type=_input_file, help="tune the weights on this text "
                        "(one sentence per line): EM for linear, Newton for loglinear")
         p.add_argument("--bucket-by", type=int, metavar="I", help="linear: weights per context "
                        "bucket, the length of the context model I (0-based, a back-off model) "
@@ -672,7 +673,7 @@ class Precompute:
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="neural nplm model with softmax output (rewritten in place, atomically)")
-        p.add_argument("--text", required=True, help="training text whose contexts to count")
+        p.add_argument("--text", required=True, type=_input_file, help="training text whose contexts to count")
         p.add_argument("--min-count", type=int, default=2,
                        help="store contexts seen at least this often, at every order (default 2); "
                             "the one-word table always covers every word")
@@ -695,7 +696,7 @@ class Distil:
     @staticmethod
     def add_arguments(p):
         p.add_argument("model", help="teacher: any model nplm.Model loads (ARPA, nplm binary, ...)")
-        p.add_argument("--text", help="training text whose n-grams to list (one sentence per line)")
+        p.add_argument("--text", type=_input_file, help="training text whose n-grams to list (one sentence per line)")
         p.add_argument("--ngrams", help="list the n-grams of this ARPA file (with or instead of --text)")
         p.add_argument("--order", "-o", type=int, required=True, help="order of the distilled table")
         p.add_argument("--arpa", required=True,
@@ -703,7 +704,7 @@ class Distil:
                             "nplm binary when the name ends in .nplm/.bin")
         p.add_argument("--min-count", type=int, nargs="+", metavar="N",
                        help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
-        p.add_argument("--sample-text", metavar="FILE",
+        p.add_argument("--sample-text", metavar="FILE", type=_input_file,
                        help="also list the n-grams of this text sampled from the teacher (nplm sample): "
                             "the likely unseen n-grams a training text cannot list")
         p.add_argument("--sample-min-count", type=int, nargs="+", metavar="N",
@@ -755,7 +756,7 @@ class Convert:
                        help="output format (default: from the output name: .arpa[.gz|.bz2|.xz] ARPA, "
                             ".isi/.nnlm ISI, .nplm/.bin nplm binary (float32 for a neural model); "
                             "else the input's counterpart)")
-        p.add_argument("--text", help="neural models: report the perplexity change on this text (an ISI "
+        p.add_argument("--text", type=_input_file, help="neural models: report the perplexity change on this text (an ISI "
                        "output is read back as nplm reads it); refused for back-off conversions")
 
     @staticmethod

@@ -36,9 +36,17 @@ def _guarded(cls):
                 raise CompressedDataError(f"corrupt or truncated compressed data ({e})",
                                           getattr(self, "nplm_path", None)) from e
         return read
+    def close(self):
+        # a decompressor over a file object leaves it open; a pipe's is ours to close
+        try:
+            cls.close(self)
+        finally:
+            owned = getattr(self, "nplm_owned", None)
+            if owned is not None:
+                owned.close()
     names = ("read", "read1", "readinto", "readinto1", "readline", "readlines", "peek")
-    return type("Guarded" + cls.__name__, (cls,),
-                {n: make(getattr(cls, n)) for n in names if hasattr(cls, n)})
+    methods = {n: make(getattr(cls, n)) for n in names if hasattr(cls, n)}
+    return type("Guarded" + cls.__name__, (cls,), dict(methods, close=close))
 
 
 def _opener(cls):
@@ -91,6 +99,13 @@ def open_binary(path):
         raise IsADirectoryError(21, "Is a directory", path)
     f = open(path, "rb")
     try:
+        if not f.seekable():    # a pipe (--text <(zcat t.gz), a FIFO): sniff without consuming
+            opener = compression_of(f.peek(6)[:6])
+            if opener is None:
+                return f
+            z = opener(f, "rb")
+            z.nplm_path, z.nplm_owned = path, f
+            return z
         opener = compression_of(f.read(6))
         f.seek(0)
     except BaseException:

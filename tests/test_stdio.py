@@ -140,3 +140,35 @@ def test_cluster_output_compressed_by_extension(neural, tmp_path, ext):
     ok(cli("cluster", "--text", text, "-c", 3, "-o", packed, "-q"))
     assert DECOMPRESS[ext](packed.read_bytes()) == plain.read_bytes()
     assert ok(cli("cluster", "--text", text, "-c", 3, "-q")).stdout == plain.read_bytes()
+
+
+@pytest.mark.parametrize("ext", ["", ".gz", ".bz2", ".xz"])
+def test_text_from_a_pipe(arpa, tmp_path, ext):
+    """--text <(zcat t.gz) or a FIFO: a file that cannot seek back after its magic bytes
+    were read ("File or stream is not seekable" before), compressed or not."""
+    import os
+    import threading
+    fifo = tmp_path / "text.fifo"
+    os.mkfifo(fifo)
+    data = "".join(f"{s}\n" for s in SENTENCES).encode()
+    plain = tmp_path / "t.txt"
+    plain.write_bytes(data)
+
+    def feed():
+        with open(fifo, "wb") as f:
+            f.write(COMPRESS[ext](data) if ext else data)
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        got = ok(cli("perplexity", arpa, fifo)).stdout
+    finally:
+        writer.join(timeout=60)
+    assert got == ok(cli("perplexity", arpa, plain)).stdout
+
+
+@pytest.mark.parametrize("argv", [["query", "{arpa}", "--text", "{missing}"], ["perplexity", "{arpa}", "{missing}"],
+                                  ["estimate", "-o", "2", "--text", "{missing}"]])
+def test_missing_text_is_named_before_the_model_loads(arpa, tmp_path, argv):
+    r = cli(*[a.format(arpa=arpa, missing=tmp_path / "no.txt") for a in argv])
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "no such file" in err and "Loading the LM" not in err and "===" not in err, err
