@@ -76,7 +76,8 @@ def _is_arpa(path):
 class Query:
     @staticmethod
     def add_arguments(p):
-        p.add_argument("model", help="ARPA file (plain/.gz/.bz2/.xz) or nplm binary")
+        p.add_argument("model", help="any model: ARPA file (plain/.gz/.bz2/.xz), nplm back-off or neural "
+                                       "binary, or interpolation spec")
         p.add_argument("--text", default="-", type=_input_file, help="text to score, one sentence per line (default stdin)")
         p.add_argument("-n", dest="no_context", action="store_true",
                        help="do not wrap each line in <s> and </s>")
@@ -130,7 +131,8 @@ class Query:
 class Perplexity:
     @staticmethod
     def add_arguments(p):
-        p.add_argument("model", help="ARPA file or nplm binary")
+        p.add_argument("model", help="any model: ARPA file, nplm back-off or neural binary, or "
+                                       "interpolation spec")
         p.add_argument("text", type=_input_file, help="text file, one sentence per line ('-' for stdin; may be compressed)")
         _add_normalization(p)
 
