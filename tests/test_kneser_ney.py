@@ -522,13 +522,18 @@ def test_cli_matches_python_api(tmp_path):
 def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch):
     from nplm.cli import main
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a\n")))
-    for args in (["-o", "3", "--text", str(tmp_path / "nope")], ["-o", "0"],
+    for args in (["-o", "0"],
                  ["-o", "3", "--text", str(write(tmp_path, "t.txt", b"a b c\n"))],
                  ["-o", "3", "--prune", "0", "2", "1"],
                  ["-o", "2", "--text", str(write(tmp_path, "u.txt", b"a \xff\n"))]):
         assert main(["estimate", *args, "-q"]) == 1
         err = capsys.readouterr().err
         assert err.startswith("nplm: error:") and err.count("\n") <= 3, err
+    # a missing text is a usage error, named with its option (as --limit_vocab_file's)
+    with pytest.raises(SystemExit) as e:
+        main(["estimate", "-o", "3", "--text", str(tmp_path / "nope"), "-q"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "error: argument --text: no such file" in err, err
 
 
 def test_cli_refuses_to_overwrite_input(tmp_path):
