@@ -14,7 +14,7 @@ shortest decimal that reads back as the same float32 (like double-conversion's
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp, memset
-from libc.math cimport floor, fabs, isfinite
+from libc.math cimport floor, fabs, isfinite, isinf, INFINITY
 
 import numpy as np
 
@@ -262,14 +262,34 @@ cdef inline int _decimal_exponent(float a) noexcept nogil:
     return k
 
 
+cdef inline int parse_prob(const unsigned char* p, const unsigned char** endp,
+                           float* out) noexcept nogil:
+    """A log10 probability: parse_float's numbers, and also -infinity as KenLM
+    reads it (double-conversion with the symbol "inf"): the token ``-inf``, or a
+    number below float32's range.  Back-offs stay finite (KenLM: "Bad backoff")."""
+    cdef int r
+    if p[0] == c'-' and p[1] == c'i' and p[2] == c'n' and p[3] == c'f':
+        endp[0] = p + 4
+        out[0] = -INFINITY
+        return 0
+    r = parse_float(p, endp, out)
+    if r == ERR_NONFINITE and out[0] == -INFINITY:
+        return 0
+    return r
+
+
 cdef int format_float(float v, char* out) noexcept nogil:
     """Write the shortest round-tripping decimal of v (finite) in double-conversion's
     ToShortestSingle style (NO_FLAGS, exponential outside 1e-6 <= |v| < 1e21,
-    ``-0`` for negative zero).  Returns the number of bytes written."""
+    ``-0`` for negative zero, ``-inf`` for a log10 probability of zero, which
+    KenLM reads back).  Returns the number of bytes written."""
     cdef int n = 0, k, p, q, L, i, point, exponent
     cdef uint64_t c = 0, t
     cdef float a = fabs(v)
     cdef char digits[24]
+    if isinf(v):
+        memcpy(out, b"-inf" if v < 0 else b"inf", 4 if v < 0 else 3)
+        return 4 if v < 0 else 3
     if v < 0 or (v == 0 and _f64_bits(<double>v) >> 63):
         out[0] = c'-'
         n = 1
@@ -594,7 +614,7 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
             return NEED_SPACE
         # probability
         tok = p
-        r = parse_float(p, &p, &prob)
+        r = parse_prob(p, &p, &prob)
         if r != 0 or CLS[p[0]] == C_WORD:
             return _error(st, r if r else ERR_FLOAT, base, line, tok, _token_end(p))
         if prob > 0:

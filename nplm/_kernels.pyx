@@ -264,12 +264,21 @@ cdef class State:
     def __init__(self):
         memset(&self._c, 0, sizeof(NState))
 
-    def __richcmp__(State self, State other, int op):
+    def __richcmp__(State self, other, int op):
         cdef int c
-        if self._c.length != other._c.length:
-            c = -1 if self._c.length < other._c.length else 1
+        cdef State o
+        if not isinstance(other, State):
+            # kenlm raises TypeError for a non-State; for None it read the None
+            # object's memory as a state.  A State is never equal to None.
+            if other is None and (op == 2 or op == 3):
+                return op == 3
+            raise TypeError(f"Argument 'other' has incorrect type (expected nplm.State, "
+                            f"got {type(other).__name__})")
+        o = <State>other
+        if self._c.length != o._c.length:
+            c = -1 if self._c.length < o._c.length else 1
         else:
-            c = memcmp(self._c.words, other._c.words, self._c.length * sizeof(WordId))
+            c = memcmp(self._c.words, o._c.words, self._c.length * sizeof(WordId))
         if op == 0:
             return c < 0
         if op == 1:
@@ -338,6 +347,10 @@ cdef class FullScoreReturn:
         if not isinstance(other, FullScoreReturn):
             return NotImplemented
         return (self.log_prob, self.ngram_length, self.oov) == (other.log_prob, other.ngram_length, other.oov)
+
+    def __hash__(self):
+        # kenlm's FullScoreReturn is hashable (by identity); equal values hash equal here.
+        return hash((self.log_prob, self.ngram_length, self.oov))
 
     def __reduce__(self):
         return (FullScoreReturn, (self.log_prob, self.ngram_length, self.oov))
@@ -965,19 +978,21 @@ cdef class ModelBase:
         # kenlm divides score()'s float32 total, widened, in double (Python floats);
         # -total / count here would divide in float32.
         cdef double t = total
-        return 10.0 ** (-t / <double>count)
+        # A Python float power, as kenlm's: OverflowError where the result overflows.
+        cdef object ten = 10.0
+        return ten ** (-t / <double>count)
 
-    def BeginSentenceWrite(self, State state):
+    def BeginSentenceWrite(self, State state not None):
         """Overwrite ``state`` with the beginning-of-sentence context."""
         self._check()
         self._core.begin_state(&state._c)
 
-    def NullContextWrite(self, State state):
+    def NullContextWrite(self, State state not None):
         """Overwrite ``state`` with the empty context."""
         self._check()
         self._core.null_state(&state._c)
 
-    def BaseScore(self, State in_state, word, State out_state):
+    def BaseScore(self, State in_state not None, word, State out_state not None):
         """log10 p(word | in_state); writes the successor context to out_state.
         ``word`` may be str or bytes, and in_state may be out_state."""
         self._check()
@@ -988,7 +1003,7 @@ cdef class ModelBase:
         self._core.score_word(&tmp, self._vocab.index(s, n), &out_state._c, &ret)
         return ret.prob
 
-    def BaseFullScore(self, State in_state, word, State out_state):
+    def BaseFullScore(self, State in_state not None, word, State out_state not None):
         """Like BaseScore, returning FullScoreReturn(log_prob, ngram_length, oov)."""
         self._check()
         cdef Py_ssize_t n
@@ -1006,7 +1021,7 @@ cdef class ModelBase:
 
     # --- beyond kenlm: ids, distributions and batches --------------------------
 
-    def score_id(self, State in_state, Py_ssize_t word_id, State out_state):
+    def score_id(self, State in_state not None, Py_ssize_t word_id, State out_state not None):
         """BaseFullScore by word id: returns (log10_prob, ngram_length)."""
         self._check()
         cdef Ret ret
@@ -1016,7 +1031,7 @@ cdef class ModelBase:
         self._core.score_word(&tmp, <WordId>word_id, &out_state._c, &ret)
         return ret.prob, ret.ngram_length
 
-    def log10_distribution(self, State state):
+    def log10_distribution(self, State state not None):
         """log10 p(w | state) for every word id w (numpy float32 of vocabulary
         size), in one call.  Entry 0 is <unk>; the entry of <s> is whatever the
         model gives it (lmplz: p(<s>) = 1, i.e. only back-off penalties)."""

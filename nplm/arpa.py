@@ -521,8 +521,10 @@ def _check_tables(tables):
     tables.validate()
     for k in range(tables.order):
         for name, arr in (("logprob", tables.logprob[k]), ("backoff", tables.backoff[k])):
-            if not np.isfinite(arr).all():
-                i = int(np.flatnonzero(~np.isfinite(arr))[0])
+            # a log10 probability may be -inf (written "-inf", which KenLM reads)
+            ok = np.isfinite(arr) | (arr == -np.inf) if name == "logprob" else np.isfinite(arr)
+            if not ok.all():
+                i = int(np.flatnonzero(~ok)[0])
                 raise ValueError(f"{name}[{k}][{i}] = {arr[i]} is not finite; ARPA cannot hold it")
     if tables.order and np.any(tables.backoff[-1] != 0):
         raise ValueError("the highest order has non-zero back-offs, which ARPA cannot hold")

@@ -115,6 +115,12 @@ def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):
             # Pruned models with many missing suffixes need room for blank entries.
             return from_tables(tables, multiplier * 2, messages)
         raise FormatError("too many n-grams whose suffixes were pruned", path, line) from None
+    if remap is not None and not is_unk.any():
+        # KenLM substitutes the missing <unk> after loading, with back-off +0.0,
+        # which marks it as extending: the state after an unknown word keeps
+        # <unk> (length 1), not the null state.  Same futures either way, but
+        # which states compare equal (and their hashes) is kenlm's.
+        uni[0] = (UNKNOWN_MISSING_LOGPROB, 0.0)
     try:
         vocab_arrays = _kernels.build_vocab_arrays(engine_words)
     except ValueError as e:

@@ -114,6 +114,26 @@ def _as_path_bytes(path):
     raise TypeError(f"Cannot convert {type(path)} to string")
 
 
+_CONFIG_FIELDS = ("load_method", "show_progress", "arpa_complain")
+
+
+def _as_config(config):
+    """``config`` as an nplm.Config: None is the default, a kenlm.Config (a script
+    that mixes the two modules) is copied field by field, anything else is a
+    TypeError as in kenlm (not an AttributeError from deep inside the load)."""
+    if config is None:
+        return Config()
+    if isinstance(config, Config):
+        return config
+    if type(config).__name__ == "Config" and all(hasattr(config, f) for f in _CONFIG_FIELDS):
+        copy = Config()
+        for f in _CONFIG_FIELDS:
+            setattr(copy, f, getattr(config, f))
+        return copy
+    raise TypeError(f"Argument 'config' has incorrect type (expected nplm.Config, got "
+                    f"{type(config).__name__})")
+
+
 def _load(path, config, normalization=None, cache_size=None):
     """The BackoffData (or other model data) of a file."""
     if container.is_container(path):
@@ -158,8 +178,7 @@ class Model(_kernels.ModelBase):
     default; a decoder with more live contexts than that gains from more."""
 
     def __init__(self, path, config=None, normalization=None, cache_size=None):
-        if config is None:
-            config = Config()
+        config = _as_config(config)
         raw = _as_path_bytes(path)
         self.path = os.path.abspath(raw)
         self.config = config

@@ -219,3 +219,100 @@ def test_config_refuses_what_kenlm_would_store_as_nonsense(name, value, error):
 def test_config_misspelling_suggests_the_attribute():
     with pytest.raises(AttributeError, match="did you mean 'load_method'"):
         nplm.Config().load_mehtod = 0
+
+
+def test_none_and_foreign_states_are_type_errors(models):
+    """kenlm segfaults on None for a State argument (so it is not called here).  nplm
+    used to accept None and read -- or write -- the None object's memory as a state."""
+    _, nm = models
+    s = nplm.State()
+    nm.BeginSentenceWrite(s)
+    calls = [lambda: nm.BaseScore(None, "the", nplm.State()), lambda: nm.BaseScore(s, "the", None),
+             lambda: nm.BaseFullScore(None, "the", nplm.State()), lambda: nm.BaseFullScore(s, "the", None),
+             lambda: nm.BeginSentenceWrite(None), lambda: nm.NullContextWrite(None),
+             lambda: nm.score_id(None, 3, nplm.State()), lambda: nm.score_id(s, 3, None),
+             lambda: nm.log10_distribution(None), lambda: nm.BaseScore(kenlm.State(), "the", s),
+             lambda: nm.BaseScore(s, "the", kenlm.State()), lambda: nm.BeginSentenceWrite(kenlm.State())]
+    for call in calls:
+        with pytest.raises(TypeError):
+            call()
+    assert None is not False and repr(None) == "None"     # None itself is intact
+    t = nplm.State()
+    nm.BeginSentenceWrite(t)
+    assert s == t
+
+
+def test_state_comparisons_with_other_objects():
+    """== / != None: kenlm happens to give False / True (it compares with whatever
+    memory follows the None object, so it is not asked here); nplm says so by
+    definition.  Any other non-State is a TypeError in both, as is ordering against
+    None."""
+    k, n = kenlm.State(), nplm.State()
+    assert (n == None) is False and (n != None) is True      # noqa: E711
+    assert (None == n) is False and (n in [None]) is False   # noqa: E711
+    for other in (1, "x"):
+        with pytest.raises(TypeError):
+            k == other
+        with pytest.raises(TypeError):
+            n == other
+    with pytest.raises(TypeError):
+        k == n
+    with pytest.raises(TypeError):
+        n == k
+    for op in ("__lt__", "__le__", "__gt__", "__ge__"):
+        with pytest.raises(TypeError):
+            getattr(n, op)(None)
+    assert sorted([nplm.State(), nplm.State()]) == [nplm.State(), nplm.State()]
+
+
+def test_full_score_return_is_hashable(models):
+    """kenlm's FullScoreReturn is hashable (by identity): scripts put them in sets and
+    dicts.  nplm's compares by value, so it hashes by value."""
+    km, nm = models
+    seen = {}
+    for model, S in ((km, kenlm.State), (nm, nplm.State)):
+        s, out = S(), S()
+        model.BeginSentenceWrite(s)
+        r = model.BaseFullScore(s, "the", out)
+        seen[r] = model
+        assert r in {r} and hash(r) == hash(r)
+    a, b = nplm.FullScoreReturn(-1.5, 2, False), nplm.FullScoreReturn(-1.5, 2, False)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != nplm.FullScoreReturn(-1.5, 2, True)
+
+
+def test_config_argument_type(models):
+    km, nm = models
+    with pytest.raises(TypeError):
+        kenlm.Model(ARPA, 3)
+    with pytest.raises(TypeError, match="config"):
+        nplm.Model(ARPA, 3)
+    with pytest.raises(TypeError, match="config"):
+        nplm.Model(ARPA, {"show_progress": False})
+    # a kenlm.Config (a script mixing the two modules) is read field by field
+    kc = kenlm.Config()
+    kc.show_progress = False
+    kc.arpa_complain = kenlm.ARPALoadComplain.NONE
+    kc.load_method = kenlm.LoadMethod.LAZY
+    m = nplm.Model(ARPA, kc)
+    assert isinstance(m.config, nplm.Config)
+    assert (m.config.show_progress, m.config.arpa_complain, m.config.load_method) == (False, 2, 0)
+    assert m.score("the company said") == nm.score("the company said")
+
+
+def test_perplexity_overflow_is_kenlms(tmp_path):
+    """kenlm computes 10 ** x with Python floats: a perplexity beyond the float range
+    is an OverflowError, not inf."""
+    path = tmp_path / "huge.arpa"
+    path.write_text("\\data\\\nngram 1=4\nngram 2=1\n\n\\1-grams:\n-1e30\t<unk>\n0\t<s>\t-0.5\n-1\t</s>\n"
+                    "-1\ta\n\n\\2-grams:\n-0.5\t<s> a\n\n\\end\\\n")
+    kc = kenlm.Config()
+    kc.show_progress = False
+    km = kenlm.Model(str(path), kc)
+    nc = nplm.Config()
+    nc.show_progress = False
+    nm = nplm.Model(str(path), nc)
+    for model in (km, nm):
+        assert model.perplexity("a a") == pytest.approx(km.perplexity("a a"))
+        with pytest.raises(OverflowError):
+            model.perplexity("zzqx a")

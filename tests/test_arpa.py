@@ -356,6 +356,8 @@ def test_parse_floats_rejects(token):
 @pytest.mark.parametrize("damage,match", [
     (lambda t: t.logprob[1].__setitem__(0, np.nan), "not finite"),
     (lambda t: t.backoff[0].__setitem__(1, np.inf), "not finite"),
+    (lambda t: t.backoff[0].__setitem__(1, -np.inf), "not finite"),
+    (lambda t: t.logprob[0].__setitem__(1, np.inf), "not finite"),
     (lambda t: t.backoff[1].__setitem__(1, -0.5), "highest order"),
     (lambda t: t.ids[1].__setitem__((2, 1), 5), "outside the vocabulary"),
     (lambda t: t.ids[1].__setitem__((0, 0), -1), "outside the vocabulary"),
@@ -371,6 +373,21 @@ def test_writer_rejects_bad_tables_atomically(tmp_path, damage, match):
     with pytest.raises(ValueError, match=match):
         write_arpa(tables, path)
     assert os.listdir(tmp_path) == []
+
+
+def test_minus_inf_probabilities_read_and_written_as_kenlm_does(tmp_path):
+    """KenLM reads "-inf" (double-conversion's symbol) and numbers below the float32
+    range as a log10 probability of -infinity; nplm reads them and writes "-inf"."""
+    data = GOOD.replace(b"-0.7\ta", b"-inf\ta").replace(b"-0.3\t<s> a", b"-1e39\t<s> a")
+    t = read_arpa_bytes(data)
+    assert t.logprob[0][3] == -np.inf and t.logprob[1][0] == -np.inf
+    out = tmp_path / "out.arpa"
+    write_arpa(t, out)
+    assert out.read_bytes() == data.replace(b"-1e39", b"-inf").replace(b"-1.0\t", b"-1\t")
+    assert_same_tables(t, read_arpa(out))
+    kenlm = pytest.importorskip("kenlm")
+    m = kenlm.Model(str(out))
+    assert m.score("a", bos=False, eos=False) == -np.inf
 
 
 # --- hostile input --------------------------------------------------------------
@@ -398,7 +415,7 @@ HOSTILE = [
     ("bad back-off float", GOOD.replace(b"\t-0.2\n", b"\t-0.2.1\n"), 9, "bad number"),
     ("nan", GOOD.replace(b"-0.7\ta", b"nan\ta"), 9, "not a finite number"),
     ("inf back-off", GOOD.replace(b"\t-0.5\n", b"\t-inf\n"), 7, "not a finite number"),
-    ("overflow", GOOD.replace(b"-0.3\t<s>", b"-1e39\t<s>"), 12, "not a finite number"),
+    ("overflow", GOOD.replace(b"-0.3\t<s>", b"1e39\t<s>"), 12, "not a finite number"),
     ("positive prob", GOOD.replace(b"-0.7\ta", b"0.7\ta"), 9, "IRSTLM"),
     ("back-off on highest order", GOOD.replace(b"-0.2\ta </s>", b"-0.2\ta </s>\t-0.1"), 13,
      "non-zero back-off"),
@@ -440,6 +457,7 @@ HOSTILE = [
     ("garbage in a section", GOOD.replace(b"-0.3\t<s> a", b"\x93\x01\xfe\x88garbage"), 12, "bad number"),
     ("KenLM binary", b"mmap lm http://kheafield.com/code\0\0\0\x01\x02" + bytes(100), 1, "KenLM binary"),
     ("IRSTLM binary", b"blmt 3 1000\n" + bytes(50), 1, "IRSTLM"),
+    ("-inf back-off", GOOD.replace(b"\t-0.5\n", b"\t-1e39\n"), 7, "not a finite number"),
 ]
 
 
