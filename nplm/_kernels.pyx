@@ -723,11 +723,14 @@ cdef int _insert_order(int n, int order, const int32_t[:, ::1] ids, const float[
     return BUILD_OK
 
 
-def build_backoff_tables(int order, uni, list ids, list probs, list backoffs, double multiplier=1.5):
+def build_backoff_tables(int order, uni, list ids, list probs, list backoffs, double multiplier=1.5,
+                         list entries=None):
     """Fill probing tables from per-order arrays (engine word ids, oldest first).
 
     uni: float32 (V, 2) [prob, backoff], modified in place (extension and
     extends-left marks).  ids/probs/backoffs: one entry per order 2..N.
+    entries: how many entries each middle order's table must hold (default: its
+    n-grams; more where missing suffixes need blank entries).
     Returns (mids, longest) or raises _BuildError(code, order, index)."""
     cdef float[:, ::1] u = uni
     cdef Py_ssize_t k, nb
@@ -757,9 +760,12 @@ def build_backoff_tables(int order, uni, list ids, list probs, list backoffs, do
     for i in range(u.shape[0]):
         if u[i, 1] == 0.0:
             u[i, 1] = nplm_no_ext()
+    if entries is not None and len(entries) != max(order - 2, 0):
+        raise ValueError(f"expected {max(order - 2, 0)} middle-order entry counts")
     mids = []
     for k in range(order - 2):
-        nb = max(<Py_ssize_t>(len(probs[k]) * multiplier) + 1, len(probs[k]) + 2)
+        n = len(probs[k]) if entries is None else max(<Py_ssize_t>entries[k], len(probs[k]))
+        nb = max(<Py_ssize_t>(n * multiplier) + 1, n + 2)
         arr = np.zeros((nb, 2), dtype=np.uint64)
         mview = arr
         mid[k] = <MidEntry *>&mview[0, 0]

@@ -99,22 +99,7 @@ def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):
     for k in range(1, order):
         a = tables.ids[k] if remap is None else remap[tables.ids[k]]
         ids.append(np.ascontiguousarray(a, dtype=np.int32))
-    try:
-        mids, longest = _kernels.build_backoff_tables(
-            order, uni, ids, [np.ascontiguousarray(p, np.float32) for p in tables.logprob[1:]],
-            [np.ascontiguousarray(b, np.float32) for b in tables.backoff[1:]], multiplier)
-    except _kernels._BuildError as e:
-        path, line = _where(tables, e.order, e.index)
-        gram = " ".join(words[i] for i in tables.ids[e.order - 1][e.index])
-        if e.code == e.DUPLICATE:
-            raise FormatError(f"duplicate {e.order}-gram \"{gram}\"", path, line) from None
-        if e.code == e.NO_CONTEXT:
-            raise FormatError(f"the context of every {e.order}-gram should appear as a "
-                              f"{e.order - 1}-gram, but \"{gram}\"'s does not", path, line) from None
-        if multiplier < 8:
-            # Pruned models with many missing suffixes need room for blank entries.
-            return from_tables(tables, multiplier * 2, messages)
-        raise FormatError("too many n-grams whose suffixes were pruned", path, line) from None
+    mids, longest = _build(tables, words, order, uni, ids, multiplier)
     if remap is not None and not is_unk.any():
         # KenLM substitutes the missing <unk> after loading, with back-off +0.0,
         # which marks it as extending: the state after an unknown word keeps
@@ -196,6 +181,35 @@ def load_binary(path, populate=False):
         if isinstance(e, FormatError):
             raise
         raise FormatError(f"malformed back-off model ({e})", path) from None
+
+
+def _build(tables, words, order, uni, ids, multiplier):
+    """The probing tables; ``uni`` gets the extension marks.  A model whose n-grams
+    lack many suffixes (pruned, or written by hand) needs blank entries beyond the
+    multiplier's room, where KenLM gives up (ProbingSizeException): nplm then sizes
+    each middle order for its n-grams plus one blank per longer n-gram, the most
+    there can be."""
+    probs = [np.ascontiguousarray(p, np.float32) for p in tables.logprob[1:]]
+    backoffs = [np.ascontiguousarray(b, np.float32) for b in tables.backoff[1:]]
+    counts = [len(p) for p in probs]
+    for entries in (None, [sum(counts[k:]) for k in range(order - 2)]):
+        attempt = uni.copy()
+        try:
+            mids, longest = _kernels.build_backoff_tables(order, attempt, ids, probs, backoffs,
+                                                          multiplier, entries)
+        except _kernels._BuildError as e:
+            path, line = _where(tables, e.order, e.index)
+            gram = " ".join(words[i] for i in tables.ids[e.order - 1][e.index])
+            if e.code == e.DUPLICATE:
+                raise FormatError(f"duplicate {e.order}-gram \"{gram}\"", path, line) from None
+            if e.code == e.NO_CONTEXT:
+                raise FormatError(f"the context of every {e.order}-gram should appear as a "
+                                  f"{e.order - 1}-gram, but \"{gram}\"'s does not", path, line) from None
+            if entries is not None:
+                raise FormatError("too many n-grams whose suffixes were pruned", path, line) from None
+            continue
+        uni[...] = attempt
+        return mids, longest
 
 
 def build_binary(tables, path, multiplier=PROBING_MULTIPLIER):

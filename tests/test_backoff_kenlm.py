@@ -510,6 +510,47 @@ def random_arpa(draw):
     return _arpa(*lines), [w for w in vocab]
 
 
+def _brute_backoff(text, words):
+    """(log10 p, n-gram length) of each word and </s> after <s>,
+    by the back-off formula straight from the ARPA text.  The length is KenLM's: the
+    longest match among the n-grams and their suffixes.  A missing suffix is a blank
+    entry that keeps longer n-grams reachable; it stores the backed-off probability,
+    which KenLM reads back as -|p| (a positive back-off can make it positive)."""
+    table, order = {}, 0
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 2 and not line.startswith("ngram"):
+            gram = tuple(fields[1].split(" "))
+            with np.errstate(over="ignore"):      # float32, as read: -1e39 is -inf
+                table[gram] = tuple(float(np.float32(f)) for f in (fields[0], fields[2] if len(fields) > 2 else 0))
+            order = max(order, len(gram))
+    present = {g[i:] for g in table for i in range(len(g))}
+    unk = "<unk>" if ("<unk>",) in table else "<UNK>"
+
+    def backed_off(ctx, w):
+        n = next(n for n in range(len(ctx) + 1, 0, -1) if n == 1 or tuple(ctx[len(ctx) - n + 1:]) + (w,) in table)
+        logp = table.get(tuple(ctx[len(ctx) - n + 1:]) + (w,), (-100.0, 0.0))[0]
+        return logp + sum(table.get(tuple(ctx[len(ctx) - j:]), (0, 0.0))[1] for j in range(n, len(ctx) + 1))
+
+    seq = ["<s>"] + [w if (w,) in table else unk for w in words] + ["</s>"]
+    out = []
+    for t in range(1, len(seq)):
+        ctx, w = seq[max(0, t - order + 1):t], seq[t]
+        L = max(k for k in range(1, len(ctx) + 2) if k == 1 or tuple(ctx[len(ctx) - k + 1:]) + (w,) in present)
+        gram = tuple(ctx[len(ctx) - L + 1:]) + (w,)
+        stored = table[gram][0] if gram in table else (-abs(backed_off(list(gram[:-1]), w)) if L > 1
+                                                       else -100.0)
+        logp = stored + sum(table.get(tuple(ctx[len(ctx) - j:]), (0, 0.0))[1] for j in range(L, len(ctx) + 1))
+        out.append((logp, L))
+    return out
+
+
+def _same_scores(got, want):
+    """(log10 p, length) lists equal: lengths exactly, probabilities to float32 sums' rounding."""
+    return len(got) == len(want) and all(
+        n == m and (p == q or math.isclose(p, q, rel_tol=1e-6, abs_tol=1e-5)) for (p, n), (q, m) in zip(got, want))
+
+
 @settings(max_examples=120, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(model=random_arpa(), seed=st.integers(0, 2 ** 16))
@@ -522,8 +563,16 @@ def test_random_arpa_matches_kenlm(tmp_path, model, seed):
         # Tiny probing tables with many missing suffixes can run out of blank
         # slots in KenLM; nplm grows its tables instead.
         assert "Avoid pruning" in str(e) or "ProbingSize" in str(e), str(e)
-        nplm.Model(path, quiet_config())
+        nm = nplm.Model(path, quiet_config())
+        rng = random.Random(seed)
+        for _ in range(8):
+            words = [rng.choice(vocab + ["oov"]) for _ in range(rng.randint(0, 8))]
+            got = [(p, n) for p, n, _ in nm.full_scores(" ".join(words))]
+            assert _same_scores(got, _brute_backoff(text, words)), (words, got)
         return
+    # the brute force is KenLM's semantics where KenLM loads the file
+    words = [random.Random(seed).choice(vocab + ["oov"]) for _ in range(6)]
+    assert _same_scores([(p, n) for p, n, _ in km.full_scores(" ".join(words))], _brute_backoff(text, words))
     nm = nplm.Model(path, quiet_config())
     nplm.build_binary(path, str(tmp_path / "m.nplm"))
     for model in (nm, nplm.Model(str(tmp_path / "m.nplm"))):
