@@ -1053,13 +1053,14 @@ cdef class ModelBase:
                 o[w] = ret.prob
         return out
 
-    def score_sentences(self, sentences, bos=True, eos=True, threads=1):
+    def score_sentences(self, sentences, bos=True, eos=True, threads=None):
         """Total log10 probability of each sentence (a list, or any iterable, of
         str/bytes) as a float64 array: equal to [score(s, bos, eos) for s in
         sentences], computed in one call without the GIL (``threads`` > 1 splits
-        the work)."""
+        the work; None, the default, is 1 here and the OpenMP default for a
+        neural model's kernels)."""
         self._check()
-        cdef int nthreads = thread_count(threads)
+        cdef int nthreads = 1 if threads is None else thread_count(threads)
         keep = sentence_list(sentences)
         cdef Py_ssize_t m = len(keep), i
         ptrs = np.empty(m, dtype=np.uintp)

@@ -823,6 +823,17 @@ HALF_WEIGHTS = True
 HALF_PARAMS = ("emb", "out_w", "cls_w")
 
 
+def omp_threads(int n):
+    """Set the OpenMP thread count of the batch kernels' parallel regions started
+    from the calling thread (an ICV of that thread alone, so concurrent callers do
+    not interfere); returns the previous count."""
+    if n < 1:
+        raise ValueError(f"threads must be >= 1, not {n}")
+    cdef int old = openmp.omp_get_max_threads()
+    openmp.omp_set_num_threads(n)
+    return old
+
+
 def _exactly_float16(a):
     """Whether every value of the array a (float16 or float32) is a float16 value."""
     if a.dtype == np.float16:

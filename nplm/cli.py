@@ -734,12 +734,13 @@ class Distil:
         if args.continuation and args.continuation >= args.order:
             return _error(f"--continuation {args.continuation}: it reshapes orders below --order {args.order}, "
                           + (f"so at most {args.order - 1}" if args.order > 1 else "and an order-1 table has none"))
-        tables = distil_to_file(args.model, args.arpa, args.order, args.text, ngrams=args.ngrams,
-                                min_count=args.min_count, sample_text=args.sample_text,
-                                sample_min_count=args.sample_min_count, top_k=args.top_k,
-                                top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
-                                prune_to=args.prune_to, threads=args.threads, continuation=args.continuation,
-                                progress=not args.quiet)
+        with _plain_warnings():        # (a teacher without variable history)
+            tables = distil_to_file(args.model, args.arpa, args.order, args.text, ngrams=args.ngrams,
+                                    min_count=args.min_count, sample_text=args.sample_text,
+                                    sample_min_count=args.sample_min_count, top_k=args.top_k,
+                                    top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
+                                    prune_to=args.prune_to, threads=args.threads,
+                                    continuation=args.continuation, progress=not args.quiet)
         print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)
         return 0
 

@@ -208,14 +208,22 @@ class Model(_kernels.ModelBase):
             return (Model, (self.path,))
         return (_reload, (self.path, self.normalization, self.cache_size))
 
-    # Neural models score batches through BLAS (whole blocks of contexts at once);
-    # the kernels' own OpenMP threads split them, so ``threads`` is only checked.
+    # Neural models score batches in blocks of contexts that the kernels' OpenMP
+    # threads split: ``threads`` sets that team (default OMP_NUM_THREADS), not
+    # sentences per thread.  Dense layers' BLAS products keep OpenBLAS's own count.
 
-    def score_sentences(self, sentences, bos=True, eos=True, threads=1):
+    def score_sentences(self, sentences, bos=True, eos=True, threads=None):
         if self.normalization is None:
             return super().score_sentences(sentences, bos, eos, threads)
-        _kernels.thread_count(threads)
-        probs, _, _, offsets = self.full_scores_batch(sentences, bos, eos)
+        if threads is None:
+            probs, _, _, offsets = self.full_scores_batch(sentences, bos, eos)
+        else:
+            from ._nquery import omp_threads
+            old = omp_threads(_kernels.thread_count(threads))
+            try:
+                probs, _, _, offsets = self.full_scores_batch(sentences, bos, eos)
+            finally:
+                omp_threads(old)
         # Totals as score() makes them: each sentence's float32 log10 probabilities
         # added in order in a float32 total (kenlm's accumulation), not in float64,
         # which drifted from score() by 0.7 on a 9000-word sentence.

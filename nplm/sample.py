@@ -8,15 +8,16 @@ the network finds likely, so ``nplm distil --sample N`` lists them.
 
 How: many sentences are grown side by side.  Each step computes the hidden states of
 all streams in one call of the query core, then draws every stream's next word,
-by the inverse cumulative distribution or by the Gumbel-max trick (argmax of log p +
-Gumbel noise is a draw from p):
+by the inverse cumulative distribution or, for other class-output nets, by the
+Gumbel-max trick (argmax of log p + Gumbel noise is a draw from p):
 
 * class output: the class from the C class scores, then the word from the scores of
   that class's rows only.  A ReLU net draws both by the inverse of the cumulative
   distribution in the query core (``sample_class_rows``: the zero-skipping products of
   a single query, the streams grouped by drawn class); other nets by the Gumbel-max
   trick over one product per class;
-* softmax / tree output: by Gumbel-max from the exact (streams x V) distribution.
+* softmax / tree output: by the inverse cumulative distribution of each stream's exact
+  distribution over V (one uniform per stream, not a Gumbel per word).
 
 A sentence starts from the context the query API uses after ``<s>`` (``<null>``
 padding, then ``<s>``) and ends at ``</s>`` or at ``max_len`` words.  ``<s>``,
@@ -55,11 +56,22 @@ def _class_draw(net, H, rng):
     return out
 
 
-def _full_draw(net, ctx, rng):
-    """Word ids drawn from the exact distribution (any output kind)."""
-    lp = net.log10_distribution(ctx) / np.float32(np.log10(np.e))
-    lp += rng.gumbel(size=lp.shape).astype(np.float32)
-    return np.argmax(lp, axis=1).astype(np.int32)
+def _full_draw(net, ctx, rng, rows=256):
+    """Word ids drawn from the exact distribution (any output kind), by the inverse of
+    each row's cumulative distribution (float64), ``rows`` rows at a time.  Gumbel-max
+    drew a float64 Gumbel per word and row: at V = 33k with 4096 streams that was 5.6 s
+    of a 7 s step and 1.6 GB of noise."""
+    lp = net.log10_distribution(ctx)
+    u = rng.random(len(ctx))
+    out = np.empty(len(ctx), np.int32)
+    for lo in range(0, len(ctx), rows):
+        x = lp[lo:lo + rows]
+        x = x - x.max(axis=1, keepdims=True)
+        np.power(np.float32(10), x, out=x)
+        cum = np.cumsum(x, axis=1, dtype=np.float64)
+        # the first word whose cumulative mass reaches u * total (never a zero-mass word)
+        out[lo:lo + rows] = np.count_nonzero(cum < (u[lo:lo + rows] * cum[:, -1])[:, None], axis=1)
+    return out
 
 
 def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress=None):

@@ -205,6 +205,9 @@ class Trainer:
         n_eng = tc.threads if self.hogwild else 1
         inner = 1 if self.hogwild else tc.threads
         set_blas_threads(inner)
+        # keep the net's config, vocabulary and structures, not its initial weights
+        # (one more copy of the model for the whole run)
+        self.net = NeuralNet(net.config, net.vocab, dict(zip(PARAM_NAMES, self.params)), net.structs)
         self.engine, self.grads, self.accum = net.engine(B, nthreads=inner, params=self.params)
         self.engines = [self.engine] + [net.engine(B, nthreads=1, params=self.params, accum=self.accum)[0]
                                         for _ in range(n_eng - 1)]
@@ -234,13 +237,21 @@ class Trainer:
 
     EMA_EVERY = 16     # minibatches of engine 0 between average updates
 
+    EMA_CHUNK = 1 << 16  # elements per slice of the average update (256 KiB: stays in L2)
+
     def _ema_step(self, alpha):
+        # slice by slice through one small buffer (the same float32 operations): a
+        # full-size temporary was one more copy of the weights for the whole run
         if self._ema_tmp is None:
-            self._ema_tmp = [np.empty_like(p) for p in self.params]
-        for p, e, t in zip(self.params, self.ema, self._ema_tmp):
-            np.subtract(p, e, out=t)
-            t *= alpha
-            e += t
+            self._ema_tmp = np.empty(self.EMA_CHUNK, np.float32)
+        for p, e in zip(self.params, self.ema):
+            pf, ef = p.reshape(-1), e.reshape(-1)
+            for lo in range(0, pf.size, self.EMA_CHUNK):
+                hi = min(lo + self.EMA_CHUNK, pf.size)
+                t = self._ema_tmp[:hi - lo]
+                np.subtract(pf[lo:hi], ef[lo:hi], out=t)
+                t *= alpha
+                ef[lo:hi] += t
 
     def evaluated(self):
         """The weights validation sees and training returns: the average, or the raw ones."""
@@ -542,6 +553,7 @@ def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=Fa
         wc, tree = output_structures(config, corpus.vocab, corpus.train[1], tc.seed, log)
         net = NeuralNet.create(config, corpus.vocab, word_class=wc, tree=tree, seed=tc.seed)
     trainer = Trainer(net, corpus, tc, log=log, progress=progress)
+    del net     # the trainer has its own copy of the weights
     trainer.data_id = data_id
     if resume:
         trainer.load_checkpoint(ckpt)

@@ -142,9 +142,41 @@ def test_bad_arguments(model):
     for threads in (0, -1):
         with pytest.raises(ValueError, match="threads must be >= 1"):
             m.score_sentences(lines[:2], threads=threads)
-    for threads in ("2", 1.5, None):
+    for threads in ("2", 1.5):
         with pytest.raises(TypeError, match="threads must be an integer"):
             m.score_sentences(lines[:2], threads=threads)
+    assert m.score_sentences(lines[:2], threads=None).tolist() == m.score_sentences(lines[:2]).tolist()
+
+
+_THREADS_SCRIPT = """
+import os, sys, nplm
+def tasks(): return len(os.listdir("/proc/self/task"))
+m = nplm.Model(sys.argv[1])
+lines = [" ".join(["w%d" % (i % 37) for i in range(j, j + 30)]) for j in range(3000)]
+before = tasks()
+kw = {} if sys.argv[2] == "default" else {"threads": int(sys.argv[2])}
+total = m.score_sentences(lines, **kw).sum()
+print(tasks() - before, repr(total))
+"""
+
+
+def test_neural_threads_set_the_kernels_openmp_team(built, tmp_path):
+    """threads= of a neural model's score_sentences is the OpenMP team of its batch
+    kernels (it was checked, then ignored: threads=1 still started OMP_NUM_THREADS
+    threads).  Counted as the threads a fresh process gains; the totals stay equal."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "threads.py"
+    script.write_text(_THREADS_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="4", NPLM_SIMD="none")
+    got = {}
+    for threads in ("default", "1", "2"):
+        out = subprocess.run([sys.executable, str(script), built["class-full-1"], threads], env=env,
+                             capture_output=True, text=True, check=True).stdout.split()
+        got[threads] = (int(out[0]), out[1])
+    assert got["default"][0] == 3 and got["1"][0] == 0 and got["2"][0] == 1, got
+    assert got["default"][1] == got["1"][1] == got["2"][1]
 
 
 def test_mixture_helpers_check_arguments_alike(built):

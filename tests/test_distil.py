@@ -2,6 +2,7 @@
 the teacher itself (a back-off teacher distilled over its own n-grams must come
 back unchanged), and for normalisation over the whole vocabulary."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -340,6 +341,30 @@ def test_neural_teacher(tmp_path, tiny):
         assert abs(np.sum(10.0 ** nm.log10_distribution(st)[ids].astype(np.float64)) - 1) < 1e-5
     for line in held.read_text().splitlines()[:20]:
         assert abs(km.score(line) - nm.score(line)) < 1e-4
+
+
+def test_teacher_without_variable_history_warns(tmp_path, tiny):
+    """A network trained on full histories only is poor after shorter ones, which the
+    table's lower orders (or, below the network's order, all of it) take from it:
+    distil warns, unless the network has variable history or --lower supplies them."""
+    from nplm.neural import NeuralConfig, NeuralNet
+    from nplm.vocab import SPECIALS, Vocabulary
+    teacher_bo, text, held, d = tiny
+    words = sorted({w for line in text.read_text().splitlines() for w in line.split()})
+    vocab = Vocabulary(list(SPECIALS) + words, np.arange(len(words) + 4) + 1)
+    paths = {}
+    for vh in (False, True):
+        cfg = NeuralConfig(order=3, embedding_dim=8, output="softmax", variable_history=vh)
+        paths[vh] = tmp_path / f"vh{vh}.nplm"
+        NeuralNet.create(cfg, vocab, seed=3).save(paths[vh])
+    with pytest.warns(UserWarning, match="orders 1..2 of the table use them.*--lower"):
+        distil.distil(str(paths[False]), 3, text=str(text))
+    with pytest.warns(UserWarning, match="every order of a 2-gram table uses them: distil at --order 3"):
+        distil.distil(str(paths[False]), 2, text=str(text), lower_teacher=teacher_bo)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distil.distil(str(paths[True]), 2, text=str(text))
+        distil.distil(str(paths[False]), 3, text=str(text), lower_teacher=teacher_bo)
 
 
 def test_bad_input(tiny, tmp_path):
