@@ -31,7 +31,7 @@ import zlib
 import numpy as np
 
 from ._kernels import QUERY_MAX_ORDER
-from .errors import FormatError
+from .errors import CompressedDataError, FormatError
 from .tables import NGramTables
 from .textio import open_binary, open_text, refuse_stdout, same_file, split_words
 
@@ -265,6 +265,8 @@ def _count(text, order, skip_symbols, report):
     try:
         report.say(f"Reading {name if name != '-' else 'stdin'}")
         _count_chunks(counter, _chunks(f, total, report), name)
+    except CompressedDataError:
+        raise                       # textio's readers already name the file
     except (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile, OSError) as e:
         if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and e.errno is not None:
             raise

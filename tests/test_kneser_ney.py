@@ -416,8 +416,9 @@ def test_unreadable_inputs(tmp_path):
     with pytest.raises(IsADirectoryError):
         estimate(tmp_path, 3, progress=False)
     for name, data in (("bad.gz", b"\x1f\x8b\x08garbage"), ("cut.xz", lzma.compress(b"a b c\n" * 99)[:40])):
-        with pytest.raises(FormatError, match=f"{name}: corrupt or truncated"):
+        with pytest.raises(FormatError, match=f"{name}: corrupt or truncated") as e:
             estimate(write(tmp_path, name, data), 3, progress=False)
+        assert str(e.value).count(name) == 1, str(e.value)      # named once
     with pytest.raises(FileNotFoundError):
         estimate(as_text([["a"]]), 1, limit_vocab_file=tmp_path / "nope", progress=False)
     with pytest.raises(FileNotFoundError, match="output"):
