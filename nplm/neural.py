@@ -346,10 +346,11 @@ class NeuralNet:
             raise ValueError(f"context word id outside 0..{V - 1}")
         return ctx
 
-    def log_prob(self, context_ids, word_ids, normalised=True, batch=1024):
+    def log_prob(self, context_ids, word_ids, normalised=True, batch=1024, threads=None):
         """Natural-log probabilities of ``word_ids`` (N,) after ``context_ids`` (N, n-1)
         (oldest word first, <null>-padded).  normalised=False gives the self-normalised
-        score of an NCE model (exact anyway for tree output)."""
+        score of an NCE model (exact anyway for tree output).  ``threads``: how many
+        split the rows (default: up to 2, the CPUs allowing)."""
         words = np.ascontiguousarray(word_ids, dtype=np.int32)
         if words.ndim != 1:
             raise ValueError("word ids must be one-dimensional")
@@ -358,7 +359,7 @@ class NeuralNet:
         if words.size and (words.min() < 0 or words.max() >= V):
             raise ValueError(f"word id outside 0..{V - 1}")
         out = np.empty(words.size, np.float64)
-        threads = _default_threads()
+        threads = threads or _default_threads()
         engines = self._eval_engines(min(batch, max(words.size, 1)), threads)
 
         def work(lo0, hi0, w):
@@ -386,11 +387,11 @@ class NeuralNet:
         _run_split(work, ctx.shape[0], threads)
         return out
 
-    def perplexity(self, contexts, targets):
+    def perplexity(self, contexts, targets, threads=None):
         """exp of the mean negative log-likelihood (exact normalisation)."""
         if len(targets) == 0:
             raise ValueError("no tokens to compute a perplexity over")
-        return float(np.exp(-np.mean(self.log_prob(contexts, targets))))
+        return float(np.exp(-np.mean(self.log_prob(contexts, targets, threads=threads))))
 
     # -- persistence
     def arrays(self):

@@ -261,7 +261,7 @@ class Trainer:
         if self.corpus.valid is None:
             return math.nan
         net = self._net_view(self.params if params is None else params)
-        return net.perplexity(*self.corpus.valid)
+        return net.perplexity(*self.corpus.valid, threads=self.tc.threads)   # --threads 1 means one
 
     def run_epoch(self):
         tc, eng = self.tc, self.engine

@@ -419,3 +419,18 @@ def test_training_keeps_only_the_copies_of_the_weights_it_needs(tmp_path):
     finally:
         tracemalloc.stop()
     assert live < 5.5 * size, (live / size)
+
+
+@needs_shared
+def test_validation_uses_the_threads_asked_for(tmp_path, monkeypatch):
+    """--threads 1 means one thread for validation too (it split the rows over two)."""
+    import nplm.neural as neural
+    tr, va = _split(tmp_path, PTB5K, 300)
+    seen, real = [], neural._run_split
+    monkeypatch.setattr(neural, "_run_split", lambda fn, n, threads: (seen.append((n, threads)), real(fn, n, threads)))
+    cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(), context="diagonal", output="class", objective="nce")
+    for threads in (1, 2):
+        seen.clear()
+        train(tr, va, tmp_path / f"t{threads}.nplm", cfg, TrainConfig(epochs=1, threads=threads, seed=1),
+              log=lambda s: None, progress=False)
+        assert seen and all(t == threads for n, t in seen) and max(n for n, t in seen) >= 2048, seen
