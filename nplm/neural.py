@@ -295,12 +295,18 @@ class NeuralNet:
                 "out_kind": _OUT[c.output], "obj": _OBJ[c.objective], "k": c.noise_samples,
                 "max_len": int(self.structs["points"].shape[1]), "nthreads": nthreads, "bmax": bmax}
 
-    def engine(self, bmax, nthreads=1, dtype=np.float32, params=None, accum=None):
+    def engine(self, bmax, nthreads=1, dtype=np.float32, params=None, accum=None, forward_only=False):
         """A kernel engine over ``params`` (default: this net's arrays, which must then be
-        writeable) with fresh gradients, optimiser state ``accum`` and scratch space."""
+        writeable) with fresh gradients, optimiser state ``accum`` and scratch space.
+        ``forward_only``: an engine that only scores (logprob, distribution) and never
+        writes gradients or optimiser state; those slots alias the parameters instead
+        of holding two more copies of the model."""
         dims = self.dims(nthreads, bmax)
         params = [self.params[n] for n in PARAM_NAMES] if params is None else params
-        grads = [np.zeros(p.shape, dtype) for p in params]
+        if forward_only:
+            grads = accum = params
+        else:
+            grads = [np.zeros(p.shape, dtype) for p in params]
         if accum is None:
             accum = [np.zeros(p.shape, dtype) for p in params]
         # A parameter array passed twice (tied embeddings) shares its gradient and
@@ -327,7 +333,8 @@ class NeuralNet:
         if self._engine is None or self._engine[1] < bmax or len(self._engine[0]) < count:
             params = [np.array(self.params[n], copy=True) if not self.params[n].flags.writeable
                       else self.params[n] for n in PARAM_NAMES]
-            self._engine = ([self.engine(bmax, nthreads=1, params=params)[0] for _ in range(count)], bmax)
+            self._engine = ([self.engine(bmax, nthreads=1, params=params, forward_only=True)[0]
+                             for _ in range(count)], bmax)
         return self._engine[0]
 
     def invalidate(self):

@@ -174,3 +174,22 @@ def test_extreme_logits(output):
     # float32 logits of a few hundred carry ~1e-5 absolute error of their own
     np.testing.assert_allclose(got, ref, atol=1e-5)
     np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("output", ["softmax", "class", "tree"])
+def test_scoring_allocates_no_gradient_copies(output):
+    """Scoring engines alias the parameters in the gradient and optimiser slots: a
+    training run's validation held two more copies of the model per thread."""
+    import tracemalloc
+    net = tiny_net(V=6000, n_classes=60, output=output, embedding_dim=32, hidden=(32,))
+    size = sum(p.nbytes for p in net.params.values())
+    rng = np.random.default_rng(0)
+    ctx = rng.integers(0, 6000, (64, 2)).astype(np.int32)
+    tracemalloc.start()
+    try:
+        lp = net.log_prob(ctx, rng.integers(0, 6000, 64), batch=16, threads=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.isfinite(lp).all()
+    assert peak < 0.5 * size, (peak, size)
