@@ -63,6 +63,18 @@ def best_time(fn, repeat=3):
     return best, result
 
 
+def best_times(fns, repeat=3):
+    """Minimum wall time (seconds) of each of ``fns`` over ``repeat`` rounds that call
+    them in turn, so that every contender sees the same stretches of a noisy machine."""
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t)
+    return best
+
+
 def rss_mib_of(code):
     """Resident-set growth (MiB) of a fresh interpreter running ``code`` after a
     baseline (imports included in the baseline)."""

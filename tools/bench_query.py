@@ -6,7 +6,10 @@ load times (ARPA, binary), score / full_scores / BaseScore loop / batch API
 throughput, and resident memory of the loaded binary.  Prints ratios nplm/kenlm
 (> 1 means nplm is faster / smaller for memory the inverse).
 
-    python tools/bench_query.py [--order 5] [--repeat 3]
+    python tools/bench_query.py [--order 5] [--repeat 7]
+
+kenlm and nplm take turns in every round (best of each kept), so both see the same
+stretches of a noisy machine.
 """
 import argparse
 import os
@@ -18,7 +21,7 @@ import time
 import kenlm
 
 import nplm
-from _bench_common import CACHE, best_time, kn_arpa, ptb_lines, rss_mib_of
+from _bench_common import CACHE, best_time, best_times, kn_arpa, ptb_lines, rss_mib_of
 
 
 def quiet(mod):
@@ -31,7 +34,7 @@ def quiet(mod):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--order", type=int, default=5)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=7, help="interleaved rounds of the query loops (best kept)")
     args = ap.parse_args()
 
     arpa = str(kn_arpa(args.order))
@@ -86,12 +89,11 @@ def main():
         ("full_scores", lambda: full_all(km), lambda: full_all(nb)),
         ("BaseScore loop", lambda: basescore_all(km, kenlm.State), lambda: basescore_all(nb, nplm.State)),
     ]:
-        tk, _ = best_time(fk, args.repeat)
-        tn, _ = best_time(fn, args.repeat)
+        tk, tn = best_times([fk, fn], args.repeat)
         rows.append((f"{name} (M tok/s)", tokens / tk / 1e6, tokens / tn / 1e6, tk / tn))
-    t_score_k, _ = best_time(lambda: score_all(km), args.repeat)
-    for threads in (1, 2):
-        tn, _ = best_time(lambda: nb.score_sentences(lines, threads=threads), args.repeat)
+    t_score_k, tn1, tn2 = best_times([lambda: score_all(km)] + [
+        lambda t=t: nb.score_sentences(lines, threads=t) for t in (1, 2)], args.repeat)
+    for threads, tn in ((1, tn1), (2, tn2)):
         rows.append((f"batch score_sentences, {threads} thread(s) (M tok/s; ratio vs kenlm score)",
                      tokens / t_score_k / 1e6, tokens / tn / 1e6, t_score_k / tn))
 
