@@ -65,6 +65,7 @@ cdef extern from *:
         h = nplm_mix((h * 0x9e3779b97f4a7c15ULL) ^ (((uint64_t)w + 1) * 0xbf58476d1ce4e5b9ULL));
         return h ? h : 1;
     }
+    static inline void nplm_prefetch(const void *p) { __builtin_prefetch(p); }
     static inline int nplm_signbit(float f) { uint32_t i; memcpy(&i, &f, 4); return (int)(i >> 31); }
     static inline float nplm_neg(float f) { uint32_t i; memcpy(&i, &f, 4); i |= 0x80000000u; memcpy(&f, &i, 4); return f; }
     static inline float nplm_pos(float f) { uint32_t i; memcpy(&i, &f, 4); i &= 0x7fffffffu; memcpy(&f, &i, 4); return f; }
@@ -80,6 +81,7 @@ cdef extern from *:
     uint64_t nplm_fastrange(uint64_t h, uint64_t n) noexcept nogil
     uint64_t nplm_hash_bytes(const char *s, Py_ssize_t n) noexcept nogil
     uint64_t nplm_combine(uint64_t h, uint32_t w) noexcept nogil
+    void nplm_prefetch(const void *p) noexcept nogil
     int nplm_signbit(float f) noexcept nogil
     float nplm_neg(float f) noexcept nogil
     float nplm_pos(float f) noexcept nogil
@@ -469,6 +471,15 @@ cdef class BackoffCore(LMCore):
         n_ctx = ins.length
         if n_ctx > self.order - 1:
             n_ctx = self.order - 1
+        # Every order's first bucket is known from the words alone: request them all
+        # now, so that their cache misses overlap instead of following one another.
+        node = w
+        for i in range(n_ctx):
+            node = nplm_combine(node, ins.words[i])
+            if i == self.order - 2:
+                nplm_prefetch(&self.longest[nplm_fastrange(node, self.long_buckets)])
+            else:
+                nplm_prefetch(&self.mid[i][nplm_fastrange(node, self.mid_buckets[i])])
         node = w
         for i in range(n_ctx):
             if indep:
