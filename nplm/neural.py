@@ -295,12 +295,14 @@ class NeuralNet:
                 "out_kind": _OUT[c.output], "obj": _OBJ[c.objective], "k": c.noise_samples,
                 "max_len": int(self.structs["points"].shape[1]), "nthreads": nthreads, "bmax": bmax}
 
-    def engine(self, bmax, nthreads=1, dtype=np.float32, params=None, accum=None, forward_only=False):
+    def engine(self, bmax, nthreads=1, dtype=np.float32, params=None, accum=None, forward_only=False,
+               score_width=None):
         """A kernel engine over ``params`` (default: this net's arrays, which must then be
         writeable) with fresh gradients, optimiser state ``accum`` and scratch space.
         ``forward_only``: an engine that only scores (logprob, distribution) and never
         writes gradients or optimiser state; those slots alias the parameters instead
-        of holding two more copies of the model."""
+        of holding two more copies of the model.  ``score_width``: columns of the score
+        scratch (default: room for every kind of call, V for most nets)."""
         dims = self.dims(nthreads, bmax)
         params = [self.params[n] for n in PARAM_NAMES] if params is None else params
         if forward_only:
@@ -318,7 +320,7 @@ class NeuralNet:
                     accum[i] = accum[j]
         B, m, d, V = bmax, dims["m"], dims["d"], dims["V"]
         r0, h1, h2, r, k, C = dims["r0"], dims["h1"], dims["h2"], dims["r"], dims["k"], dims["C"]
-        ncols = max(V, C, k, dims["max_len"], 1)
+        ncols = max(V, C, k, dims["max_len"], 1) if score_width is None else score_width
         shapes = {"X": (B, m * d), "A0": (B, r0), "A1": (B, h1), "A2": (B, h2), "D0": (B, r0), "D1": (B, h1),
                   "D2": (B, h2), "M0": (B, r0), "M1": (B, h1), "M2": (B, h2), "dX": (B, m * d),
                   "S": (B, ncols), "S2": (B,), "Hs": (B, r), "dHs": (B, r), "Wn": (k, r), "dWn": (k, r),
@@ -328,14 +330,22 @@ class NeuralNet:
         structs = {k_: np.ascontiguousarray(v) for k_, v in self.structs.items()}
         return _nn.Engine(dims, params, grads, accum, work, structs), grads, accum
 
-    def _eval_engines(self, bmax, count):
-        """``count`` single-threaded engines over this net's parameters (cached)."""
-        if self._engine is None or self._engine[1] < bmax or len(self._engine[0]) < count:
+    def _eval_engines(self, bmax, count, distribution=False):
+        """``count`` single-threaded scoring engines over this net's parameters (cached).
+        Per-word scores of a class or tree net need score scratch for the classes or a
+        path only; whole distributions (and a softmax's normaliser) need V columns a row
+        (at V = 33k, 135 MB a thread for validation's 1024-row blocks)."""
+        wide = distribution or self.config.output == "softmax"
+        have = (self._engine or {}).get(wide)
+        if have is None or have[1] < bmax or len(have[0]) < count:
             params = [np.array(self.params[n], copy=True) if not self.params[n].flags.writeable
                       else self.params[n] for n in PARAM_NAMES]
-            self._engine = ([self.engine(bmax, nthreads=1, params=params, forward_only=True)[0]
-                             for _ in range(count)], bmax)
-        return self._engine[0]
+            dims = self.dims()
+            width = None if wide else max(dims["C"], dims["k"], dims["max_len"], 1)
+            have = ([self.engine(bmax, nthreads=1, params=params, forward_only=True, score_width=width)[0]
+                     for _ in range(count)], bmax)
+            self._engine = {**(self._engine or {}), wide: have}
+        return have[0]
 
     def invalidate(self):
         """Call after changing params in place through another engine."""
@@ -385,7 +395,7 @@ class NeuralNet:
         ctx = self._contexts(context_ids)
         out = np.empty((ctx.shape[0], len(self.vocab)), np.float32)
         threads = _default_threads()
-        engines = self._eval_engines(min(batch, max(ctx.shape[0], 1)), threads)
+        engines = self._eval_engines(min(batch, max(ctx.shape[0], 1)), threads, distribution=True)
 
         def work(lo0, hi0, w):
             for lo in range(lo0, hi0, batch):
