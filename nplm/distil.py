@@ -429,6 +429,37 @@ def expand_ranges(per, chunk):
         c0 = c1
 
 
+def _distribution_network(model):
+    """The NeuralNet behind a neural nplm.Model whose scores are exactly normalised
+    (exact, class or tree mode), else None: its whole distributions then rank a
+    context's continuations as the model's own scores do."""
+    net = getattr(getattr(model, "_data", None), "net", None)
+    if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
+        return None
+    return net
+
+
+def _top_by_distribution(net, words, candidates, k, batch=256):
+    """Rows (w, c) for the ``k`` most probable candidates c after each one-word context
+    w, best first: whole distributions in blocks (GEMM), not one query per (w, c) pair,
+    which is V^2 queries for the one-word contexts (4.1 s against 0.14 s for 500
+    contexts of PTB's default model)."""
+    from .vocab import NULL
+    k = min(k, len(candidates))
+    out = []
+    for lo in range(0, len(words), batch):
+        w = words[lo:lo + batch]
+        ctx = np.full((len(w), net.config.order - 1), NULL, np.int32)
+        ctx[:, -1] = w
+        scores = net.log10_distribution(ctx)[:, candidates]
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < len(candidates) else \
+            np.broadcast_to(np.arange(len(candidates)), (len(w), len(candidates)))
+        best = np.take_along_axis(scores, top, axis=1)
+        top = np.take_along_axis(top, np.argsort(-best, axis=1, kind="stable"), axis=1)
+        out.append(np.column_stack([np.repeat(w, k), candidates[top].reshape(-1)]).astype(np.int32))
+    return np.concatenate(out) if out else np.zeros((0, 2), np.int32)
+
+
 def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 << 21):
     """The ``k`` most probable words (by ``model``) after each context row of ``ctx``.
     Candidates: the words seen after the context's last m-1 words (rows of
@@ -437,6 +468,9 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
     m = ctx.shape[1]
     if len(ctx) == 0:
         return np.zeros((0, m + 1), np.int32)
+    net = _distribution_network(model)
+    if m == 1 and net is not None:
+        return _top_by_distribution(net, ctx[:, 0], candidates, k)
     if m == 1:
         per = np.full(len(ctx), len(candidates), np.int64)
     else:

@@ -674,3 +674,28 @@ def test_out_of_range_options_are_refused(tiny, kwargs, message):
     teacher, text, held, d = tiny
     with pytest.raises(ValueError, match=message):
         distil.distil(teacher, 3, text=str(text), **kwargs)
+
+
+@pytest.mark.parametrize("output,mode", [("class", "class"), ("tree", "tree"), ("softmax", "exact")])
+def test_top_k_of_one_word_contexts_from_distributions_equals_the_query_core(tmp_path, output, mode):
+    """The one-word contexts' top-k continuations come from whole distributions (GEMM
+    blocks) instead of V queries per context; the chosen words, best first, are those
+    the query core ranks first."""
+    from _neural_helpers import tiny_net
+    net = tiny_net(seed=7, V=64, n_classes=6, output=output, order=4, hidden=(16,), embedding_dim=8)
+    words = net.vocab.words
+    rng = np.random.default_rng(7)
+    path = tmp_path / "n.nplm"
+    net.save(path)
+    model = nplm.Model(str(path), normalization=mode)
+    assert distil._distribution_network(model) is not None
+    ctx = np.array([[2]] + [[i] for i in range(4, len(words))], np.int32)      # <s> and every word
+    cand = np.arange(4, len(words), dtype=np.int32)[rng.permutation(len(words) - 4)][:40]
+    fast = distil._top_continuations(model, ctx, None, cand, 5, 1)
+    core = np.empty(len(ctx) * len(cand), np.float32)
+    rows = np.column_stack([np.repeat(ctx[:, 0], len(cand)), np.tile(cand, len(ctx))]).astype(np.int32)
+    from nplm import _distil
+    _distil.score_rows(model.core, rows, core)
+    expect = rows.reshape(len(ctx), len(cand), 2)[np.arange(len(ctx))[:, None],
+                                                   np.argsort(-core.reshape(len(ctx), -1), axis=1, kind="stable")[:, :5]]
+    np.testing.assert_array_equal(fast, expect.reshape(-1, 2))
