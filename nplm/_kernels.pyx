@@ -461,6 +461,8 @@ cdef class BackoffCore(LMCore):
         cdef bint indep
         cdef int length = 1, next_use, i, n_ctx
         cdef uint64_t node, b, probes
+        cdef uint64_t keys[MAX_ORDER]
+        cdef uint64_t first[MAX_ORDER]
         if w >= self.n_uni:
             w = 0
         u = &self.uni[w]
@@ -471,22 +473,25 @@ cdef class BackoffCore(LMCore):
         n_ctx = ins.length
         if n_ctx > self.order - 1:
             n_ctx = self.order - 1
-        # Every order's first bucket is known from the words alone: request them all
-        # now, so that their cache misses overlap instead of following one another.
+        # Every order's key and first bucket are known from the words alone: request
+        # all the buckets now, so that their cache misses overlap instead of following
+        # one another, and keep keys and buckets for the probes.
         node = w
         for i in range(n_ctx):
             node = nplm_combine(node, ins.words[i])
+            keys[i] = node
             if i == self.order - 2:
-                nplm_prefetch(&self.longest[nplm_fastrange(node, self.long_buckets)])
+                first[i] = nplm_fastrange(node, self.long_buckets)
+                nplm_prefetch(&self.longest[first[i]])
             else:
-                nplm_prefetch(&self.mid[i][nplm_fastrange(node, self.mid_buckets[i])])
-        node = w
+                first[i] = nplm_fastrange(node, self.mid_buckets[i])
+                nplm_prefetch(&self.mid[i][first[i]])
         for i in range(n_ctx):
             if indep:
                 break
-            node = nplm_combine(node, ins.words[i])
+            node = keys[i]
+            b = first[i]
             if i == self.order - 2:
-                b = nplm_fastrange(node, self.long_buckets)
                 for probes in range(self.long_buckets):
                     le = &self.longest[b]
                     if le.key == node:
@@ -499,7 +504,6 @@ cdef class BackoffCore(LMCore):
                     if b == self.long_buckets:
                         b = 0
                 break
-            b = nplm_fastrange(node, self.mid_buckets[i])
             me = NULL
             for probes in range(self.mid_buckets[i]):
                 if self.mid[i][b].key == node:
