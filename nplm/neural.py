@@ -335,16 +335,17 @@ class NeuralNet:
         Per-word scores of a class or tree net need score scratch for the classes or a
         path only; whole distributions (and a softmax's normaliser) need V columns a row
         (at V = 33k, 135 MB a thread for validation's 1024-row blocks)."""
+        cache = self._engine = self._engine or {}
         wide = distribution or self.config.output == "softmax"
-        have = (self._engine or {}).get(wide)
+        have = cache.get(wide)
         if have is None or have[1] < bmax or len(have[0]) < count:
-            params = [np.array(self.params[n], copy=True) if not self.params[n].flags.writeable
-                      else self.params[n] for n in PARAM_NAMES]
+            if "params" not in cache:     # engines need writeable arrays: one copy serves both kinds
+                cache["params"] = [np.array(self.params[n], copy=True) if not self.params[n].flags.writeable
+                                   else self.params[n] for n in PARAM_NAMES]
             dims = self.dims()
             width = None if wide else max(dims["C"], dims["k"], dims["max_len"], 1)
-            have = ([self.engine(bmax, nthreads=1, params=params, forward_only=True, score_width=width)[0]
-                     for _ in range(count)], bmax)
-            self._engine = {**(self._engine or {}), wide: have}
+            have = cache[wide] = ([self.engine(bmax, nthreads=1, params=cache["params"], forward_only=True,
+                                               score_width=width)[0] for _ in range(count)], bmax)
         return have[0]
 
     def invalidate(self):

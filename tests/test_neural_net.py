@@ -215,3 +215,22 @@ def test_per_word_scores_of_factored_nets_need_no_vocabulary_wide_scratch(output
     assert peak < 1024 * V * 4 / 4, peak            # a V-wide block would be 80 MB
     np.testing.assert_allclose(net.log10_distribution(ctx[:8])[np.arange(8), words[:8]] * np.log(10),
                                expect, rtol=1e-4, atol=1e-4)     # distributions still work
+
+
+def test_a_mapped_net_copies_its_weights_once_for_every_kind_of_scoring(tmp_path):
+    """Scoring engines need writeable arrays, so a memory-mapped net copies its
+    weights for them: once, shared by per-word and whole-distribution engines."""
+    import tracemalloc
+    tiny_net(V=6000, n_classes=60, output="class", embedding_dim=32, hidden=(32,)).save(tmp_path / "m.nplm")
+    net = NeuralNet.load(tmp_path / "m.nplm")
+    size = sum(p.nbytes for p in net.params.values())
+    ctx = np.random.default_rng(0).integers(0, 6000, (4, 2)).astype(np.int32)
+    net.log_prob(ctx, ctx[:, 1], batch=4, threads=1)
+    tracemalloc.start()
+    try:
+        d = net.log10_distribution(ctx, batch=4)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.isfinite(d).all()
+    assert peak < 0.5 * size, (peak, size)
