@@ -51,6 +51,7 @@ import warnings
 import numpy as np
 
 from .errors import FormatError
+from .neural_model import exact_network_of, network_of
 from .tables import NGramTables, row_groups
 
 try:
@@ -223,7 +224,7 @@ def _warn_short_histories(teacher, order, has_lower):
     never trained on them.  Without --variable-history a network sees <null> padding
     only before <s>, so p(w | h) for a shorter h is poor: on WikiText-2 a 5-gram net
     (test perplexity 406) distilled to order 3 gave 3006."""
-    net = getattr(getattr(teacher, "_data", None), "net", None)
+    net = network_of(teacher)
     if net is None or net.config.variable_history:
         return
     n = net.config.order
@@ -245,9 +246,8 @@ def _exact_network(model):
     core computes a V-wide normaliser per state (13x slower at V = 10k); the numbers
     are the same (tests/test_distil.py).  Class and tree outputs are cheap per state,
     and the core (with its first-layer tables) is the faster path for them."""
-    data = getattr(model, "_data", None)
-    net = getattr(data, "net", None)
-    if net is None or net.config.output != "softmax" or getattr(model, "normalization", None) != "exact":
+    net = exact_network_of(model)
+    if net is None or net.config.output != "softmax":
         return None
     return net
 
@@ -429,16 +429,6 @@ def expand_ranges(per, chunk):
         c0 = c1
 
 
-def _distribution_network(model):
-    """The NeuralNet behind a neural nplm.Model whose scores are exactly normalised
-    (exact, class or tree mode), else None: its whole distributions then rank a
-    context's continuations as the model's own scores do."""
-    net = getattr(getattr(model, "_data", None), "net", None)
-    if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
-        return None
-    return net
-
-
 def _top_by_distribution(net, words, candidates, k, batch=256):
     """Rows (w, c) for the ``k`` most probable candidates c after each one-word context
     w, best first: whole distributions in blocks (GEMM), not one query per (w, c) pair,
@@ -452,8 +442,7 @@ def _top_by_distribution(net, words, candidates, k, batch=256):
         ctx = np.full((len(w), net.config.order - 1), NULL, np.int32)
         ctx[:, -1] = w
         scores = net.log10_distribution(ctx)[:, candidates]
-        top = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < len(candidates) else \
-            np.broadcast_to(np.arange(len(candidates)), (len(w), len(candidates)))
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
         best = np.take_along_axis(scores, top, axis=1)
         top = np.take_along_axis(top, np.argsort(-best, axis=1, kind="stable"), axis=1)
         out.append(np.column_stack([np.repeat(w, k), candidates[top].reshape(-1)]).astype(np.int32))
@@ -468,7 +457,7 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
     m = ctx.shape[1]
     if len(ctx) == 0:
         return np.zeros((0, m + 1), np.int32)
-    net = _distribution_network(model)
+    net = exact_network_of(model)
     if m == 1 and net is not None:
         return _top_by_distribution(net, ctx[:, 0], candidates, k)
     if m == 1:

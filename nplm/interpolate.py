@@ -230,8 +230,9 @@ def _distribution_provider(model):
     contexts in one go, where one exists: a neural model with exact normalisation
     (its hidden states from the query core, then the output layer as matrix
     products instead of one score_word call per word).  None otherwise."""
-    net = getattr(getattr(model, "_data", None), "net", None)
-    if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
+    from .neural_model import exact_network_of
+    net = exact_network_of(model)
+    if net is None:
         return None
     import threading
     from .vocab import NULL

@@ -96,6 +96,21 @@ class NeuralData:
         self.arrays = arrays
 
 
+def network_of(model):
+    """The NeuralNet behind an nplm.Model, or None for other model kinds."""
+    return getattr(getattr(model, "_data", None), "net", None)
+
+
+def exact_network_of(model):
+    """The NeuralNet behind a neural nplm.Model whose scores are exactly normalised
+    (exact, class or tree mode), else None: the net's own batched kernels then give
+    the model's scores and whole distributions."""
+    net = network_of(model)
+    if net is None or getattr(model, "normalization", None) not in ("exact", "class", "tree"):
+        return None
+    return net
+
+
 def load(path, normalization=None, cache_size=4096):
     from .formats.quantize import load_neural
     # float32, or float16/int8 converted when first used: the core reads a float16

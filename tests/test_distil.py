@@ -688,7 +688,7 @@ def test_top_k_of_one_word_contexts_from_distributions_equals_the_query_core(tmp
     path = tmp_path / "n.nplm"
     net.save(path)
     model = nplm.Model(str(path), normalization=mode)
-    assert distil._distribution_network(model) is not None
+    assert distil.exact_network_of(model) is not None
     ctx = np.array([[2]] + [[i] for i in range(4, len(words))], np.int32)      # <s> and every word
     cand = np.arange(4, len(words), dtype=np.int32)[rng.permutation(len(words) - 4)][:40]
     fast = distil._top_continuations(model, ctx, None, cand, 5, 1)
