@@ -1,9 +1,10 @@
 """Build the Cython kernels.
 
-Every ``nplm/*.pyx`` becomes an extension module.  ``NPLM_ONLY=_kn,_nn`` limits a
-development build (``python setup.py build_ext --inplace``) to the named modules, so
-that one kernel can be rebuilt while another is being edited.  ``NPLM_DEBUG=1``
-turns bounds checking on.
+Every ``nplm/**/*.pyx`` becomes an extension module (``nplm/backoff/_kn.pyx`` is
+``nplm.backoff._kn``); C headers live in ``nplm/src``.  ``NPLM_ONLY=_kn,_query``
+limits a development build (``python setup.py build_ext --inplace``) to the named
+modules, so that one kernel can be rebuilt while another is being edited.
+``NPLM_DEBUG=1`` turns bounds checking on.
 """
 import glob
 import os
@@ -25,13 +26,13 @@ DIRECTIVES = {
 def extensions():
     only = {name for name in os.environ.get("NPLM_ONLY", "").split(",") if name}
     exts = []
-    for pyx in sorted(glob.glob(os.path.join("nplm", "*.pyx"))):
-        name = os.path.splitext(os.path.basename(pyx))[0]
-        if only and name not in only:
+    for pyx in sorted(glob.glob(os.path.join("nplm", "**", "*.pyx"), recursive=True)):
+        module = os.path.splitext(pyx)[0].replace(os.sep, ".")
+        if only and module.rsplit(".", 1)[1] not in only:
             continue
         exts.append(Extension(
-            f"nplm.{name}", [pyx],
-            include_dirs=[numpy.get_include()],
+            module, [pyx],
+            include_dirs=[numpy.get_include(), os.path.join("nplm", "src")],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
             extra_compile_args=["-O3", "-fopenmp"],
             extra_link_args=["-fopenmp"],

@@ -1,3 +1,3 @@
-from .cli import main
+from nplm.cli.main import main
 
 raise SystemExit(main())

@@ -1,13 +1,7 @@
-# Hash helpers shared by the kernels that keep their own tables (_kn.pyx's counts,
-# _interp.pyx's state cache); inline, so no module of their own.
+# The hash functions of nplm/src/hash.h, for the kernels that keep their own tables
+# (_kn.pyx's counts, _arpa.pyx's vocabulary, _interp.pyx's state cache).
 from libc.stdint cimport uint64_t
 
 
-cdef inline uint64_t fmix64(uint64_t h) noexcept nogil:
-    """Finaliser of MurmurHash3: spreads every input bit over the word."""
-    h ^= h >> 33
-    h *= 0xff51afd7ed558ccdULL
-    h ^= h >> 33
-    h *= 0xc4ceb9fe1a85ec53ULL
-    h ^= h >> 33
-    return h
+cdef extern from "hash.h" nogil:
+    uint64_t fmix64 "nplm_fmix64"(uint64_t h) noexcept

@@ -30,54 +30,7 @@ cnp.import_array()
 # The highest order a model can have (MAX_ORDER of _kernels.pxd), for the Python layer.
 QUERY_MAX_ORDER = MAX_ORDER
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    static inline uint64_t nplm_fastrange(uint64_t h, uint64_t n) {
-        return (uint64_t)(((__uint128_t)h * n) >> 64);
-    }
-    static inline uint64_t nplm_mix(uint64_t h) {
-        h ^= h >> 32; h *= 0xd6e8feb86659fd93ULL;
-        h ^= h >> 32; h *= 0xd6e8feb86659fd93ULL;
-        h ^= h >> 32;
-        return h;
-    }
-    /* Hash of a word's UTF-8 bytes, 8 bytes at a time.  Never 0 (the empty key). */
-    static inline uint64_t nplm_hash_bytes(const char *s, Py_ssize_t n) {
-        uint64_t h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)n * 0xff51afd7ed558ccdULL);
-        uint64_t k;
-        while (n >= 8) {
-            memcpy(&k, s, 8);
-            h = (h ^ nplm_mix(k)) * 0xc4ceb9fe1a85ec53ULL;
-            s += 8; n -= 8;
-        }
-        if (n > 0) {
-            k = 0;
-            memcpy(&k, s, (size_t)n);
-            h = (h ^ nplm_mix(k ^ 0x5bd1e995ULL)) * 0xc4ceb9fe1a85ec53ULL;
-        }
-        h = nplm_mix(h);
-        return h ? h : 1;
-    }
-    /* Extend an n-gram key by one (older) context word.  Never 0. */
-    static inline uint64_t nplm_combine(uint64_t h, uint32_t w) {
-        h = nplm_mix((h * 0x9e3779b97f4a7c15ULL) ^ (((uint64_t)w + 1) * 0xbf58476d1ce4e5b9ULL));
-        return h ? h : 1;
-    }
-    static inline void nplm_prefetch(const void *p) { __builtin_prefetch(p); }
-    static inline int nplm_signbit(float f) { uint32_t i; memcpy(&i, &f, 4); return (int)(i >> 31); }
-    static inline float nplm_neg(float f) { uint32_t i; memcpy(&i, &f, 4); i |= 0x80000000u; memcpy(&f, &i, 4); return f; }
-    static inline float nplm_pos(float f) { uint32_t i; memcpy(&i, &f, 4); i &= 0x7fffffffu; memcpy(&f, &i, 4); return f; }
-    /* KenLM's marker: a back-off of exactly -0.0 means "nothing extends this n-gram". */
-    static inline int nplm_has_ext(float f) { uint32_t i; memcpy(&i, &f, 4); return i != 0x80000000u; }
-    static inline float nplm_no_ext(void) { return -0.0f; }
-    #pragma pack(push, 4)
-    typedef struct { uint64_t key; float prob; } nplm_long_entry;
-    #pragma pack(pop)
-    typedef struct { uint64_t key; float prob; float backoff; } nplm_mid_entry;
-    typedef struct { float prob; float backoff; } nplm_uni_entry;
-    """
+cdef extern from "backoff_table.h":
     uint64_t nplm_fastrange(uint64_t h, uint64_t n) noexcept nogil
     uint64_t nplm_hash_bytes(const char *s, Py_ssize_t n) noexcept nogil
     uint64_t nplm_combine(uint64_t h, uint32_t w) noexcept nogil

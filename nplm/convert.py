@@ -18,12 +18,22 @@ entries for missing suffixes; they come back as n-grams with their backed-off
 probability, which leaves every score unchanged.
 """
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .errors import FormatError
-from .tables import row_groups
-from .textio import open_binary, same_file
+from nplm.backoff.arpa import KENLM_BINARY, KENLM_MAGIC, NPLM_DAMAGED, NPLM_MAGIC, read_arpa, write_arpa
+from nplm.backoff.binary import build_binary, load_binary
+from nplm.backoff.tables import NGramTables, row_groups
+from nplm.compose import _distil
+from nplm.compose.interpolate import is_spec
+from nplm.errors import FormatError
+from nplm.io import container
+from nplm.io.atomic import same_file
+from nplm.io.files import open_binary
+from nplm.neural import isi
+from nplm.neural import quantized_files as quantize
+from nplm.neural.network import NeuralNet
 
 FORMATS = ("arpa", "binary", "neural", "float16", "int8", "isi")
 
@@ -31,7 +41,6 @@ FORMATS = ("arpa", "binary", "neural", "float16", "int8", "isi")
 def detect(path):
     """The format of an existing model file: 'binary' (back-off), 'neural' (float32),
     'float16'/'int8' (quantised neural), 'arpa' or 'isi'."""
-    from .formats import container
     if container.is_container(path):
         c = container.read(path)
         if c.kind == "backoff":
@@ -42,10 +51,9 @@ def detect(path):
         raise FormatError(f"nplm binary of kind {c.kind!r} cannot be converted", path)
     with open_binary(path) as f:
         head = f.read(1 << 16)
-    from .arpa import KENLM_BINARY, NPLM_DAMAGED, _KENLM_MAGIC, _NPLM_MAGIC
-    if head.startswith(_KENLM_MAGIC):
+    if head.startswith(KENLM_MAGIC):
         raise FormatError(KENLM_BINARY, path)
-    if head.startswith(_NPLM_MAGIC[:5]):
+    if head.startswith(NPLM_MAGIC[:5]):
         raise FormatError(NPLM_DAMAGED, path)
     if container.altered_magic(head):
         raise FormatError(container.ALTERED_MAGIC, path)
@@ -58,7 +66,6 @@ def detect(path):
         if line == b"\\config":
             return "isi"
         break
-    from .interpolate import is_spec
     if is_spec(path):
         raise FormatError("this is an interpolation spec (a mixture of models), which no single model format "
                           "holds: `nplm distil SPEC --text TRAIN --order N --arpa OUT.arpa` turns any model, "
@@ -66,7 +73,7 @@ def detect(path):
     raise FormatError("not a model file nplm can convert (no ARPA \\data\\, ISI \\config or nplm header)", path)
 
 
-def _target_format(src_fmt, out, to):
+def target_format(src_fmt, out, to):
     if to is not None:
         if to not in FORMATS:
             raise ValueError(f"unknown output format {to!r}; choose from {FORMATS}")
@@ -100,7 +107,7 @@ def convert(src, dst, to=None, text=None, messages=None):
     if text is not None and os.path.exists(dst) and same_file(text, dst):
         raise ValueError(f"refusing to overwrite the input {text!r}")
     sf = detect(src)
-    tf = _target_format(sf, dst, to)
+    tf = target_format(sf, dst, to)
     report = {}
     backoff_kinds, neural_kinds = ("arpa", "binary"), ("neural", "float16", "int8", "isi")
     if sf in backoff_kinds and tf in ("float16", "int8"):
@@ -116,8 +123,6 @@ def convert(src, dst, to=None, text=None, messages=None):
         raise ValueError(f"--text measures the perplexity change of a neural model's conversion; {sf} -> {tf} "
                          "keeps every n-gram and value, so there is nothing to measure")
     if sf in backoff_kinds:
-        from .arpa import read_arpa, write_arpa
-        from .backoff import build_binary
         tables = read_arpa(src) if sf == "arpa" else tables_from_binary(src)
         if tf == "arpa":
             write_arpa(tables, dst)
@@ -126,7 +131,6 @@ def convert(src, dst, to=None, text=None, messages=None):
         report["ngrams"] = [int(c) for c in tables.counts]
         return sf, tf, report
     assert tf in neural_kinds
-    from .formats import isi, quantize
     if sf == "isi":
         tmp_net, extra_config, extra_arrays = isi.to_neural(isi.read_isi(src))
         if tf == "isi":
@@ -138,12 +142,12 @@ def convert(src, dst, to=None, text=None, messages=None):
         ref_net = tmp_net
     elif tf == "isi":
         isi.nplm_to_isi(src, dst, messages)
-        ref_net = quantize.load_neural(src) if text is not None else None
+        ref_net = NeuralNet.load(src) if text is not None else None
     else:
         ref_net = quantize.quantize_file(src, dst, "float32" if tf == "neural" else tf, messages)
     if text is not None:
         # the output as nplm reads it: an ISI file through the same mapping as its conversion
-        out_net = isi.to_neural(isi.read_isi(dst))[0] if tf == "isi" else quantize.load_neural(dst)
+        out_net = isi.to_neural(isi.read_isi(dst))[0] if tf == "isi" else NeuralNet.load(dst)
         before, after = quantize.perplexity_change(ref_net, out_net, text)
         report.update(perplexity_before=before, perplexity_after=after,
                       perplexity_change=(after - before) / before)
@@ -164,9 +168,6 @@ def _live_entries(a, n, order):
 
 def tables_from_binary(path, threads=2):
     """NGramTables of an nplm back-off binary (see the module docstring)."""
-    from . import _distil
-    from .backoff import load_binary
-    from .tables import NGramTables
     data = load_binary(path)
     a, order = data.arrays, int(data.config["order"])
     words = data.vocab.words()
@@ -203,7 +204,6 @@ def tables_from_binary(path, threads=2):
                     np.empty(cap, np.float32))
             got = _distil.probe_groups(data.core, P, np.clip(ctx_off, lo, hi), cand, word_off, *bufs)
             return got, bufs
-        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(len(spans)) as pool:
             results = list(pool.map(probe, spans))
         found = sum(g for g, _ in results) if all(g >= 0 for g, _ in results) else -1

@@ -4,15 +4,22 @@ The file's content decides what it is: an nplm binary (its header names the kind
 or an ARPA file (plain or compressed).  Scoring itself lives in
 ``_kernels.ModelBase`` and is the same code for every kind.
 """
+import difflib
 import operator
 import os
 import sys
 
 import numpy as np
 
-from . import _kernels, backoff
-from .errors import FormatError, ModelLoadError
-from .formats import container
+from nplm import _kernels
+from nplm.backoff import arpa
+from nplm.backoff import binary as backoff
+from nplm.errors import FormatError, ModelLoadError
+from nplm.io import container
+from nplm.io.resources import binary_fits, check_arpa
+from nplm.neural import query as neural_model
+from nplm.neural._query import omp_threads
+from nplm.neural.query import batch_log10, sentence_items
 
 
 class LoadMethod:
@@ -51,7 +58,6 @@ class Config:
 
     def __setattr__(self, name, value):
         if name not in ("load_method", "show_progress", "arpa_complain") and name not in Config.__slots__:
-            import difflib
             close = difflib.get_close_matches(name, ["load_method", "show_progress", "arpa_complain"], 1)
             raise AttributeError(f"'nplm.Config' object has no attribute {name!r}"
                                  + (f" (did you mean {close[0]!r}?)" if close else ""))
@@ -134,13 +140,24 @@ def _as_config(config):
                     f"{type(config).__name__})")
 
 
+# Model kinds whose modules sit above this one (interpolation specs, in
+# nplm.compose.interpolate) register (detect(path) -> bool, load(path, config) -> data)
+# here when imported, so that Model(path) opens them without this module importing them.
+_FILE_KINDS = []
+
+
+def register_file_kind(detect, load):
+    """Let Model(path) open the files ``detect`` recognises, with ``load``."""
+    if (detect, load) not in _FILE_KINDS:
+        _FILE_KINDS.append((detect, load))
+
+
 def _load(path, config, normalization=None, cache_size=None):
     """The BackoffData (or other model data) of a file."""
     if container.is_container(path):
         head = container.read(path)
         kind = head.kind
         if kind == "neural":
-            from . import neural_model
             if cache_size is None:
                 return neural_model.load(path, normalization)
             return neural_model.load(path, normalization, cache_size)
@@ -150,17 +167,12 @@ def _load(path, config, normalization=None, cache_size=None):
             if config.load_method == LoadMethod.POPULATE_OR_LAZY:
                 # "or lazy": a file that does not fit in memory is mapped lazily
                 # instead of being refused (the other populate methods refuse).
-                from .memory import binary_fits
                 populate = binary_fits(path)
             return backoff.load_binary(path, populate=populate)
         raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
-    # --- interpolation spec (JSON; nplm/interpolate.py) ---
-    from .interpolate import is_spec, load_spec
-    if is_spec(path):
-        return load_spec(path, config)
-    # ---
-    from . import arpa
-    from .memory import check_arpa
+    for detect, load in _FILE_KINDS:
+        if detect(path):
+            return load(path, config)
     check_arpa(path)  # header counts beyond the available memory: refuse, do not swap
     with open(path, "rb"):      # KenLM opens the file before it complains about ARPA
         pass
@@ -218,7 +230,6 @@ class Model(_kernels.ModelBase):
         if threads is None:
             probs, _, _, offsets = self.full_scores_batch(sentences, bos, eos)
         else:
-            from ._nquery import omp_threads
             old = omp_threads(_kernels.thread_count(threads))
             try:
                 probs, _, _, offsets = self.full_scores_batch(sentences, bos, eos)
@@ -232,7 +243,6 @@ class Model(_kernels.ModelBase):
     def full_scores_batch(self, sentences, bos=True, eos=True):
         if self.normalization is None:
             return super().full_scores_batch(sentences, bos, eos)
-        from .neural_model import batch_log10, sentence_items
         contexts, words, ctx_len, oov, offsets = sentence_items(self.vocab, self.order - 1,
                                                                 _kernels.sentence_list(sentences), bos, eos)
         lp, lengths = batch_log10(self, contexts, words, ctx_len)

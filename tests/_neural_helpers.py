@@ -1,11 +1,11 @@
 """Shared helpers of the neural tests: tiny networks and pure-NumPy references."""
 import numpy as np
 
-from nplm.neural import NeuralConfig, NeuralNet, PARAM_NAMES
-from nplm.vocab import SPECIALS, Vocabulary
+from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet
+from nplm.neural.vocab import SPECIALS, Vocabulary
 
 try:
-    from nplm.clusters import huffman_tree
+    from nplm.neural.clusters import huffman_tree
 except ImportError:  # clusters not built yet: a random full binary tree stands in
     huffman_tree = None
 

@@ -2,9 +2,9 @@
 numpy forward pass of the documented architecture (nplm/neural.py docstring)."""
 import numpy as np
 
-from nplm.clusters import frequency_bins, huffman_tree
-from nplm.neural import NeuralConfig, NeuralNet
-from nplm.vocab import SPECIALS, Vocabulary
+from nplm.neural.clusters import frequency_bins, huffman_tree
+from nplm.neural.network import NeuralConfig, NeuralNet
+from nplm.neural.vocab import SPECIALS, Vocabulary
 
 WORDS = list(SPECIALS) + [f"w{i}" for i in range(37)]
 COUNTS = (np.arange(len(WORDS))[::-1] * 3 + 1).astype(np.int64)

@@ -7,9 +7,9 @@ import pickle
 import kenlm
 import numpy as np
 import pytest
+from conftest import REFERENCE, need_shared
 
 import nplm
-from conftest import REFERENCE, need_shared
 
 ARPA = str(REFERENCE / "ptb5k.o3.arpa.xz")
 
@@ -199,7 +199,7 @@ def test_config_attributes_as_kenlm(name, value):
     assert getattr(n, name) == getattr(k, name)
     assert type(getattr(n, name)) is type(getattr(k, name))
     with pytest.raises(AttributeError):
-        getattr(n, "foo")
+        n.foo
 
 
 @pytest.mark.parametrize("name,value,error", [

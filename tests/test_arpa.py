@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nplm import _arpa, arpa
-from nplm.arpa import read_arpa, write_arpa
+from nplm.backoff import _arpa, arpa
+from nplm.backoff.arpa import read_arpa, write_arpa
+from nplm.backoff.tables import NGramTables
 from nplm.errors import FormatError
-from nplm.tables import NGramTables
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REFERENCE = SHARED / "reference"
@@ -504,7 +504,7 @@ def test_gzipped_kenlm_binary(tmp_path):
 
 
 def test_nplm_binary_passed_as_arpa(tmp_path):
-    from nplm.formats import container
+    from nplm.io import container
     path = tmp_path / "model.nplm"
     container.write(path, "backoff", {"order": 2}, {"x": np.arange(10, dtype=np.float32)})
     with pytest.raises(FormatError, match="nplm binary") as info:
@@ -531,7 +531,7 @@ def test_read_from_stdin_compressed(tmp_path):
     import sys
     path = tmp_path / "m.arpa.gz"
     path.write_bytes(gzip.compress(GOOD))
-    code = "from nplm.arpa import read_arpa; t = read_arpa('-'); print(t.counts, t.source)"
+    code = "from nplm.backoff.arpa import read_arpa; t = read_arpa('-'); print(t.counts, t.source)"
     with open(path, "rb") as stdin:
         out = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parents[1], check=True)

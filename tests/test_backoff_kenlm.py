@@ -2,19 +2,18 @@
 
 Every token's log10 probability, n-gram length and OOV flag; sentence scores and
 perplexities; state chains and which states compare equal; binary == ARPA."""
-import copy
 import itertools
 import math
-import pickle
 import random
 
 import kenlm
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import nplm
-from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
 
 ARPAS = sorted(p.name for p in REFERENCE.glob("*.arpa.xz")) if REFERENCE.is_dir() else []
 TEXTS = ["ptb5k.txt", "wiki3k.txt", "tiny200.txt"]

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import nplm
-from nplm import arpa, backoff
+from nplm.backoff import arpa
+from nplm.backoff import binary as backoff
 from nplm.errors import FormatError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +195,7 @@ def test_training_text_whitespace_and_unicode(tmp_path):
     """The neural trainer's corpus: ASCII white space separates words, as in scoring
     (KenLM's delimiters; U+00A0 stays inside a word), empty lines are empty
     sentences, invalid UTF-8 is a clear error."""
-    from nplm.train import Corpus
+    from nplm.neural.train import Corpus
     good = tmp_path / "good.txt"
     good.write_text("le chat\tétait\u00a0assis\n\n🐱  🐈\r\nthe cat sat\n" * 3, encoding="utf-8")
     c = Corpus(str(good), None, 3)

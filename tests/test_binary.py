@@ -1,15 +1,14 @@
 """The nplm binary container and back-off binaries: same results as the ARPA,
 fast mapped loading, and clear errors for truncated, corrupt or foreign files."""
-import os
 import struct
 
 import numpy as np
 import pytest
+from conftest import REFERENCE, need_shared
 
 import nplm
 from nplm.errors import FormatError
-from nplm.formats import container
-from conftest import REFERENCE, need_shared
+from nplm.io import container
 
 
 def test_container_round_trip(tmp_path):

@@ -5,7 +5,6 @@ import sys
 import kenlm
 import numpy as np
 import pytest
-
 from conftest import DATA, REFERENCE, need_shared, read_lines
 
 ARPA = str(REFERENCE / "ptb5k.o3.arpa.xz") if REFERENCE.is_dir() else ""
@@ -170,7 +169,7 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
     (("word", "0"), False, False, True),
 ])
 def test_query_verbosity_as_kenlm(reference_binaries, tmp_path, capsys, flags, word, line, summary):
-    from nplm.cli import main
+    from nplm.cli.main import main
     text = tmp_path / "t.txt"
     text.write_text("the company said\nzzqx\n\n")
     model = reference_binaries["ptb5k.o3"]
@@ -189,7 +188,7 @@ def test_query_verbosity_as_kenlm(reference_binaries, tmp_path, capsys, flags, w
 
 
 def test_query_verbosity_rejects_other_levels(reference_binaries, capsys):
-    from nplm.cli import main
+    from nplm.cli.main import main
     with pytest.raises(SystemExit) as e:
         main(["query", reference_binaries["ptb5k.o3"], "-v", "3"])
     assert e.value.code == 2 and "invalid choice: '3'" in capsys.readouterr().err

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from neural_fixtures import make_net
 
 import nplm
-from nplm.cli import main
-from nplm.formats import container
-
-from neural_fixtures import make_net
+from nplm.cli.main import main
+from nplm.io import container
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "examples" / "toy.txt"
@@ -200,7 +199,8 @@ def test_build_binary_multiplier_in_range_builds(models, tmp_path):
 
 
 def test_probing_memory_is_checked_in_the_library_too(models):
-    from nplm import arpa, backoff
+    from nplm.backoff import arpa
+    from nplm.backoff import binary as backoff
     tables = arpa.read_arpa(models["arpa"])
     with pytest.raises(OSError, match="probing hash tables"):
         backoff.from_tables(tables, 1e12)
@@ -271,7 +271,7 @@ def test_precompute_and_tune_refuse_a_text_without_words(models, tmp_path, capsy
 
 
 def test_atomic_write_names_the_output_not_its_temporary_file(tmp_path):
-    from nplm.textio import atomic_write
+    from nplm.io.atomic import atomic_write
     with pytest.raises(FileNotFoundError) as e:
         with atomic_write(tmp_path / "missing" / "out.nplm"):
             pass
@@ -327,7 +327,7 @@ def test_weights_in_messages_are_plain_numbers(models, tmp_path, capsys, weights
 
 
 def test_tune_result_repr_is_plain_numbers():
-    from nplm.interpolate import TuneResult
+    from nplm.compose.interpolate import TuneResult
     r = repr(TuneResult(np.array([0.25, 0.75]), 1.0, 2.0, 3, 4))
     assert "weights=[0.25, 0.75]" in r and "np." not in r
 
@@ -341,7 +341,7 @@ def test_distil_prune_to_must_be_positive(models, tmp_path, capsys, value):
     assert e.value.code == 2 and f"--prune-to: expected a positive integer, got '{value}'" in capsys.readouterr().err
     assert not out.exists()
     if value in ("-5", "0"):
-        from nplm.distil import distil
+        from nplm.compose.distil import distil
         with pytest.raises(ValueError, match="prune_to is the number of n-grams"):
             distil(models["binary"], 2, str(TOY), prune_to=int(value))
 
@@ -458,7 +458,7 @@ def test_train_warns_of_options_without_effect_and_checks_the_time_limit(tmp_pat
     """--classes/--clustering without a class output, --noise-samples without NCE and
     --variable-history at order 2 change nothing: said, not silently ignored; a time
     limit must be a positive number of minutes (0 read as 'none', -1 stopped at once)."""
-    from nplm.cli import main
+    from nplm.cli.main import main
     text = tmp_path / "t.txt"
     text.write_text("the cat sat on the mat\na dog sat on a log\n" * 20)
     base = ["train", "--train", str(text), "--embedding-dim", "8", "--hidden", "", "--epochs", "1",
@@ -480,13 +480,13 @@ def test_train_warns_of_options_without_effect_and_checks_the_time_limit(tmp_pat
         with pytest.raises(SystemExit):
             main(base + ["--out", str(tmp_path / "x.nplm"), "--time-limit", bad])
         assert "--time-limit: expected a positive number of minutes" in capsys.readouterr().err
-    from nplm.train import TrainConfig
+    from nplm.neural.train import TrainConfig
     with pytest.raises(ValueError, match="time limit"):
         TrainConfig(time_limit=-60).validate()
 
 
 def test_missing_input_files_are_named_with_their_option(tmp_path, capsys):
-    from nplm.cli import main
+    from nplm.cli.main import main
     text = tmp_path / "t.txt"
     text.write_text("a b\n")
     for argv, option in ((["estimate", "-o", "2", "--text", str(text), "--limit_vocab_file", str(tmp_path / "no")],

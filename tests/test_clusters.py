@@ -11,9 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nplm.clusters import (ClassLayout, HuffmanTree, brown_clusters, class_bigram_stats,
-                           frequency_bins, huffman_tree)
-from nplm.formats import container
+from nplm.io import container
+from nplm.neural.clusters import (
+    ClassLayout,
+    HuffmanTree,
+    brown_clusters,
+    class_bigram_stats,
+    frequency_bins,
+    huffman_tree,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PTB5K = SHARED / "reference" / "ptb5k.txt"
@@ -409,7 +415,7 @@ def test_huffman_bad_input(counts, match):
 
 
 def test_cluster_command_writes_classes(tmp_path):
-    from nplm.cli import main
+    from nplm.cli.main import main
     ids, V, truth = toy_grammar(400, seed=9)
     words = ["</s>", "the", "a", "this", "every", "big", "red", "old", "dog", "cat", "man", "idea",
              "car", "tree", "sees", "likes", "eats", "moves", "finds", "him", "her", "it"]
@@ -430,7 +436,7 @@ def test_cluster_command_writes_classes(tmp_path):
 
 
 def test_cluster_command_bad_input(tmp_path, capsys):
-    from nplm.cli import main
+    from nplm.cli.main import main
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine words\nmore words\nbroken \xff here\n")
     assert main(["cluster", "--text", str(bad), "-c", "2", "-q"]) == 1
@@ -448,8 +454,8 @@ def test_cluster_command_bad_input(tmp_path, capsys):
 def test_read_corpus_refuses_the_reserved_tokens_training_refuses(tmp_path):
     """<s> and <null> inside a line are refused naming the line, as nplm train refuses
     them (a class for the padding word is meaningless); </s> is the sentence end."""
-    from nplm.clusters import read_corpus
     from nplm.errors import FormatError
+    from nplm.neural.clusters import read_corpus
     for token in ("<s>", "<null>"):
         path = tmp_path / "t.txt"
         path.write_text(f"a b\nc {token} d\n")

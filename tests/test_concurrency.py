@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import nplm
-from nplm import arpa, backoff
+from nplm.backoff import arpa
+from nplm.backoff import binary as backoff
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_ARPA = ROOT / "examples" / "toy.arpa"

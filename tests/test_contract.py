@@ -1,17 +1,16 @@
 """The kenlm contract, met by every model kind: back-off (ARPA and binary) and
 neural models in every normalisation mode."""
 import copy
-import math
 import pickle
 import random
 
 import numpy as np
 import pytest
-
-import nplm
 from conftest import REFERENCE
 from neural_fixtures import make_net
-from nplm.neural_model import precompute
+
+import nplm
+from nplm.neural.query import precompute
 
 KINDS = ["backoff-arpa", "backoff-binary", "neural-exact", "neural-unnormalized", "neural-fallback",
          "neural-class", "neural-tree"]

@@ -5,13 +5,16 @@ import math
 
 import numpy as np
 import pytest
+from conftest import REFERENCE, need_shared
 
 import nplm
-from nplm import arpa, convert
+import nplm.neural.network
+from nplm import convert
+from nplm.backoff import arpa
 from nplm.errors import FormatError
-from nplm.formats import isi, quantize
-
-from conftest import REFERENCE, need_shared
+from nplm.neural import isi
+from nplm.neural import quantized_files as quantize
+from nplm.neural.network import NeuralNet
 
 LN10 = math.log(10.0)
 
@@ -77,7 +80,7 @@ def test_isi_model_scores_match_the_toolkit_forward_pass(tmp_path, H, act, biase
     dst = tmp_path / "model.nplm"
     sf, tf, _ = convert.convert(src, dst, to="neural")
     assert (sf, tf) == ("isi", "neural")
-    net = nplm.neural.NeuralNet.load(dst)
+    net = nplm.neural.network.NeuralNet.load(dst)
     vocab = net.vocab
     idx = {w: i for i, w in enumerate(WORDS)}
     predicted = [w for w in WORDS]
@@ -119,7 +122,7 @@ def test_isi_round_trip_and_separate_vocabularies(tmp_path):
         # nplm keeps float32
         assert np.allclose(a.arrays[name], b.arrays[name], rtol=1e-6, atol=1e-7), name
     # scores over the output vocabulary, contexts of known input words
-    net = nplm.neural.NeuralNet.load(mid)
+    net = nplm.neural.network.NeuralNet.load(mid)
     ii = {w: i for i, w in enumerate(inw)}
     for c in (["a", "b"], ["the", "<unk>"], ["b", "zebra"]):
         ref = _toolkit_forward(P, [ii.get(w, ii["<unk>"]) for w in c])
@@ -153,8 +156,8 @@ def test_isi_errors(tmp_path):
 # Quantisation.
 
 def _random_net(V_words=30, order=4, seed=0, context="full", output="softmax", hidden=(32, 16)):
-    from nplm.neural import NeuralConfig, NeuralNet
-    from nplm.vocab import SPECIALS, Vocabulary
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import SPECIALS, Vocabulary
     words = list(SPECIALS) + [f"w{i}" for i in range(V_words)]
     vocab = Vocabulary(words, np.arange(len(words))[::-1] + 1)
     cfg = NeuralConfig(order=order, embedding_dim=16, hidden=hidden, context=context, output=output,
@@ -179,12 +182,12 @@ def test_quantised_models_score_within_tolerance(tmp_path, dtype, tol):
     sf, tf, report = convert.convert(src, dst, to=dtype, text=text)
     assert (sf, tf) == ("neural", dtype) and convert.detect(dst) == dtype
     assert report["bytes_after"] < report["bytes_before"]
-    from nplm.formats import container
+    from nplm.io import container
 
     def weight_bytes(path):
         return sum(a.nbytes for n, a in container.read(path).arrays.items() if n.startswith(("param.", "qscale.")))
     assert weight_bytes(dst) < weight_bytes(src) * (0.52 if dtype == "float16" else 0.35)
-    q = quantize.load_neural(dst)
+    q = NeuralNet.load(dst)
     V = len(net.vocab)
     ctx = rng.integers(0, V, size=(200, 3)).astype(np.int32)
     d0 = net.log10_distribution(ctx)
@@ -197,7 +200,7 @@ def test_quantised_models_score_within_tolerance(tmp_path, dtype, tol):
     f32 = tmp_path / "back.nplm"
     convert.convert(dst, f32, to="neural")
     assert convert.detect(f32) == "neural"
-    back = nplm.neural.NeuralNet.load(f32)
+    back = nplm.neural.network.NeuralNet.load(f32)
     assert np.array_equal(back.log10_distribution(ctx), d1)
 
 
@@ -253,7 +256,7 @@ def test_nplm_isi_nplm_is_lossless_and_the_toolkit_scores_like_nplm(tmp_path, or
     # back: the same weights, bit for bit; and again to ISI: the same file
     _, _, report = convert.convert(mid, back, text=_write_text(tmp_path))
     assert report["perplexity_before"] == report["perplexity_after"]
-    b = nplm.neural.NeuralNet.load(back)
+    b = nplm.neural.network.NeuralNet.load(back)
     assert b.vocab.words == net.vocab.words and b.config.embedding_dim == 16
     for k in net.params:
         assert np.array_equal(b.params[k], net.params[k]), k
@@ -359,7 +362,7 @@ def test_refuses_to_overwrite_input_and_mismatched_kinds(tmp_path):
 
 
 def test_cli_convert(tmp_path, capsys):
-    from nplm.cli import main
+    from nplm.cli.main import main
     net = _random_net()
     src = tmp_path / "n.nplm"
     net.save(src)
@@ -414,8 +417,8 @@ def test_converted_isi_model_scores_sentences_like_the_toolkit(tmp_path, normali
 def test_damaged_quantised_files_are_refused_when_loaded(tmp_path, damage, message):
     """A quantised model's arrays are checked when it is loaded, also where their
     float32 values are made only when first used (nplm.Model), naming the array."""
-    from nplm.formats import container
-    from nplm.neural import KIND
+    from nplm.io import container
+    from nplm.neural.network import KIND
     dtype, key, change = damage
     src, dst, bad = tmp_path / "net.nplm", tmp_path / "q.nplm", tmp_path / "bad.nplm"
     _random_net().save(src)
@@ -430,11 +433,11 @@ def test_damaged_quantised_files_are_refused_when_loaded(tmp_path, damage, messa
     with pytest.raises(nplm.ModelLoadError, match=message):
         nplm.Model(str(bad))
     with pytest.raises(nplm.FormatError, match=message):
-        quantize.load_neural(bad)
+        NeuralNet.load(bad)
 
 
 def test_isi_output_warns_about_the_normalisers_it_leaves_out(tmp_path):
-    from nplm.neural_model import precompute
+    from nplm.neural.query import precompute
     src = tmp_path / "n.nplm"
     _random_net(order=3).save(src)
     text = _write_text(tmp_path)
@@ -452,7 +455,7 @@ def test_quantising_drops_stale_fallback_normalisers(tmp_path, dtype):
     must not keep them (its fallback distribution would not sum to 1).  It leaves them
     out with a warning naming `nplm precompute`, and fallback mode then refuses to load
     until they are computed again; a fresh precompute normalises the quantised model."""
-    from nplm.neural_model import precompute
+    from nplm.neural.query import precompute
     src, dst = tmp_path / "n.nplm", tmp_path / f"q.{dtype}.nplm"
     _random_net(order=3).save(src)
     text = _write_text(tmp_path)
@@ -483,8 +486,8 @@ def test_quantising_drops_stale_fallback_normalisers(tmp_path, dtype):
 def test_dequantising_keeps_normalisers_that_still_match(tmp_path):
     """float16 -> float32 keeps the same weight values, so its tables stay: they equal
     a fresh precompute of the float32 copy."""
-    from nplm.formats import container
-    from nplm.neural_model import precompute
+    from nplm.io import container
+    from nplm.neural.query import precompute
     src, f16, f32 = tmp_path / "n.nplm", tmp_path / "h.nplm", tmp_path / "f.nplm"
     _random_net(order=3).save(src)
     text = _write_text(tmp_path)

@@ -6,13 +6,13 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import REFERENCE, need_shared, quiet_config
 
 import nplm
-from nplm import arpa, distil
+from nplm.backoff import arpa
+from nplm.backoff.tables import NGramTables
+from nplm.compose import distil
 from nplm.errors import FormatError
-from nplm.tables import NGramTables
-
-from conftest import REFERENCE, need_shared, quiet_config
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -305,8 +305,8 @@ def test_lower_teacher_supplies_lower_orders(tiny):
 def test_neural_teacher(tmp_path, tiny):
     """A (random) neural network as the teacher: its probabilities land in the
     table, <null> is not a word of it, and every context sums to one."""
-    from nplm.neural import NeuralConfig, NeuralNet
-    from nplm.vocab import SPECIALS, Vocabulary
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import SPECIALS, Vocabulary
     teacher_bo, text, held, d = tiny
     words = sorted({w for line in text.read_text().splitlines() for w in line.split()})
     vocab = Vocabulary(list(SPECIALS) + words, np.arange(len(words) + 4) + 1)
@@ -347,8 +347,8 @@ def test_teacher_without_variable_history_warns(tmp_path, tiny):
     """A network trained on full histories only is poor after shorter ones, which the
     table's lower orders (or, below the network's order, all of it) take from it:
     distil warns, unless the network has variable history or --lower supplies them."""
-    from nplm.neural import NeuralConfig, NeuralNet
-    from nplm.vocab import SPECIALS, Vocabulary
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import SPECIALS, Vocabulary
     teacher_bo, text, held, d = tiny
     words = sorted({w for line in text.read_text().splitlines() for w in line.split()})
     vocab = Vocabulary(list(SPECIALS) + words, np.arange(len(words) + 4) + 1)
@@ -393,7 +393,7 @@ def test_bad_input(tiny, tmp_path):
 
 
 def test_cli_distil(tiny, tmp_path, capsys):
-    from nplm.cli import main
+    from nplm.cli.main import main
     teacher, text, held, d = tiny
     out = tmp_path / "cli.arpa.gz"
     rc = main(["distil", str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"), "--text", str(text),
@@ -460,9 +460,9 @@ def test_pruning_criterion_is_the_exact_relative_entropy(tiny, tmp_path):
 def test_network_fast_path_equals_the_query_core(tmp_path):
     """Exactly normalised neural teachers are scored in batches by the network's own
     kernels; the numbers are the query core's."""
-    from nplm.neural import NeuralConfig, NeuralNet
-    from nplm.vocab import SPECIALS, Vocabulary
-    from nplm import _distil
+    from nplm.compose import _distil
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import SPECIALS, Vocabulary
     words = list(SPECIALS) + [f"w{i}" for i in range(40)]
     net = NeuralNet.create(NeuralConfig(order=4, embedding_dim=8, hidden=(16, 8), context="full",
                                         output="softmax"), Vocabulary(words), seed=5)
@@ -487,7 +487,7 @@ def test_continuation_shapes_equal_a_brute_force_sum(tiny):
     summed in plain Python over the whole vocabulary and every longer context:
     p(w | g) = (sum_e P(e) p_T(w | e) [(e, w) unlisted] + D(g) p_T(w | g))
                / (sum_e P(e) M(e) + D(g)),   D(g) = P(g) - sum_e P(e)."""
-    from nplm import continuation as cont
+    from nplm.compose import continuation as cont
     teacher, text, held, d = tiny
     V = len(teacher.vocab)
     bos, eos = teacher.vocab.id("<s>"), teacher.vocab.id("</s>")
@@ -566,7 +566,8 @@ def test_fitted_unigrams_maximise_the_backoff_likelihood(seed):
     those events, summed in plain Python, is at least what a generic optimiser finds
     from several starts, and better than the continuation ratio q ~ m."""
     from scipy.optimize import minimize
-    from nplm import continuation as cont
+
+    from nplm.compose import continuation as cont
     rng = np.random.default_rng(seed)
     V = 12
     P = rng.dirichlet(np.ones(V))
@@ -617,7 +618,8 @@ def test_count_text_equals_a_brute_force_count(tmp_path, monkeypatch):
     """Every order's n-gram counts (<s> before and </s> after each line, never across
     lines) equal a plain Python count, across chunk boundaries and table growth."""
     from collections import Counter
-    from nplm.vocab import SPECIALS, Vocabulary
+
+    from nplm.neural.vocab import SPECIALS, Vocabulary
     rng = np.random.default_rng(5)
     words = list(SPECIALS) + [f"v{i}" for i in range(40)]
     vocab = Vocabulary(words, np.ones(len(words), np.int64))
@@ -648,7 +650,7 @@ def test_count_text_equals_a_brute_force_count(tmp_path, monkeypatch):
 
 
 def test_gram_counter_rejects_bad_input():
-    from nplm._distil import GramCounter
+    from nplm.compose._distil import GramCounter
     c = GramCounter(3, 10)
     with pytest.raises(ValueError, match="out of range"):
         c.add(np.array([1, 10], np.int32), np.array([0], np.int64))
@@ -694,7 +696,7 @@ def test_top_k_of_one_word_contexts_from_distributions_equals_the_query_core(tmp
     fast = distil._top_continuations(model, ctx, None, cand, 5, 1)
     core = np.empty(len(ctx) * len(cand), np.float32)
     rows = np.column_stack([np.repeat(ctx[:, 0], len(cand)), np.tile(cand, len(ctx))]).astype(np.int32)
-    from nplm import _distil
+    from nplm.compose import _distil
     _distil.score_rows(model.core, rows, core)
     expect = rows.reshape(len(ctx), len(cand), 2)[np.arange(len(ctx))[:, None],
                                                    np.argsort(-core.reshape(len(ctx), -1), axis=1, kind="stable")[:, :5]]

@@ -31,12 +31,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import nplm
-from nplm import arpa, backoff
+from nplm.backoff import arpa
+from nplm.backoff import binary as backoff
 from nplm.errors import FormatError
-from nplm.formats import container
+from nplm.io import container
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_ARPA = ROOT / "examples" / "toy.arpa"
@@ -473,8 +475,9 @@ def _write(path, raw):
 
 @pytest.fixture(scope="module")
 def isi_bytes(work):
-    from nplm.formats import isi
     from neural_fixtures import make_net
+
+    from nplm.neural import isi
     net = make_net("softmax-full-2", order=3)
     path = work / "model.isi"
     isi.write_isi(isi.from_neural(net), path)
@@ -484,7 +487,7 @@ def isi_bytes(work):
 @FUZZ
 @given(muts=mutations, comp=st.sampled_from(["plain", "gz"]))
 def test_fuzz_isi_text(work, isi_bytes, muts, comp):
-    from nplm.formats import isi
+    from nplm.neural import isi
     path = work / "fuzz.isi"
     path.write_bytes(COMPRESS[comp](mutate(isi_bytes, muts)))
     got = outcome(isi.read_isi, path)
@@ -545,7 +548,7 @@ def text_bytes():
 @given(muts=mutations, comp=st.sampled_from(sorted(COMPRESS)))
 def test_fuzz_training_text(work, text_bytes, muts, comp):
     """The neural trainer's corpus reader (vocabulary, examples)."""
-    from nplm.train import Corpus
+    from nplm.neural.train import Corpus
     path = work / f"train.txt.{comp}"
     path.write_bytes(COMPRESS[comp](mutate(text_bytes, muts)))
     got = outcome(Corpus, str(path), None, 3)
@@ -610,7 +613,8 @@ def test_fuzz_neural_structures_with_valid_checksums(work, structured_net, pick,
 @pytest.fixture(scope="module", params=["int8", "float16"])
 def quantised(work, request):
     from neural_fixtures import make_net
-    from nplm.formats import quantize
+
+    from nplm.neural import quantized_files as quantize
     src = work / "q-src.nplm"
     make_net("softmax-full-2", order=3).save(src)
     dst = work / f"q-{request.param}.nplm"
@@ -621,14 +625,14 @@ def quantised(work, request):
 @FUZZ
 @given(muts=mutations, edits=st.lists(json_edit, max_size=2))
 def test_fuzz_quantised_neural(work, quantised, muts, edits):
-    from nplm.formats import quantize
+    from nplm.neural.network import NeuralNet
     raw = quantised[0]
     image = raw
     if edits:
         image = _rewrite_header(raw, _apply_edits(_header_meta(raw), edits))
     path = work / "q-damaged.nplm"
     path.write_bytes(mutate(image, muts))
-    net = outcome(quantize.load_neural, path)
+    net = outcome(NeuralNet.load, path)
     if not isinstance(net, Exception):
         ctx = np.zeros((2, net.order - 1), np.int32)
         outcome(net.log_prob, ctx, np.array([1, 2], np.int32))
@@ -651,7 +655,9 @@ def test_every_config_entry_hostile(work, which):
     """Each entry of a binary's config (and the config itself) replaced by each
     hostile value, with a correct header crc: a clean load or a ModelLoadError."""
     from neural_fixtures import make_net
-    from nplm.formats import quantize
+
+    from nplm.neural import quantized_files as quantize
+    from nplm.neural.network import NeuralNet
     src = work / f"cfg-{which}.nplm"
     if which == "backoff":
         backoff.build_binary(arpa.read_arpa(TOY_ARPA), src)
@@ -670,7 +676,7 @@ def test_every_config_entry_hostile(work, which):
             m = copy.deepcopy(meta)
             _set(m, path, copy.deepcopy(value))
             target.write_bytes(_rewrite_header(raw, m))
-            loader = quantize.load_neural if which == "int8" else (lambda p: nplm.Model(str(p)))
+            loader = NeuralNet.load if which == "int8" else (lambda p: nplm.Model(str(p)))
             got = outcome(loader, target)
             if not isinstance(got, Exception) and which != "int8":
                 outcome(answers if which == "backoff" else neural_answers, got)
@@ -679,9 +685,9 @@ def test_every_config_entry_hostile(work, which):
 # ----------------------------------------------------------------------------- damaged compressed streams
 
 def _text_readers():
-    from nplm.formats import isi
-    from nplm.train import Corpus
-    from nplm.vocab import read_sentences
+    from nplm.neural import isi
+    from nplm.neural.train import Corpus
+    from nplm.neural.vocab import read_sentences
     return {
         "arpa": (TOY_ARPA, arpa.read_arpa),
         "training": (TOY_TEXT, lambda p: Corpus(str(p), None, 3)),
@@ -713,7 +719,8 @@ def test_fuzz_damaged_compression_every_text_reader(work, isi_bytes, reader, com
 @pytest.fixture(scope="module")
 def fallback_binary(work):
     from neural_fixtures import make_net
-    from nplm import neural_model
+
+    from nplm.neural import query as neural_model
     path = work / "fb.nplm"
     make_net("softmax-full-2", order=3).save(path)
     rng = np.random.default_rng(2)

@@ -8,13 +8,13 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
+from scipy.optimize import minimize
 
 import nplm
-from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
-from nplm import _interp
-from nplm.cli import main as cli_main
-from nplm.interpolate import newton, tune_linear
-from scipy.optimize import minimize
+from nplm.cli.main import main as cli_main
+from nplm.compose import _interp
+from nplm.compose.interpolate import newton, tune_linear
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -691,6 +691,7 @@ def test_argument_errors(models, kenlm_o3):
 def neural_pair(request, tmp_path_factory):
     """A small random neural model and a KN model over the same words."""
     import random
+
     from neural_fixtures import make_net
     tmp = tmp_path_factory.mktemp("nnmix")
     net = make_net(request.param)

@@ -6,12 +6,12 @@ import pickle
 
 import numpy as np
 import pytest
+from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
 
 import nplm
-from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
-from nplm.arpa import read_arpa
-from nplm.cli import main as cli_main
-from nplm.interpolate import tune_linear
+from nplm.backoff.arpa import read_arpa
+from nplm.cli.main import main as cli_main
+from nplm.compose.interpolate import tune_linear
 
 SENTENCES = ["the company said it expects to report a loss", "UNK shares rose N cents",
              "zzqx unknown words qqq", "", "of the new year the stock market fell sharply",
@@ -315,7 +315,7 @@ def test_a_bucketed_teacher_distils_to_its_own_probabilities(tmp_path):
     """distil scores its n-grams through the mixture's core (score_rows), the kenlm
     API through BaseScore: both must pick the same weight row."""
     need_shared()
-    from nplm import distil
+    from nplm.compose import distil
     lines = (REFERENCE / "tiny200.txt").read_text().splitlines()
     text = tmp_path / "train.txt"
     text.write_text("\n".join(lines[:150]) + "\n")

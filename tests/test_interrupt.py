@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 import nplm
-from nplm import arpa, backoff
-from nplm.neural import NeuralNet
+from nplm.backoff import arpa
+from nplm.backoff import binary as backoff
+from nplm.neural.network import NeuralNet
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_ARPA = ROOT / "examples" / "toy.arpa"
@@ -196,7 +197,7 @@ def test_an_interrupt_that_skips_exit_still_leaves_no_temporary_file(tmp_path):
     # atomic_write.__exit__ is entered, before its cleanup (seen once in CI under
     # load).  The exit handler must still remove the temporary file.
     out = tmp_path / "out.bin"
-    code = ("import sys; from nplm.textio import atomic_write\n"
+    code = ("import sys; from nplm.io.atomic import atomic_write\n"
             "w = atomic_write(sys.argv[1]); f = w.__enter__(); f.write(b'half')\n"
             "print(w.tmp, flush=True)\n"
             "raise KeyboardInterrupt")
@@ -212,7 +213,7 @@ def test_an_interrupt_right_after_the_temporary_file_is_created(tmp_path, monkey
     # With other threads running, the signal mask does not keep a Ctrl-C out of
     # atomic_write.__enter__: one landing just after the file is created (inside
     # mkstemp, before its name was known) left the file behind (seen in CI).
-    from nplm import textio
+    from nplm.io import files as textio
     real_open = os.open
 
     def open_then_interrupt(path, *args, **kwargs):

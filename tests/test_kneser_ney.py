@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nplm.backoff.kneser_ney import DiscountError, estimate
 from nplm.errors import FormatError
-from nplm.kneser_ney import DiscountError, estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -521,7 +521,7 @@ def test_cli_matches_python_api(tmp_path):
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch):
-    from nplm.cli import main
+    from nplm.cli.main import main
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a\n")))
     for args in (["-o", "0"],
                  ["-o", "3", "--text", str(write(tmp_path, "t.txt", b"a b c\n"))],

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import nplm
-from nplm import arpa, backoff
-from nplm.formats import container
-from nplm.memory import mem_available
+from nplm.backoff import arpa
+from nplm.backoff import binary as backoff
+from nplm.io import container
+from nplm.io.resources import mem_available
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_ARPA = ROOT / "examples" / "toy.arpa"

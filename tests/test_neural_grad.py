@@ -4,10 +4,9 @@ import itertools
 
 import numpy as np
 import pytest
-
-from nplm.neural import PARAM_NAMES
-
 from _neural_helpers import tiny_net
+
+from nplm.neural.network import PARAM_NAMES
 
 
 def _noise(net, rng):

@@ -4,12 +4,11 @@ import itertools
 
 import numpy as np
 import pytest
-
-from nplm import _nn
-from nplm.errors import FormatError
-from nplm.neural import NeuralConfig, NeuralNet, PARAM_NAMES, class_layout
-
 from _neural_helpers import reference_log_distribution, tiny_net
+
+from nplm.errors import FormatError
+from nplm.neural import _train as _nn
+from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet, class_layout
 
 KINDS = list(itertools.product(["full", "diagonal"], [(), (6,), (7, 5)], ["softmax", "class", "tree"]))
 
@@ -88,7 +87,7 @@ def test_load_rejects_bad_files(tmp_path):
     with pytest.raises(FormatError, match="t.nplm"):
         NeuralNet.load(tmp_path / "t.nplm")
     # a config that contradicts the arrays
-    from nplm.formats import container
+    from nplm.io import container
     c = container.read(good)
     cfg = dict(c.config)
     cfg["net"] = dict(cfg["net"], embedding_dim=5)

@@ -2,11 +2,11 @@
 independent numpy forward pass, distributions summing to one, fallback tables."""
 import numpy as np
 import pytest
+from neural_fixtures import KINDS, make_net, numpy_log_dist
 
 import nplm
-from nplm.neural_model import precompute
-from nplm.vocab import BOS, NULL
-from neural_fixtures import KINDS, make_net, numpy_log_dist
+from nplm.neural.query import precompute
+from nplm.neural.vocab import BOS, NULL
 
 LN10 = np.log(10.0)
 
@@ -156,7 +156,7 @@ def test_fallback_tables(tmp_path):
 
 @pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("int8", 5e-2)])
 def test_quantised_models_load_through_model(saved, tmp_path, dtype, tol):
-    from nplm.formats.quantize import quantize_file
+    from nplm.neural.quantized_files import quantize_file
     kind, net, path = saved
     q = str(tmp_path / f"q-{dtype}.nplm")
     quantize_file(path, q, dtype)
@@ -169,12 +169,12 @@ def test_quantised_models_load_through_model(saved, tmp_path, dtype, tol):
 
 
 _SIMD_SCRIPT = r"""
-import sys, numpy as np, nplm, nplm.neural_model as nm
-from nplm.vocab import BOS, NULL
+import sys, numpy as np, nplm, nplm.neural.query as nm
+from nplm.neural.vocab import BOS, NULL
 if sys.argv[3] == "direct":
     nm.PRECOMPUTE_BYTES = 0          # no first-layer table: the input vecmat runs
 path, out = sys.argv[1], sys.argv[2]
-import nplm._nquery as q
+import nplm.neural._query as q
 rows = {"exact": [], "unnormalized": []}
 for mode in rows:
     m = nplm.Model(path, normalization=mode)
@@ -198,9 +198,10 @@ def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
     """The AVX-512, AVX2 and plain kernels (picked by CPU features, forced down with
     NPLM_SIMD) agree on a network wide enough for every blocking branch: more than 256
     outputs and, without the first-layer table, more than 1024 inputs to one layer."""
-    from nplm.neural import NeuralConfig, NeuralNet
     from neural_fixtures import COUNTS, WORDS, randomise
-    from nplm.vocab import Vocabulary
+
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import Vocabulary
     cfg = NeuralConfig(order=4, embedding_dim=400, hidden=(300, 270), context="full", output="softmax",
                        objective="mle")
     net = randomise(NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=2), 5, scale=0.05)
@@ -231,7 +232,7 @@ def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
 _CLASS_SCRIPT = r"""
 import sys, numpy as np, nplm
 path, out = sys.argv[1], sys.argv[2]
-import nplm._nquery as q
+import nplm.neural._query as q
 m = nplm.Model(path)
 rng = np.random.default_rng(4)
 words = m.vocab.words()
@@ -261,9 +262,10 @@ print(q.SIMD)
 def _uneven_class_net(width):
     """A ReLU class net of 600 words whose classes are wider than one 256-float
     register block (297 words), narrower than a vector (3) and in between."""
-    from nplm.neural import NeuralConfig, NeuralNet
     from neural_fixtures import randomise
-    from nplm.vocab import SPECIALS, Vocabulary
+
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import SPECIALS, Vocabulary
     words = list(SPECIALS) + [f"v{i}" for i in range(596)]
     V = len(words)
     word_class = np.zeros(V, np.int32)
@@ -307,7 +309,7 @@ _HALF_COPIES_SCRIPT = """
 import sys
 import numpy as np
 import nplm
-import nplm._nquery as q
+import nplm.neural._query as q
 path, ctx_file, out = sys.argv[1:4]
 ctx = np.load(ctx_file)
 hists = [[], ["v3"], ["v301", "v9", "v500"], ["v200", "v2"]]
@@ -379,9 +381,10 @@ def test_float16_weights_stay_float16_and_give_the_float32_bits(tmp_path, monkey
     have the bits of the same core over float32 copies.  Nets of other activations
     convert them.  ``table``: a full context through the first-layer table, or (off)
     through the embedding rows."""
-    import nplm._nquery as q
-    import nplm.neural_model as nm
     from neural_fixtures import WORDS
+
+    import nplm.neural._query as q
+    import nplm.neural.query as nm
     context, hidden, output, act = shape
     if not table:
         monkeypatch.setattr(nm, "PRECOMPUTE_BYTES", 0)
@@ -434,11 +437,12 @@ def test_float16_weights_stay_float16_and_give_the_float32_bits(tmp_path, monkey
 def _float16_model(tmp_path, context, hidden, output, act, seed):
     """(net, path of its float16 conversion): a random order-4 net over the fixture
     vocabulary, 21-d embeddings (no multiple of 8 or 16)."""
-    from nplm.clusters import frequency_bins, huffman_tree
-    from nplm.formats.quantize import quantize_file
-    from nplm.neural import NeuralConfig, NeuralNet
-    from nplm.vocab import Vocabulary
     from neural_fixtures import COUNTS, WORDS, randomise
+
+    from nplm.neural.clusters import frequency_bins, huffman_tree
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.quantized_files import quantize_file
+    from nplm.neural.vocab import Vocabulary
     cfg = NeuralConfig(order=4, embedding_dim=21, hidden=hidden, context=context, output=output,
                        objective="mle", classes=5, activation=act)
     t = huffman_tree(COUNTS) if output == "tree" else None
@@ -453,8 +457,8 @@ def _float16_model(tmp_path, context, hidden, output, act, seed):
 
 _HALF_SCRIPT = r"""
 import sys, numpy as np, nplm
-import nplm._nquery as q
-import nplm.neural_model as nm
+import nplm.neural._query as q
+import nplm.neural.query as nm
 nm.PRECOMPUTE_BYTES = 0 if sys.argv[2] == "rows" else nm.PRECOMPUTE_BYTES
 path, ctx, words = sys.argv[1], np.load(sys.argv[3]), np.load(sys.argv[4])
 if q.SIMD != "avx2+fma":
@@ -501,7 +505,8 @@ def test_float16_weights_on_the_avx2_path(tmp_path, output, context, first_layer
 def _f16(net):
     """The net with every quantised matrix rounded to float16, as the file holds it."""
     import copy
-    from nplm.formats.quantize import MATRICES
+
+    from nplm.neural.quantize import MATRICES
     net = copy.deepcopy(net)
     for name in MATRICES:
         if net.params[name].ndim == 2 and net.params[name].size:
@@ -514,8 +519,8 @@ def test_class_block_prefetch_changes_no_score(tmp_path, monkeypatch, l3_bytes):
     """Class blocks larger than half the L3 cache are prefetched for a new context (a
     hint: the scores must not change).  The cache size is faked both ways so that the
     small test net takes each path; every word of a new context matches numpy."""
-    import nplm._nquery as q
-    from nplm.memory import l3_cache_bytes
+    import nplm.neural._query as q
+    from nplm.io.resources import l3_cache_bytes
     assert l3_cache_bytes() > 0
     monkeypatch.setattr(q, "l3_cache_bytes", lambda: l3_bytes)
     net = make_net("class-full-1")
@@ -535,7 +540,7 @@ def test_class_block_prefetch_changes_no_score(tmp_path, monkeypatch, l3_bytes):
 
 _SOFTMAX_BATCH_SCRIPT = r"""
 import sys, numpy as np, nplm
-import nplm._nquery as q
+import nplm.neural._query as q
 path, ctx, words, out = sys.argv[1:5]
 m = nplm.Model(path)
 np.save(out, m.core.log_probs(np.load(ctx), np.load(words)))
@@ -550,9 +555,10 @@ def test_batched_softmax_normalisers_on_every_simd_path(tmp_path, dead):
     vocabulary of 3 panels and a partial one, a hidden width that is no multiple of 16,
     1101 rows (blocks of 512 split between two threads, the last one odd), every path
     against numpy; ``dead`` makes every hidden unit zero (no products at all)."""
-    from nplm.neural import NeuralConfig, NeuralNet
     from neural_fixtures import randomise
-    from nplm.vocab import SPECIALS, Vocabulary
+
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import SPECIALS, Vocabulary
     words = list(SPECIALS) + [f"v{i}" for i in range(199)]
     V = len(words)
     cfg = NeuralConfig(order=4, embedding_dim=6, hidden=(40, 37), context="full", output="softmax",
@@ -631,9 +637,10 @@ def test_batched_class_scoring_matches_numpy_across_blocks(tmp_path, kind):
 def test_first_layer_table_with_every_activation(tmp_path, activation):
     """The first layer read from the precomputed table applies each activation (ReLU
     inside the summing kernel, tanh after it, identity not at all)."""
-    from nplm.neural import NeuralConfig, NeuralNet
-    from nplm.vocab import Vocabulary
     from neural_fixtures import COUNTS, WORDS, randomise
+
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import Vocabulary
     cfg = NeuralConfig(order=4, embedding_dim=8, hidden=(20, 6), context="full", output="softmax",
                        objective="mle", activation=activation)
     net = randomise(NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=4), 4)

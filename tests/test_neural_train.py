@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nplm.cli import main
+from nplm.cli.main import main
 from nplm.errors import FormatError
-from nplm.neural import NeuralConfig, NeuralNet
-from nplm.train import TrainConfig, train
+from nplm.neural.network import NeuralConfig, NeuralNet
+from nplm.neural.train import TrainConfig, train
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (PTB data) is absent")
@@ -52,7 +52,7 @@ def test_small_model_beats_unigram(tmp_path, output, objective):
     # against the bound of 519, where an idle one gives 460-470)
     tc = TrainConfig(epochs=2, minibatch=128, learning_rate=0.1, dropout=0.0, threads=1)
     net = train(tr, va, tmp_path / "m.nplm", cfg, tc, log=lambda s: None, progress=False)
-    from nplm.train import Corpus
+    from nplm.neural.train import Corpus
     corpus = Corpus(tr, va, 4, vocab=net.vocab)
     ppl = net.perplexity(*corpus.valid)
     uni = unigram_perplexity(tr, va, net.vocab)
@@ -72,7 +72,7 @@ def test_tied_embeddings_train_and_save_one_table(tmp_path, output, objective):
     # one thread: a deterministic run, so the quality bound cannot flake
     tc = TrainConfig(epochs=3, minibatch=128, learning_rate=0.1, dropout=0.0, threads=1)
     net = train(tr, va, tmp_path / "t.nplm", cfg, tc, log=lambda s: None, progress=False)
-    from nplm.train import Corpus
+    from nplm.neural.train import Corpus
     corpus = Corpus(tr, va, 4, vocab=net.vocab)
     ppl = net.perplexity(*corpus.valid)
     assert ppl < 0.75 * unigram_perplexity(tr, va, net.vocab)
@@ -133,7 +133,7 @@ def test_resume_continues_exactly(tmp_path, output):
 
 @needs_shared
 def test_weight_average_is_the_running_mean_of_the_iterates(tmp_path):
-    from nplm.train import Corpus, Trainer, output_structures
+    from nplm.neural.train import Corpus, Trainer
 
     class Recording(Trainer):
         EMA_EVERY = 1
@@ -239,8 +239,10 @@ def test_waiting_for_a_lagging_worker_redraws_about_once_a_second(tmp_path, monk
     """Worker 0 ends long before worker 1 (its steps slowed down: the one stand-in here,
     for timing only); the main thread must wait, not redraw the bar in a spin."""
     import time
+
     import tqdm
-    from nplm.train import Corpus, Trainer
+
+    from nplm.neural.train import Corpus, Trainer
     good = _write(tmp_path, "good.txt", "the cat sat on the mat\nthe dog sat on the log\n" * 20)
     cfg = NeuralConfig(order=3, embedding_dim=4, hidden=(4,), output="softmax", objective="mle")
     tc = TrainConfig(epochs=1, minibatch=4, threads=2, average=0)
@@ -357,7 +359,7 @@ def test_resume_with_the_same_settings_and_data(tmp_path, capsys):
 
 def test_resume_from_a_checkpoint_without_data_record_is_lenient(tmp_path):
     """Checkpoints written before the data fingerprint: resume goes on, with a note."""
-    from nplm.formats import container
+    from nplm.io import container
     tr, va, cfg, tc = _resume_setup(tmp_path)
     ckpt = tmp_path / "m.nplm.ckpt"
     c = container.read(ckpt)
@@ -400,7 +402,8 @@ def test_training_keeps_only_the_copies_of_the_weights_it_needs(tmp_path):
     and a full-size temporary of the average's update were two more: 33k-word
     WikiText-2 at 1000-d took 2.3 GB for a 236 MB model."""
     import tracemalloc
-    from nplm.train import Corpus, Trainer
+
+    from nplm.neural.train import Corpus, Trainer
     # a large vocabulary and few tokens, so the weights dominate the memory
     words = [f"w{i}" for i in range(12000)]
     text = _write(tmp_path, "t.txt", "\n".join(" ".join(words[i:i + 40]) for i in range(0, len(words), 40)) + "\n")
@@ -424,7 +427,7 @@ def test_training_keeps_only_the_copies_of_the_weights_it_needs(tmp_path):
 @needs_shared
 def test_validation_uses_the_threads_asked_for(tmp_path, monkeypatch):
     """--threads 1 means one thread for validation too (it split the rows over two)."""
-    import nplm.neural as neural
+    import nplm.neural.network as neural
     tr, va = _split(tmp_path, PTB5K, 300)
     seen, real = [], neural._run_split
     monkeypatch.setattr(neural, "_run_split", lambda fn, n, threads: (seen.append((n, threads)), real(fn, n, threads)))

@@ -4,8 +4,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from nplm.train import truncate_histories
-from nplm.vocab import BOS, EOS, NULL, UNK, Vocabulary, count_words, examples
+from nplm.neural.train import truncate_histories
+from nplm.neural.vocab import BOS, EOS, NULL, UNK, Vocabulary, count_words, examples
 
 
 def test_build_min_count_and_cap():
@@ -73,8 +73,9 @@ def test_model_vocab_round_trip_and_null_is_unknown(tmp_path):
     """nplm.Model(...).vocab: id(word(i)) == i for every id but the padding <null>,
     which no text can name: id('<null>') is 0 and '<null>' in a sentence scores
     exactly as any unknown word (oov), not as padding."""
-    import nplm
     from neural_fixtures import make_net
+
+    import nplm
     path = tmp_path / "n.nplm"
     make_net("softmax-full-2", order=3).save(path)
     m = nplm.Model(str(path))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nplm import cli
-from nplm.reproduce import PUBLISHED, Settings, reproduce, stage_names
+from nplm.cli import main as cli
+from nplm.recipes.ptb import PUBLISHED, Settings, reproduce, stage_names
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 PTB = SHARED / "data" / "ptb"

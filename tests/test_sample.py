@@ -3,11 +3,11 @@
 seeded runs repeat; the CLI writes a text that distil can list."""
 import numpy as np
 import pytest
-
-from nplm import neural_model, sample
-from nplm.vocab import BOS, EOS, NULL
-
 from neural_fixtures import make_net, numpy_log_dist
+
+from nplm.neural import query as neural_model
+from nplm.neural import sample
+from nplm.neural.vocab import BOS, EOS, NULL
 
 
 def _load(tmp_path, kind, order=3):
@@ -121,8 +121,8 @@ def test_core_draws_invert_the_cumulative_distribution(tmp_path):
 
 
 def test_cli_sample_and_distil_lists_the_sample(tmp_path, capsys):
-    from nplm import distil
-    from nplm.cli import main
+    from nplm.cli.main import main
+    from nplm.compose import distil
     _, path, data = _load(tmp_path, "class-full-1")
     out = tmp_path / "s.txt"
     assert main(["sample", str(path), "--tokens", "5000", "--out", str(out), "--seed", "3", "-q"]) == 0
@@ -148,7 +148,7 @@ def test_cli_sample_and_distil_lists_the_sample(tmp_path, capsys):
     assert main(["distil", str(path), "--sample-text", str(out), "--sample-min-count", "1", "3",
                  "--order", "3", "--arpa", str(arpa), "--continuation", "1", "-q"]) == 0
     want = distil.distil(str(path), 3, sample_text=str(out), sample_min_count=[1, 3], continuation=1)
-    from nplm.arpa import read_arpa
+    from nplm.backoff.arpa import read_arpa
     got = read_arpa(arpa)
     assert got.counts == want.counts
     assert np.allclose(got.logprob[0], want.logprob[0], atol=1e-4)
@@ -156,7 +156,7 @@ def test_cli_sample_and_distil_lists_the_sample(tmp_path, capsys):
 
 
 def test_bad_input(tmp_path):
-    from nplm.cli import main
+    from nplm.cli.main import main
     _, path, data = _load(tmp_path, "class-full-1")
     with pytest.raises(ValueError, match="positive"):
         next(sample.sample_sentences(data, 0))

@@ -9,9 +9,9 @@ import sys
 
 import kenlm
 import pytest
+from conftest import REFERENCE, need_shared
 
 import nplm
-from conftest import REFERENCE, need_shared
 
 SENTENCES = ["the cat sat on the mat", "a dog", "the the the", "zzz unknown words here"]
 COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}
@@ -95,7 +95,7 @@ def test_binary_outputs_refuse_stdout(arpa, tmp_path, neural):
         refused(cli(*args, cwd=tmp_path), "stdout" if args[0] != "convert" or args[1] == arpa else "neural")
         assert not (tmp_path / "-").exists()
     with pytest.raises(ValueError, match="stdout"):
-        nplm.kneser_ney.estimate(str(text), 2, binary="-", progress=False)
+        nplm.backoff.kneser_ney.estimate(str(text), 2, binary="-", progress=False)
 
 
 def test_verify_stdin_is_a_clear_error(arpa, tmp_path):

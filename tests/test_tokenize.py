@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nplm
-from nplm.textio import split_words
+from nplm.io.text import split_words
 
 WORDS = ["café", "x\u00a0y", "b\u3000c", "d\u2003e", "the", "a", "of"]
 ODD = ["x\u00a0y", "b\u3000c", "d\u2003e"]

@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-
 from _bench_common import ptb_lines  # noqa: E402
 
 
@@ -26,6 +25,7 @@ def main(argv):
     ap.add_argument("tables", nargs="+", metavar="TABLE.arpa", help="distilled tables (read by kenlm)")
     args = ap.parse_args(argv)
     import kenlm
+
     import nplm
     test = ptb_lines("test")
     missing = [p for p in [args.teacher] + args.tables if not Path(p).is_file()]

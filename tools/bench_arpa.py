@@ -19,8 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from nplm import arpa  # noqa: E402
-from nplm.arpa import read_arpa, write_arpa  # noqa: E402
-from nplm.tables import NGramTables  # noqa: E402
+from nplm.backoff.arpa import read_arpa, write_arpa  # noqa: E402
+from nplm.backoff.tables import NGramTables  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 SPECIAL = ("<unk>", "<s>", "</s>")

@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nplm.clusters import (brown_clusters, class_bigram_stats, frequency_bins,  # noqa: E402
-                           huffman_tree)
+from nplm.neural.clusters import brown_clusters, class_bigram_stats, frequency_bins, huffman_tree  # noqa: E402
 
 TARGET_SECONDS = 60.0   # "about a minute" for a 10k vocabulary and 100-200 classes
 

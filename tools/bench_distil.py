@@ -35,7 +35,8 @@ def kenlm_ppl(arpa_path, lines):
 
 
 def sizes(arpa_path, workdir):
-    from nplm import arpa, backoff
+    from nplm.backoff import arpa
+    from nplm.backoff import binary as backoff
     t = arpa.read_arpa(arpa_path)
     binf = Path(workdir) / (Path(arpa_path).name + ".nplm")
     backoff.build_binary(t, binf)
@@ -44,15 +45,15 @@ def sizes(arpa_path, workdir):
 
 def neural_rows(path, test_lines, workdir):
     from nplm import convert
-    from nplm.formats import quantize
-    from nplm.vocab import examples
+    from nplm.neural.network import NeuralNet
+    from nplm.neural.vocab import examples
     rows = []
-    ref = quantize.load_neural(path)
+    ref = NeuralNet.load(path)
     ctx, tgt = examples([l.split() for l in test_lines], ref.vocab, ref.order)
     for dtype in ("neural", "float16", "int8"):
         out = Path(workdir) / f"neural.{dtype}.nplm"
         convert.convert(path, out, to=dtype)
-        net = quantize.load_neural(out)
+        net = NeuralNet.load(out)
         rows.append((f"neural {dtype if dtype != 'neural' else 'float32'}", None, None,
                      os.path.getsize(out) / 1e6, net.perplexity(ctx, tgt)))
     return rows
@@ -106,7 +107,7 @@ def main():
     ap.add_argument("--keep", help="directory to keep the distilled ARPA files in")
     args = ap.parse_args()
 
-    from nplm import distil
+    from nplm.compose import distil
     test = ptb_lines("test")
     train = ptb_train_unk()
     kn5 = kn_arpa(5)
@@ -147,7 +148,7 @@ def main():
     if args.neural:
         rows += neural_rows(args.neural, test, work)
 
-    print(f"\n| model | n-grams | ARPA MB | binary MB | test ppl | vs KN5 |")
+    print("\n| model | n-grams | ARPA MB | binary MB | test ppl | vs KN5 |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, ng, amb, bmb, ppl in rows:
         ngs = f"{ng:,}" if ng is not None else "-"

@@ -32,7 +32,7 @@ LMPLZ_PTB5_PPL = 141.186
 
 _NPLM = """
 import sys
-from nplm.kneser_ney import estimate
+from nplm.backoff.kneser_ney import estimate
 estimate(sys.argv[1], int(sys.argv[2]), arpa=sys.argv[3], progress=False)
 """
 

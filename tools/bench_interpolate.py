@@ -19,10 +19,8 @@ import os
 import sys
 import time
 
-import numpy as np
-
 import kenlm
-
+import numpy as np
 from _bench_common import CACHE, PTB, ROOT
 
 sys.path.insert(0, str(ROOT))

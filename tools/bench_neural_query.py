@@ -23,20 +23,19 @@ from half the bytes.
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
+from _bench_common import CACHE, PTB, best_time, rss_mib_of
 
 import nplm
-from _bench_common import CACHE, PTB, best_time, rss_mib_of
-from nplm.neural_model import precompute, sentence_items
+from nplm.neural.query import precompute, sentence_items
 
 
 def random_model(shape, path):
-    from nplm.clusters import brown_clusters, frequency_bins
-    from nplm.neural import NeuralConfig, NeuralNet
-    from nplm.vocab import Vocabulary, count_words, read_sentences
+    from nplm.neural.clusters import frequency_bins
+    from nplm.neural.network import NeuralConfig, NeuralNet
+    from nplm.neural.vocab import Vocabulary, count_words, read_sentences
     sents = read_sentences(str(PTB / "ptb.train.txt"))
     vocab = Vocabulary.build(count_words(sents))
     if shape == "a":
@@ -62,7 +61,7 @@ def main():
     models = args.model or [random_model("a", str(CACHE / "random_a.nplm")),
                             random_model("b", str(CACHE / "random_b.nplm"))]
     if args.float16:
-        from nplm.formats.quantize import quantize_file
+        from nplm.neural.quantized_files import quantize_file
         halves = [str(CACHE / (os.path.splitext(os.path.basename(p))[0] + ".f16.nplm")) for p in models]
         for src, dst in zip(models, halves):
             quantize_file(src, dst, "float16")

@@ -15,13 +15,11 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
-import time
 
 import kenlm
+from _bench_common import CACHE, best_time, best_times, kn_arpa, ptb_lines, rss_mib_of
 
 import nplm
-from _bench_common import CACHE, best_time, best_times, kn_arpa, ptb_lines, rss_mib_of
 
 
 def quiet(mod):

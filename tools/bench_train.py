@@ -30,8 +30,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nplm.neural import NeuralConfig, NeuralNet  # noqa: E402
-from nplm.train import Corpus, TrainConfig, Trainer, output_structures, set_blas_threads  # noqa: E402
+from nplm.neural.network import NeuralConfig, NeuralNet  # noqa: E402
+from nplm.neural.train import Corpus, TrainConfig, Trainer, output_structures, set_blas_threads  # noqa: E402
 
 PTB = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb"
 ISI_SHIPPED, ISI_NATIVE, ISI_PPL = 20000.0, 42700.0, 193.4

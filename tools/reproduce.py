@@ -12,7 +12,7 @@ from pathlib import Path
 # Run from a source checkout without installing (the kernels built in place).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nplm.cli import main  # noqa: E402
+from nplm.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["reproduce"] + sys.argv[1:]))

@@ -1,0 +1,612 @@
+"""Reading and writing ARPA back-off language models.
+
+``read_arpa(path)`` streams a (plain, gzip, bzip2 or xz) ARPA file into
+``NGramTables``; ``write_arpa(tables, path)`` prints one in exactly lmplz's layout.
+
+The format accepted is KenLM's (``lm/read_arpa.cc``): optional blank and ``#`` lines
+before ``\\data\\``; ``ngram N=count`` lines numbered 1, 2, ...; ``\\N-grams:``
+sections holding exactly ``count`` lines ``prob<TAB>w1 w2 ...[<TAB>backoff]``;
+``\\end\\`` followed by nothing but blank lines.  Words are separated by tabs or
+spaces, a missing back-off is 0, CRLF line ends are fine.  Words are UTF-8.
+
+The Python layer here handles the header and section lines and words every error
+message (file:line); the n-gram lines themselves are parsed by ``nplm._arpa``
+without the GIL (in two threads for big buffers when a core is idle) while
+another thread reads and decompresses the next chunk.  Memory grows with the
+data, never with what a header claims: counts are checked against a plain
+file's size before anything is allocated, and compressed input grows its arrays
+as entries arrive.
+
+Floats are read correctly rounded to float32 (an exact double fast path with a
+check for the one case where rounding through double could differ, glibc's
+``strtof_l`` otherwise), and written as the shortest decimal that reads back
+as the same float32, laid out as lmplz (double-conversion) does: ``-0`` for
+negative zero, exponent notation such as ``1e-7`` outside [1e-6, 1e21).
+"""
+import io
+import lzma
+import os
+import queue
+import re
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from nplm.backoff.tables import NGramTables
+from nplm.errors import CompressedDataError, FormatError
+from nplm.io import container
+from nplm.io.atomic import text_output
+from nplm.io.files import open_binary
+
+try:
+    from nplm.backoff import _arpa
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "nplm._arpa is not built; run `python setup.py build_ext --inplace` "
+        f"(or `pip install .`) first ({e})") from e
+
+__all__ = ["read_arpa", "write_arpa"]
+
+_C = _arpa.CODES
+CHUNK = 4 << 20              # bytes read per step
+MAX_LINE = 64 << 20          # a longer "line" is binary garbage, not ARPA
+MAX_ORDER = 64
+INITIAL_ROWS = 1 << 18       # first allocation when the header cannot be checked
+SPLIT_BYTES = 1 << 20        # buffers at least this big may be parsed by two threads
+SPLIT = None                 # two-thread parsing: None = when a core is idle, or True/False
+_COUNT_LINE = re.compile(rb"ngram ([0-9]+)=[ \t]*([0-9]+)[ \t]*")
+KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
+NPLM_MAGIC = b"\x93NPLM\r\n\x1a"
+NPLM_DAMAGED = ("this is a truncated or damaged nplm binary: it ends inside its 8-byte header "
+                "magic, or the magic was altered (by a text-mode transfer?)")
+KENLM_BINARY = ("this is a KenLM binary file, which nplm cannot read; rebuild the model from its "
+                "ARPA file with `nplm build-binary MODEL.arpa MODEL.nplm`")
+
+
+def _show(raw, limit=60):
+    """A byte string as readable text for an error message."""
+    text = raw.decode("utf-8", "backslashreplace")
+    text = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+    return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
+
+
+def _is_blank(line):
+    return not line.strip()
+
+
+# ---------------------------------------------------------------------------
+# Reading
+
+
+def _chunks(f, size):
+    """Yield chunks of ``f`` read by a background thread, so that decompression
+    (which releases the GIL) overlaps parsing."""
+    q = queue.Queue(maxsize=3)
+    stop = threading.Event()
+
+    def work():
+        try:
+            while not stop.is_set():
+                data = f.read(size)
+                q.put(data)
+                if not data:
+                    return
+        except BaseException as e:  # handed to the consumer
+            q.put(e)
+
+    t = threading.Thread(target=work, name="nplm-arpa-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if isinstance(item, BaseException):
+                raise item
+            if not item:
+                return
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a put() waiting on a full queue
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        t.join()
+
+
+class _Reader:
+    """The state machine over the parts of an ARPA file; n-gram lines go to the
+    Cython parser, every other line comes here."""
+
+    def __init__(self, path, plain_size, progress):
+        self.path = path
+        self.plain_size = plain_size    # bytes of a plain file (None if compressed)
+        self.parser = _arpa.Parser()
+        self.state = "prelude"
+        self.counts = []
+        self.count_at = []
+        self.comments = []
+        self.n = 0                       # order of the section being read / next one
+        self.ids, self.prob, self.backoff, self.first_line = [], [], [], []
+        self.vocab = None
+        self.bar = None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-arpa-parse")
+        self.split = _idle_core() if SPLIT is None else SPLIT
+        if progress:
+            from tqdm import tqdm
+            self.bar = tqdm(total=plain_size, unit="B", unit_scale=True, desc=os.path.basename(str(path)))
+
+    def error(self, message, line=None):
+        return FormatError(message, self.path, self.parser.line + 1 if line is None else line)
+
+    # -- the header and section boundaries (Python, a handful of lines) --
+
+    def header_line(self, line):
+        """Handle one complete line (without its newline) outside n-gram data."""
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if b"\0" in line and self.state != "prelude":
+            raise self.error("NUL byte in the line (binary garbage?)")
+        state = self.state
+        if state == "prelude":
+            if _is_blank(line):
+                return
+            if line.startswith(b"#"):
+                self.comments.append(line[1:].decode("utf-8", "replace").removeprefix(" "))
+                return
+            if line == b"\\data\\":
+                self.state = "counts"
+                return
+            raise self.error(self._not_arpa(line))
+        if state == "counts":
+            if _is_blank(line):
+                if not self.counts:
+                    raise self.error("no 'ngram N=count' lines after \\data\\")
+                self._check_counts()
+                self.state = "header"
+                self.n = 1
+                return
+            m = _COUNT_LINE.fullmatch(line)
+            if not m:
+                raise self.error(f"expected a count line 'ngram N=count', got {_show(line)}")
+            order, count = int(m.group(1)), int(m.group(2))
+            if order != len(self.counts) + 1:
+                raise self.error(f"ngram count lengths should be consecutive starting with 1: "
+                                 f"expected ngram {len(self.counts) + 1}=..., got {_show(line)}")
+            if order > MAX_ORDER:
+                raise self.error(f"order {order} is beyond the supported maximum {MAX_ORDER}")
+            if count >= 1 << 40:
+                raise self.error(f"absurd n-gram count {count}")
+            self.counts.append(count)
+            self.count_at.append(self.parser.line + 1)
+            return
+        if state == "header":
+            if _is_blank(line):
+                return
+            expected = b"\\%d-grams:" % self.n
+            if line == expected:
+                self._start_section()
+                return
+            if not line.startswith(b"\\") and self.n > 1:
+                raise self.error(f"too many entries in the \\{self.n - 1}-grams: section: the header "
+                                 f"says {self.counts[self.n - 2]}")
+            raise self.error(f"expected n-gram header {expected.decode()} but got {_show(line)}")
+        if state == "end":
+            if _is_blank(line):
+                return
+            if line == b"\\end\\":
+                self.state = "after_end"
+                return
+            if not line.startswith(b"\\"):
+                raise self.error(f"too many entries in the \\{self.n - 1}-grams: section: the header "
+                                 f"says {self.counts[-1]}")
+            raise self.error(f"expected \\end\\ but got {_show(line)}")
+        if state == "after_end":
+            if not _is_blank(line):
+                raise self.error(f"trailing garbage after \\end\\: {_show(line)}")
+            return
+        raise AssertionError(state)
+
+    def _not_arpa(self, line):
+        if line.startswith(b"\x1f\x8b"):
+            return "looks like a gzip file inside a compressed file; decompress it first"
+        if line.startswith(KENLM_MAGIC):
+            return KENLM_BINARY
+        if line.startswith(NPLM_MAGIC[:5]):
+            # A whole nplm header means a good binary given where an ARPA file was
+            # wanted; a partial one (nplm.Model found no container) a damaged file.
+            if self.path != "-" and container.is_container(self.path):
+                return ("this is an nplm binary model, not an ARPA file (`nplm convert` "
+                        "writes it as ARPA)")
+            return NPLM_DAMAGED
+        if self.path != "-":
+            try:
+                with open(self.path, "rb") as f:      # the raw start: the line split at the magic's \n
+                    if container.altered_magic(f.read(64)):
+                        return container.ALTERED_MAGIC
+            except OSError:
+                pass
+        if line.startswith(b"blmt"):
+            return "this looks like an IRSTLM binary file; run compile-lm --text yes first"
+        if line == b"iARPA":
+            return "this is an IRSTLM iARPA file; convert it with compile-lm --text yes first"
+        if b"\0" in line or not _valid_utf8(line):
+            return "binary garbage where \\data\\ was expected: this is not an nplm binary or ARPA file"
+        return f"first non-empty line was {_show(line)}, not \\data\\"
+
+    def _check_counts(self):
+        if self.counts[0] == 0:
+            raise self.error("the header announces no unigrams", line=self.parser.line)
+        if self.plain_size is not None:
+            # Each n-gram line needs at least "p\tw1 ... wn\n": 2n + 2 bytes.
+            least = [c * (2 * k + 4) for k, c in enumerate(self.counts)]
+            if sum(least) > self.plain_size:
+                k = int(np.argmax(least))
+                raise self.error(
+                    f"the header announces {self.counts[k]} {k + 1}-grams ({sum(self.counts)} n-grams "
+                    f"in all), more than a {self.plain_size}-byte file can hold", line=self.count_at[k])
+
+    def _start_section(self):
+        n = self.n
+        count = self.counts[n - 1]
+        self.parser.start_section(n, n == len(self.counts), count)
+        rows = count if self.plain_size is not None else min(count, INITIAL_ROWS)
+        self._arrays(rows)
+        self.state = "section"
+
+    def _arrays(self, rows):
+        """(Re)allocate the current section's arrays with ``rows`` rows, keeping
+        what was parsed."""
+        n, got = self.n, self.parser.got
+        ids = np.empty((rows, n), dtype=np.int32)
+        prob = np.empty(rows, dtype=np.float32)
+        backoff = np.empty(rows, dtype=np.float32)
+        if got:
+            ids[:got] = self._cur[0][:got]
+            prob[:got] = self._cur[1][:got]
+            backoff[:got] = self._cur[2][:got]
+        self._cur = (ids, prob, backoff)
+        self.parser.set_arrays(ids, prob, backoff)
+
+    def _end_section(self):
+        n = self.n
+        ids, prob, backoff = self._cur
+        self._cur = None
+        got = self.parser.got
+        if got < len(prob):
+            ids, prob, backoff = ids[:got].copy(), prob[:got].copy(), backoff[:got].copy()
+        self.ids.append(ids)
+        self.prob.append(prob)
+        self.backoff.append(backoff)
+        self.first_line.append(self.parser.first_line or self.parser.line + 1)
+        if n == 1:
+            self._finish_vocab()
+        self.n = n + 1
+        self.state = "header" if self.n <= len(self.counts) else "end"
+
+    def _finish_vocab(self):
+        raw = self.parser.vocab_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            index = raw.count(b"\n", 0, e.start)
+            word = raw.split(b"\n")[index]
+            raise FormatError(f"invalid UTF-8 in the word {_show(word)}", self.path,
+                              self.first_line[0] + index) from None
+        self.vocab = text.split("\n")
+        lower, upper = self.parser.lookup(b"<unk>"), self.parser.lookup(b"<UNK>")
+        if lower >= 0 and upper >= 0:
+            raise FormatError("the unigrams list both <unk> and <UNK>, which KenLM treats as "
+                              "the same word", self.path, self.first_line[0] + max(lower, upper))
+        self.parser.set_unk(max(lower, upper))
+
+    # -- the n-gram data (Cython) --
+
+    def feed(self, data, end):
+        """Consume the complete lines data[:end]."""
+        pos = 0
+        while pos < end:
+            if self.state == "section":
+                code, pos = self._run(data, pos, end)
+                if code == _C["DONE"]:
+                    self._end_section()
+                elif code == _C["NEED_SPACE"]:
+                    self._arrays(min(self.counts[self.n - 1], max(2 * self.parser.cap, 1024)))
+                elif code == _C["BACKSLASH"]:
+                    raise self.error(self._too_few())
+                elif code >= _C["ERR_FIRST"]:
+                    raise self._kernel_error(code, data)
+                continue
+            nl = data.find(b"\n", pos, end)
+            self.header_line(data[pos:nl])
+            self.parser.line += 1
+            pos = nl + 1
+
+    def _run(self, data, pos, end):
+        """Parse n-gram lines: in two threads when the buffer is big and its first
+        half lies inside one section of order >= 2 (the vocabulary is complete
+        then), else in one.  The second half may end the section (DONE), run
+        out of rows (NEED_SPACE) or fail like a single run."""
+        if self.split and self.n > 1 and end - pos >= SPLIT_BYTES:
+            got, need = self.parser.got, self.counts[self.n - 1]
+            mid = data.find(b"\n", pos + (end - pos) // 2, end) + 1
+            lines_a, entries_a = _arpa.count_lines(data, pos, mid) if pos < mid < end else (0, 0)
+            if 0 < lines_a and entries_a < need - got:
+                rows = got + entries_a + (end - mid) // 4 + 1  # room for the second half, roughly
+                if self.parser.cap < rows:
+                    self._arrays(min(need, max(2 * self.parser.cap, rows)))
+                if self.parser.cap > got + entries_a:
+                    self.parser.split_begin(data, pos, mid, end, lines_a, entries_a)
+                    second = self.pool.submit(self.parser.split_part, data, 1)
+                    try:
+                        self.parser.split_part(data, 0)
+                    finally:
+                        second.result()
+                    return self.parser.split_end()
+        return self.parser.run(data, pos, end)
+
+    def _too_few(self):
+        return (f"the \\{self.n}-grams: section ends after {self.parser.got} entries but the "
+                f"header says {self.counts[self.n - 1]}")
+
+    def _kernel_error(self, code, data):
+        line_no, start, tok, tok_end, other = self.parser.error
+        line = data[start:data.find(b"\n", start)]
+        token = data[tok:tok_end]
+        shown = _show(token)
+        n = self.n
+        where = f"in the {n}-gram"
+        if b"\0" in line:
+            message = f"NUL byte {where} (binary garbage?)"
+        elif code in (_C["ERR_FLOAT"], _C["ERR_NONFINITE"]):
+            if code == _C["ERR_NONFINITE"] or token.lower().lstrip(b"+-") in (b"nan", b"inf", b"infinity"):
+                message = f"{shown} is not a finite number ({where})"
+            elif not token:
+                message = f"a number is missing {where}"
+            else:
+                message = f"bad number {shown} {where}"
+        elif code == _C["ERR_POSITIVE"]:
+            message = (f"positive log10 probability {shown} {where}; this is a bug in IRSTLM "
+                       "(KenLM rejects it too unless told to map it to 0)")
+        elif code == _C["ERR_TAB"]:
+            message = f"expected a tab after the probability {where}"
+        elif code == _C["ERR_FEW_WORDS"]:
+            message = f"too few words: expected {n} {where} section"
+        elif code == _C["ERR_AFTER_WORDS"]:
+            message = (f"expected a tab and a back-off or the end of the line after {n} word(s), "
+                       f"got {shown} (too many words?) {where}")
+        elif code == _C["ERR_AFTER_BACKOFF"]:
+            message = f"unexpected {shown} after the back-off {where}"
+        elif code == _C["ERR_HIGHEST_BACKOFF"]:
+            message = (f"non-zero back-off {shown} for an n-gram of the highest order "
+                       f"({n}), which cannot have one")
+        elif code == _C["ERR_UNKNOWN_WORD"]:
+            if token in (b"<unk>", b"<UNK>"):
+                message = f"{shown} appears {where} but the unigrams have no <unk>"
+            else:
+                message = (f"word {shown} was not seen in the unigrams (which are supposed to list "
+                           f"the entire vocabulary) but appears {where}")
+        elif code == _C["ERR_DUPLICATE"]:
+            message = (f"duplicate unigram {shown} (first on line "
+                       f"{self.parser.first_line + other})")
+        elif code == _C["ERR_MEMORY"]:
+            raise MemoryError(f"{self.path}:{line_no}: cannot allocate {other} bytes")
+        else:  # pragma: no cover
+            message = f"parse error {code}"
+        return FormatError(message, self.path, line_no)
+
+    def finish(self):
+        """At end of file: everything must have been seen."""
+        line = self.parser.line + 1
+        if self.state == "after_end":
+            return
+        if self.state == "prelude":
+            raise FormatError("empty file: no \\data\\ header" if not self.comments else
+                              "no \\data\\ header before the end of the file", self.path, line)
+        if self.state == "section":
+            raise FormatError(f"truncated file: it ends inside the \\{self.n}-grams: section after "
+                              f"{self.parser.got} of {self.counts[self.n - 1]} entries", self.path, line)
+        if self.state in ("counts", "header"):
+            raise FormatError("truncated file: it ends before the \\%d-grams: section" % max(self.n, 1),
+                              self.path, line)
+        raise FormatError("truncated file: missing \\end\\", self.path, line)
+
+    def tables(self, source):
+        ids0 = np.arange(len(self.vocab), dtype=np.int32)[:, None]
+        self.ids[0] = ids0
+        return NGramTables(vocab=self.vocab, ids=self.ids, logprob=self.prob, backoff=self.backoff,
+                           comments=self.comments, source=source, first_line=self.first_line)
+
+
+def _idle_core():
+    """Is a second core free?  Splitting costs ~20% more CPU in all, so on a
+    busy machine it slows the read down instead."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+        return cores >= 2 and os.getloadavg()[0] <= cores - 1
+    except (AttributeError, OSError):
+        return (os.cpu_count() or 1) >= 2
+
+
+def _valid_utf8(raw):
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def read_arpa(path, progress=False):
+    """Read an ARPA file (plain, .gz, .bz2 or .xz; '-' is stdin) into NGramTables.
+
+    Raises FormatError naming the file and line for anything KenLM would reject
+    (and for NaN/inf values and invalid UTF-8, which it does not check), OSError
+    when the file cannot be read."""
+    source = "-" if path in (None, "-") else os.fspath(path)
+    f = open_binary(source)
+    try:
+        plain_size = None
+        if source != "-" and isinstance(f, io.BufferedReader):
+            plain_size = os.fstat(f.fileno()).st_size
+        reader = _Reader(source, plain_size, progress)
+        carry = b""
+        try:
+            for chunk in _chunks(f, CHUNK):
+                if reader.bar is not None:
+                    reader.bar.update(len(chunk))
+                data = carry + chunk if carry else chunk
+                end = data.rfind(b"\n") + 1
+                if end == 0:
+                    if len(data) > MAX_LINE:
+                        raise FormatError(f"a line longer than {MAX_LINE} bytes: this is not "
+                                          "an ARPA file", source, reader.parser.line + 1)
+                    carry = data
+                    continue
+                reader.feed(data, end)
+                carry = data[end:]
+            if carry:  # a last line without newline
+                try:
+                    reader.feed(carry + b"\n", len(carry) + 1)
+                except FormatError as e:
+                    # (before \data\ the file is no ARPA at all: not a truncation)
+                    if e.line == reader.parser.line + 1 and reader.state != "prelude":
+                        message = str(e).removeprefix(f"{source}:{e.line}: ")
+                        raise FormatError(message + " (the file ends inside this line: "
+                                          "truncated?)", source, e.line) from None
+                    raise
+        except CompressedDataError:
+            raise  # names the file already; the parser's line lags the decompressor
+        except (EOFError, lzma.LZMAError, zlib.error, OSError) as e:
+            if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
+                raise
+            raise FormatError(f"corrupt or truncated compressed data ({e})", source) from e
+        finally:
+            reader.pool.shutdown()
+            if reader.bar is not None:
+                reader.bar.close()
+        reader.finish()
+        return reader.tables(source)
+    finally:
+        f.close()
+
+
+# ---------------------------------------------------------------------------
+# Writing
+
+
+ROWS_PER_JOB = 1 << 16
+
+
+def _vocab_bytes(vocab):
+    encoded = [w.encode("utf-8") for w in vocab]
+    lengths = np.fromiter((len(w) for w in encoded), dtype=np.int64, count=len(encoded))
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    words = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    if len(words) == 0:
+        words = np.zeros(1, dtype=np.uint8)
+    bad = _arpa.check_words(words[:offsets[-1]])
+    if bad >= 0 or (lengths == 0).any():
+        index = int(np.searchsorted(offsets, bad, side="right") - 1) if bad >= 0 else int(np.argmin(lengths))
+        raise ValueError(f"vocabulary word {index} ({vocab[index]!r}) is empty or holds white space "
+                         "or NUL, which ARPA cannot represent")
+    if len(set(vocab)) != len(vocab):
+        raise ValueError("the vocabulary has duplicate words")
+    return words, offsets
+
+
+def _check_tables(tables):
+    tables.validate()
+    for k in range(tables.order):
+        for name, arr in (("logprob", tables.logprob[k]), ("backoff", tables.backoff[k])):
+            # a log10 probability may be -inf (written "-inf", which KenLM reads)
+            ok = np.isfinite(arr) | (arr == -np.inf) if name == "logprob" else np.isfinite(arr)
+            if not ok.all():
+                i = int(np.flatnonzero(~ok)[0])
+                raise ValueError(f"{name}[{k}][{i}] = {arr[i]} is not finite; ARPA cannot hold it")
+    if tables.order and np.any(tables.backoff[-1] != 0):
+        raise ValueError("the highest order has non-zero back-offs, which ARPA cannot hold")
+
+
+def _format_job(args):
+    """ARPA text of rows start..stop-1 of one order (runs in a worker thread;
+    the kernel releases the GIL)."""
+    ids, prob, backoff, with_backoff, start, stop, words, offsets = args
+    longest = int(np.diff(offsets).max()) if len(offsets) > 1 else 0
+    out = bytearray((stop - start) * (ids.shape[1] * 12 + 40) + 1024)
+    used, row = 0, start
+    while row < stop:
+        if len(out) - used < 2 * 32 + ids.shape[1] * (longest + 1):  # room for any one line
+            out.extend(bytes(len(out) + ids.shape[1] * (longest + 1)))
+        view = memoryview(out)[used:]
+        written, row, bad = _arpa.format_rows(view, ids, prob, backoff, with_backoff, row, stop, words, offsets)
+        view.release()
+        if bad >= 0:
+            raise ValueError(f"ids[{ids.shape[1] - 1}] row {bad} holds a word id outside the vocabulary")
+        used += written
+    del out[used:]
+    return out
+
+
+def _write_stream(tables, out, progress):
+    words, offsets = _vocab_bytes(tables.vocab)
+    head = []
+    for c in tables.comments or ():
+        for part in str(c).split("\n"):
+            head.append(f"# {part}\n" if part else "#\n")
+    head.append("\\data\\\n")
+    for k, c in enumerate(tables.counts):
+        head.append(f"ngram {k + 1}={c}\n")
+    out.write("".join(head).encode("utf-8"))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=sum(tables.counts), unit="ngram", unit_scale=True, desc="write ARPA")
+    order = tables.order
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for k in range(order):
+            out.write(b"\n\\%d-grams:\n" % (k + 1))
+            ids = np.ascontiguousarray(tables.ids[k], dtype=np.int32)
+            prob = np.ascontiguousarray(tables.logprob[k], dtype=np.float32)
+            backoff = np.ascontiguousarray(tables.backoff[k], dtype=np.float32)
+            count = len(prob)
+            jobs = [(ids, prob, backoff, k + 1 < order, a, min(a + ROWS_PER_JOB, count), words, offsets)
+                    for a in range(0, count, ROWS_PER_JOB)]
+            # map() keeps the order; at most a few jobs run ahead of the writes.
+            for i, text in enumerate(_bounded_map(pool, _format_job, jobs, ahead=4)):
+                out.write(text)
+                if bar is not None:
+                    bar.update(jobs[i][5] - jobs[i][4])
+    out.write(b"\n\\end\\\n")
+    if bar is not None:
+        bar.close()
+
+
+def _bounded_map(pool, fn, items, ahead):
+    """pool.map that submits at most ``ahead`` items beyond the one being consumed."""
+    futures = []
+    items = iter(items)
+    for item in items:
+        futures.append(pool.submit(fn, item))
+        if len(futures) > ahead:
+            yield futures.pop(0).result()
+    for fut in futures:
+        yield fut.result()
+
+
+def write_arpa(tables, path_or_binary_file, progress=False):
+    """Write ``tables`` as an ARPA file in lmplz's layout.
+
+    A path is written atomically and compressed by its extension (.gz, .bz2,
+    .xz), '-' is stdout; a binary file object is written as is.  Floats are printed as the
+    shortest decimal that reads back as the same float32, so
+    ``read_arpa(write_arpa(t))`` reproduces ``t`` bit for bit."""
+    _check_tables(tables)
+    target = path_or_binary_file
+    if hasattr(target, "write"):
+        _write_stream(tables, target, progress)
+        return
+    with text_output(target) as f:      # ('-' is stdout)
+        _write_stream(tables, f, progress)

@@ -1,0 +1,1 @@
+"""Models built from models: interpolation and distillation."""

@@ -1,0 +1,106 @@
+"""Corpus-level evaluation: what KenLM's ``query`` prints, for any model kind,
+computed through the batched kernels (Python work is per batch, not per token)."""
+import decimal
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from nplm._kernels import segment_sums
+from nplm.backoff._arpa import format_floats
+
+
+@dataclass
+class CorpusStats:
+    """Totals over a corpus, as in KenLM's query summary.  ``tokens`` counts one
+    </s> per line when sentence context is on; log10 totals are float64 sums."""
+    log10_prob: float = 0.0
+    log10_prob_oov: float = 0.0
+    tokens: int = 0
+    oovs: int = 0
+    sentences: int = 0
+
+    @property
+    def perplexity(self):
+        """Perplexity including OOVs: 10 ** (-total / tokens)."""
+        return 10.0 ** (-self.log10_prob / self.tokens) if self.tokens else float("nan")
+
+    @property
+    def perplexity_excluding_oovs(self):
+        """Perplexity with OOV tokens dropped from both sums (KenLM's second line)."""
+        n = self.tokens - self.oovs
+        return 10.0 ** (-(self.log10_prob - self.log10_prob_oov) / n) if n else float("nan")
+
+    def summary(self):
+        return (f"Perplexity including OOVs:\t{kenlm_double(self.perplexity)}\n"
+                f"Perplexity excluding OOVs:\t{kenlm_double(self.perplexity_excluding_oovs)}\n"
+                f"OOVs:\t{self.oovs}\nTokens:\t{self.tokens}\n")
+
+
+def kenlm_double(x):
+    """``x`` as KenLM's query prints a double (double-conversion's shortest digits,
+    util/float_to_string.cc): plain decimals for exponents -6 to 20, else ``1.5e-7``;
+    ``NaN`` and ``inf`` (an empty text's perplexity is NaN there too)."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    sign, digits, exp = decimal.Decimal(repr(x)).normalize().as_tuple()
+    d = "".join(map(str, digits))
+    point = len(d) + exp            # the decimal point's place after d's first digit
+    if -6 <= point - 1 < 21:
+        if point <= 0:
+            body = "0." + "0" * -point + d
+        elif point >= len(d):
+            body = d + "0" * (point - len(d))
+        else:
+            body = d[:point] + "." + d[point:]
+    else:
+        body = d[0] + ("." + d[1:] if len(d) > 1 else "") + f"e{point - 1}"
+    return ("-" if sign else "") + body
+
+
+def kenlm_floats(values):
+    """float32 values as KenLM's query prints them (shortest float32 digits, laid out
+    as above): the ARPA writer's formatter, which lmplz's files check."""
+    return format_floats(np.ascontiguousarray(values, dtype=np.float32))
+
+
+def batches(lines, size=8192):
+    """Lists of up to ``size`` lines (trailing newlines stripped)."""
+    it = iter(lines)
+    while True:
+        chunk = [line.rstrip("\n") for line in itertools.islice(it, size)]
+        if not chunk:
+            return
+        yield chunk
+
+
+def evaluate(model, lines, sentence_context=True, per_line=None, batch=8192):
+    """Score every line of ``lines`` (an iterable of str) like KenLM's query.
+
+    ``per_line``, if given, is called as per_line(line, probs, lengths, oovs, total) for
+    each line with numpy arrays of its items (tokens, then </s>) and the line's total.
+    The sums are query's (lm/ngram_query.hh): each line's float32 total, then those
+    totals, and the OOV tokens' probabilities, added in order in float64; its
+    perplexities show that many digits."""
+    stats = CorpusStats()
+    for chunk in batches(lines, batch):
+        probs, lengths, oovs, offsets = model.full_scores_batch(chunk, sentence_context, sentence_context)
+        totals = segment_sums(probs, np.asarray(offsets, dtype=np.int64))
+        stats.log10_prob = _sum_in_order(stats.log10_prob, totals)
+        stats.log10_prob_oov = _sum_in_order(stats.log10_prob_oov, probs[oovs])
+        stats.tokens += int(len(probs))
+        stats.oovs += int(oovs.sum())
+        stats.sentences += len(chunk)
+        if per_line is not None:
+            for i, line in enumerate(chunk):
+                a, b = offsets[i], offsets[i + 1]
+                per_line(line, probs[a:b], lengths[a:b], oovs[a:b], totals[i])
+    return stats
+
+
+def _sum_in_order(start, values):
+    """start + values[0] + values[1] + ... one by one in float64 (np.sum pairs them)."""
+    return float(np.cumsum(np.concatenate(([start], np.asarray(values, dtype=np.float64))))[-1])

@@ -1,1 +1,0 @@
-"""File formats: the nplm binary container and foreign model formats."""

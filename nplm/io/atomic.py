@@ -1,0 +1,191 @@
+"""Writing files atomically (temporary file + rename), text outputs, and the
+checks every writer makes before it starts (output names, stdout, self-overwrite)."""
+import atexit
+import contextlib
+import errno
+import gzip
+import io
+import os
+import signal
+import sys
+
+
+def check_output(path):
+    """Raise OSError naming ``path`` (not a temporary file) when it cannot be an output
+    file: it is a directory, or its directory does not exist.  Commands call it before
+    their work, so that a bad name does not wait for the end of a long run."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a file name for the output", path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, "No such directory for the output", directory)
+
+
+class atomic_write:
+    """``with atomic_write(path) as f:`` writes ``path`` through a temporary file in
+    the same directory, renamed into place only when the block finishes without an
+    exception.  A killed process leaves at most a ``.nplm-tmp-*`` file behind, never
+    a half-written ``path``; an exception or Ctrl-C leaves nothing.
+
+    A class rather than a generator: with @contextmanager, a Ctrl-C landing inside
+    __enter__ after the file exists (but before the with block is set up) skipped
+    the cleanup.  A Ctrl-C can still land as __exit__ or _discard is entered (Python
+    checks for signals on entering a function), before their cleanup runs: every
+    temporary file in flight is also listed in _LIVE, which an exit handler clears."""
+
+    def __init__(self, path, mode="wb"):
+        self.path = os.fspath(path)
+        self.mode = mode
+        self.tmp = None
+        self.file = None
+
+    def __enter__(self):
+        check_output(self.path)
+        directory = os.path.dirname(os.path.abspath(self.path))
+        # Hold SIGINT/SIGTERM while the file is created and opened, so that no
+        # signal lands between its creation and our knowing its name; one that
+        # arrived meanwhile is delivered at the unblock, and cleaned up after.
+        # The mask is per thread, though: with other threads running, a Ctrl-C can
+        # still be handled here; so the name is chosen and listed in _LIVE before the
+        # file exists (mkstemp could be interrupted after creating it, name unknown).
+        held = _block_signals()
+        try:
+            fd = None
+            while fd is None:
+                self.tmp = os.path.join(directory, ".nplm-tmp-%s-%s" % (os.urandom(6).hex(),
+                                                                       os.path.basename(self.path)))
+                _LIVE.add(self.tmp)
+                try:
+                    fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                                 0o600)
+                except FileExistsError:
+                    _LIVE.discard(self.tmp)
+                except OSError as e:   # name the output, not our temporary file
+                    raise type(e)(e.errno, e.strerror, self.path) from None
+            self.file = os.fdopen(fd, self.mode)
+        except BaseException:
+            _unblock_signals(held)
+            self._discard()
+            raise
+        try:
+            _unblock_signals(held)
+        except BaseException:
+            self._discard()
+            raise
+        return self.file
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self._discard()
+            return False
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            # mkstemp creates 0600; give the result the usual permissions.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o666 & ~umask)
+            try:
+                os.replace(self.tmp, self.path)
+            except OSError as e:
+                raise type(e)(e.errno, e.strerror, self.path) from None
+            _LIVE.discard(self.tmp)
+        except BaseException:
+            self._discard()
+            raise
+        return False
+
+    def _discard(self):
+        if self.file is not None:
+            with contextlib.suppress(Exception):
+                self.file.close()
+        if self.tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
+            _LIVE.discard(self.tmp)
+
+
+_LIVE = set()       # temporary files of atomic_write blocks not yet renamed or removed
+
+
+@atexit.register
+def _remove_live():
+    """At interpreter exit (a Ctrl-C that escaped __exit__'s cleanup included)."""
+    for tmp in list(_LIVE):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    _LIVE.clear()
+
+
+_SIGNALS = {getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n)}
+
+
+def _block_signals():
+    if hasattr(signal, "pthread_sigmask"):
+        return signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    return None
+
+
+def _unblock_signals(held):
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+_COMPRESSORS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+
+
+def is_stdio(path):
+    return path is not None and not hasattr(path, "write") and os.fspath(path) in ("-", b"-")
+
+
+def refuse_stdout(path, what="an nplm binary", hint=""):
+    """A ValueError for '-' as the name of a binary output: a binary is memory-mapped
+    from a file, so it cannot go to a pipe (text outputs take '-' as stdout)."""
+    if is_stdio(path):
+        raise ValueError(f"cannot write {what} to stdout ('-'): it is memory-mapped from a file, "
+                         "so give a file name" + hint)
+
+
+@contextlib.contextmanager
+def text_output(path, text=False):
+    """``with text_output(path) as f:`` the writer of every text output (ARPA, classes,
+    sampled text): '-' is stdout (flushed, left open); a path is written atomically
+    and compressed by its extension (.gz, .bz2, .xz).  ``f`` takes bytes, or str
+    (UTF-8, \\n newlines) with ``text``."""
+    if is_stdio(path):
+        raw = sys.stdout.buffer
+        f = io.TextIOWrapper(raw, "utf-8", newline="\n") if text else raw
+        yield f
+        f.flush()
+        if f is not raw:
+            f.detach()      # (closing the wrapper would close stdout)
+        return
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    with atomic_write(path, "wb") as raw:
+        if ext == ".gz":
+            # mtime 0 and no name: the same content gives the same bytes
+            comp = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0, filename="")
+        elif ext in _COMPRESSORS:
+            comp = __import__(_COMPRESSORS[ext]).open(raw, "wb")
+        else:
+            comp = raw
+        f = io.TextIOWrapper(comp, "utf-8", newline="\n") if text else comp
+        try:
+            yield f
+            f.flush()
+        finally:
+            if f is not comp:
+                f.detach()
+            if comp is not raw:
+                comp.close()    # the compressed stream's end; atomic_write closes raw
+
+
+def same_file(a, b):
+    """True when paths ``a`` and ``b`` name the same existing file (used to refuse
+    overwriting a command's own input)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

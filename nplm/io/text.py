@@ -1,0 +1,36 @@
+"""Text as KenLM reads it: words split at ASCII white space, lines decoded as UTF-8."""
+import re
+
+from nplm.errors import FormatError
+from nplm.io.files import open_binary
+
+# Characters str.split() splits at but KenLM does not: its delimiters (util::kSpaces)
+# are the ASCII \t \n \v \f \r and space, the set bytes.split() uses.
+_NON_KENLM_SPACE = re.compile("[\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+
+
+def split_words(line):
+    """The words of ``line`` (str or bytes) as KenLM and nplm's scoring kernels split
+    them: at ASCII white space only, so a U+00A0 or U+3000 inside a word keeps it one
+    word.  Everything that turns text into words (training, clustering, counting,
+    tuning) uses this, so that a model's vocabulary holds the words it is scored on."""
+    if isinstance(line, (bytes, bytearray)):
+        return line.split()
+    if _NON_KENLM_SPACE.search(line) is None:
+        return line.split()        # the same split, and the fast path
+    return [w.decode("utf-8", "surrogatepass") for w in line.encode("utf-8", "surrogatepass").split()]
+
+
+def utf8_lines(path):
+    """The lines of UTF-8 text ``path`` (plain or compressed; '-' is stdin) as str,
+    newlines kept.  Invalid UTF-8 is a FormatError naming the file and line: lines are
+    decoded one by one, where a text wrapper decodes ahead in chunks and its
+    UnicodeDecodeError names neither."""
+    with open_binary(path) as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise FormatError(f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the "
+                                  "line); the text must be UTF-8", "-" if path is None else path,
+                                  line_no) from None

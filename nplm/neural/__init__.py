@@ -1,0 +1,7 @@
+"""Feed-forward neural n-gram models: vocabulary, network, training, query engines
+and normalisation, word classes and trees, sampling, quantisation, the ISI format."""
+from nplm._compat import moved_attribute
+
+
+def __getattr__(name):      # the flat layout's nplm.neural module
+    return moved_attribute(__name__, name, ("nplm.neural.network",))
