@@ -20,6 +20,7 @@ DIRECTIVES = {
     "cdivision": True,
     "initializedcheck": False,
     "embedsignature": True,
+    "embedsignature.format": "python",     # signatures in docstrings, for the .pyi stubs
 }
 
 

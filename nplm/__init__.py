@@ -12,8 +12,8 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from nplm import _compat
 from nplm._kernels import FullScoreReturn, State, Vocab
-from nplm.backoff import arpa
-from nplm.backoff import binary as backoff
+from nplm.backoff import binary as _binary
+from nplm.backoff.arpa import read_arpa as _read_arpa
 from nplm.backoff.kneser_ney import estimate
 from nplm.compose.interpolate import InterpolatedModel, interpolate
 from nplm.errors import FormatError, ModelLoadError
@@ -43,4 +43,4 @@ _SUBPACKAGES = ("backoff", "cli", "compose", "convert", "evaluate", "io", "neura
 
 def build_binary(arpa_path, out_path):
     """Convert an ARPA file (plain or compressed) to an nplm binary (atomically)."""
-    backoff.build_binary(arpa.read_arpa(arpa_path), out_path)
+    _binary.build_binary(_read_arpa(arpa_path), out_path)

@@ -86,8 +86,11 @@ def install():
 
 
 def moved_attribute(package, name, targets):
-    """``package.name`` for a name that moved into one of ``targets`` (a package's
-    module-level __getattr__ calls this for the old flat module's names)."""
+    """``package.name``: a submodule of ``package`` (imported on first use), or a name
+    the flat layout's module of that name held and that moved into one of ``targets``
+    (a package's module-level __getattr__ calls this)."""
+    if importlib.util.find_spec(f"{package}.{name}") is not None:
+        return importlib.import_module(f"{package}.{name}")
     for target in targets:
         module = importlib.import_module(target)
         if hasattr(module, name):

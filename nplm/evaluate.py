@@ -4,6 +4,7 @@ import decimal
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 
@@ -77,7 +78,8 @@ def batches(lines, size=8192):
         yield chunk
 
 
-def evaluate(model, lines, sentence_context=True, per_line=None, batch=8192):
+def evaluate(model, lines: Iterable[str], sentence_context: bool = True,
+             per_line: Optional[Callable] = None, batch: int = 8192) -> CorpusStats:
     """Score every line of ``lines`` (an iterable of str) like KenLM's query.
 
     ``per_line``, if given, is called as per_line(line, probs, lengths, oovs, total) for

@@ -8,6 +8,7 @@ import difflib
 import operator
 import os
 import sys
+from typing import Callable, Iterable, Optional, Union
 
 import numpy as np
 
@@ -146,7 +147,7 @@ def _as_config(config):
 _FILE_KINDS = []
 
 
-def register_file_kind(detect, load):
+def register_file_kind(detect: Callable[[str], bool], load: Callable) -> None:
     """Let Model(path) open the files ``detect`` recognises, with ``load``."""
     if (detect, load) not in _FILE_KINDS:
         _FILE_KINDS.append((detect, load))
@@ -189,7 +190,8 @@ class Model(_kernels.ModelBase):
     the single-query cache (context -> hidden state and normalisers) holds, 4096 by
     default; a decoder with more live contexts than that gains from more."""
 
-    def __init__(self, path, config=None, normalization=None, cache_size=None):
+    def __init__(self, path: Union[str, bytes, os.PathLike], config: Optional["Config"] = None,
+                 normalization: Optional[str] = None, cache_size: Optional[int] = None) -> None:
         config = _as_config(config)
         raw = _as_path_bytes(path)
         self.path = os.path.abspath(raw)
@@ -224,7 +226,8 @@ class Model(_kernels.ModelBase):
     # threads split: ``threads`` sets that team (default OMP_NUM_THREADS), not
     # sentences per thread.  Dense layers' BLAS products keep OpenBLAS's own count.
 
-    def score_sentences(self, sentences, bos=True, eos=True, threads=None):
+    def score_sentences(self, sentences: Iterable[str], bos: bool = True, eos: bool = True,
+                        threads: Optional[int] = None) -> np.ndarray:
         if self.normalization is None:
             return super().score_sentences(sentences, bos, eos, threads)
         if threads is None:
@@ -240,7 +243,7 @@ class Model(_kernels.ModelBase):
         # which drifted from score() by 0.7 on a 9000-word sentence.
         return _kernels.segment_sums(probs, offsets)
 
-    def full_scores_batch(self, sentences, bos=True, eos=True):
+    def full_scores_batch(self, sentences: Iterable[str], bos: bool = True, eos: bool = True) -> list:
         if self.normalization is None:
             return super().full_scores_batch(sentences, bos, eos)
         contexts, words, ctx_len, oov, offsets = sentence_items(self.vocab, self.order - 1,

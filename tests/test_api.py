@@ -7,9 +7,10 @@ import pickle
 import kenlm
 import numpy as np
 import pytest
-from conftest import REFERENCE, need_shared
 
 import nplm
+
+from helpers import REFERENCE, need_shared
 
 ARPA = str(REFERENCE / "ptb5k.o3.arpa.xz")
 
@@ -85,7 +86,7 @@ def test_empty_and_edge_sentences(models):
 def test_perplexity_is_bit_identical_to_kenlm(models):
     """kenlm divides score()'s float32 total in double; a float32 division differed in
     the last digits on most lines."""
-    from conftest import DATA, read_lines
+    from helpers import DATA, read_lines
     km, nm = models
     lines = read_lines(DATA / "ptb" / "ptb.valid.txt", limit=1500)
     lines += ["café naïve 日本 the", "", " ", "the\u3000cat sat", "a\x1cb zzqx", "UNK UNK UNK",

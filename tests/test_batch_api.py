@@ -3,10 +3,10 @@ interpolated): the same arguments accepted and refused, blank sentences, and
 totals accumulated as score() accumulates them."""
 import numpy as np
 import pytest
-from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
-from neural_fixtures import KINDS, WORDS, make_net
 
 import nplm
+
+from helpers import DATA, KINDS, REFERENCE, WORDS, make_net, need_shared, quiet_config, read_lines
 
 NEURAL = [f"neural-{k}" for k in sorted(KINDS)] + ["neural-class-diag-2-unnormalized"]
 MODELS = ["backoff", "mixture"] + NEURAL + ["neural-mixture"]

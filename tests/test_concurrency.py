@@ -120,7 +120,7 @@ def test_lazy_mapped_binary_from_threads(binary_path):
 @pytest.mark.parametrize("kind", ["softmax-full-2", "class-full-1", "tree-diag-1"])
 def test_neural_model_from_threads(tmp_path, kind):
     """The neural context cache is shared by all threads (mutex-protected)."""
-    from neural_fixtures import make_net
+    from helpers import make_net
     net = make_net(kind, order=3)
     path = tmp_path / "net.nplm"
     net.save(path)
@@ -159,7 +159,7 @@ def test_threads_results_equal_kenlm(binary_path):
 
 def test_mixture_with_neural_component_from_threads(tmp_path):
     """A linear mixture of a neural model (context cache) and a back-off model."""
-    from neural_fixtures import make_net
+    from helpers import make_net
     net_path = tmp_path / "net.nplm"
     make_net("softmax-full-2", order=3).save(net_path)
     rng = random.Random(3)

@@ -6,11 +6,11 @@ import random
 
 import numpy as np
 import pytest
-from conftest import REFERENCE
-from neural_fixtures import make_net
 
 import nplm
 from nplm.neural.query import precompute
+
+from helpers import REFERENCE, make_net
 
 KINDS = ["backoff-arpa", "backoff-binary", "neural-exact", "neural-unnormalized", "neural-fallback",
          "neural-class", "neural-tree"]
@@ -85,7 +85,7 @@ def test_state_chain_equals_sentence(model):
                 chain.append((r.log_prob, r.ngram_length, r.oov))
                 st, out = out, st
             items = list(m.full_scores(s, bos=bos, eos=True))
-            for (a, n, o), (b, k, q) in zip(chain, items):
+            for (a, n, _o), (b, k, _q) in zip(chain, items):
                 assert a == pytest.approx(b, abs=1e-5) and n == k
             assert [o for _, _, o in chain[:-1]] == [o for _, _, o in items[:-1]]
 

@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 import pytest
-from conftest import REFERENCE, need_shared
 
 import nplm
 import nplm.neural.network
@@ -15,6 +14,8 @@ from nplm.errors import FormatError
 from nplm.neural import isi
 from nplm.neural import quantized_files as quantize
 from nplm.neural.network import NeuralNet
+
+from helpers import REFERENCE, need_shared
 
 LN10 = math.log(10.0)
 
@@ -145,7 +146,7 @@ def test_isi_errors(tmp_path):
         "truncated": (text[: text.index("\\output_biases")], r"bad.txt.*\\end|bad.txt.*output_biases"),
         "vocab": (text.replace("vocab_size 9", "vocab_size 10"), r"vocabulary has 9 words"),
     }
-    for name, (bad, pattern) in cases.items():
+    for _name, (bad, pattern) in cases.items():
         p = tmp_path / "bad.txt"
         p.write_text(bad)
         with pytest.raises(FormatError, match=pattern):

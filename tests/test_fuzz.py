@@ -217,7 +217,7 @@ def backoff_binary(work):
 
 @pytest.fixture(scope="module")
 def neural_binary(work):
-    from neural_fixtures import make_net
+    from helpers import make_net
     net = make_net("softmax-full-2", order=3)
     path = work / "net.nplm"
     net.save(path)
@@ -247,7 +247,7 @@ def check_tables(tables):
     data = outcome(backoff.from_tables, tables, messages=io.StringIO())
     if not isinstance(data, Exception):
         # Scoring through the kernels must not crash on whatever the file held.
-        for s in SENTENCES:
+        for _s in SENTENCES:
             data.core.state_for([1, 2])
 
 
@@ -475,9 +475,9 @@ def _write(path, raw):
 
 @pytest.fixture(scope="module")
 def isi_bytes(work):
-    from neural_fixtures import make_net
-
     from nplm.neural import isi
+
+    from helpers import make_net
     net = make_net("softmax-full-2", order=3)
     path = work / "model.isi"
     isi.write_isi(isi.from_neural(net), path)
@@ -590,7 +590,7 @@ def _crafted(work, raw, name_pick, at, value, kind="neural"):
 
 @pytest.fixture(scope="module", params=["class-full-1", "tree-diag-1"])
 def structured_net(work, request):
-    from neural_fixtures import make_net
+    from helpers import make_net
     path = work / f"{request.param}.nplm"
     make_net(request.param, order=3).save(path)
     return Reference((path.read_bytes(), None))
@@ -612,9 +612,9 @@ def test_fuzz_neural_structures_with_valid_checksums(work, structured_net, pick,
 
 @pytest.fixture(scope="module", params=["int8", "float16"])
 def quantised(work, request):
-    from neural_fixtures import make_net
-
     from nplm.neural import quantized_files as quantize
+
+    from helpers import make_net
     src = work / "q-src.nplm"
     make_net("softmax-full-2", order=3).save(src)
     dst = work / f"q-{request.param}.nplm"
@@ -654,10 +654,10 @@ def _config_cases(raw):
 def test_every_config_entry_hostile(work, which):
     """Each entry of a binary's config (and the config itself) replaced by each
     hostile value, with a correct header crc: a clean load or a ModelLoadError."""
-    from neural_fixtures import make_net
-
     from nplm.neural import quantized_files as quantize
     from nplm.neural.network import NeuralNet
+
+    from helpers import make_net
     src = work / f"cfg-{which}.nplm"
     if which == "backoff":
         backoff.build_binary(arpa.read_arpa(TOY_ARPA), src)
@@ -718,9 +718,9 @@ def test_fuzz_damaged_compression_every_text_reader(work, isi_bytes, reader, com
 
 @pytest.fixture(scope="module")
 def fallback_binary(work):
-    from neural_fixtures import make_net
-
     from nplm.neural import query as neural_model
+
+    from helpers import make_net
     path = work / "fb.nplm"
     make_net("softmax-full-2", order=3).save(path)
     rng = np.random.default_rng(2)

@@ -163,7 +163,7 @@ def test_neural_rows(quick):
                 assert r["test_ppl"] < 3000, r
                 assert r["train_s"] > 0 and r["us_per_token"] > 0 and r["tokens_per_s"] > 0
     hist = data["histories"]
-    for label, h in hist.items():
+    for h in hist.values():
         assert [e["epoch"] for e in h] == list(range(1, len(h) + 1))
         assert all(math.isfinite(e["valid_ppl"]) for e in h)
 

@@ -71,7 +71,7 @@ def plot_rows(rows, path):
         return
     from matplotlib.ticker import NullFormatter, ScalarFormatter
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, ng, amb, bmb, ppl in rows:
+    for name, _ng, _amb, bmb, ppl in rows:
         marker = "o" if name.startswith("KN") else "s" if name.startswith("neural") else "^"
         ax.scatter(bmb, ppl, marker=marker, label=f"{name} ({ppl:.1f})")
     ax.set_xlabel("model size (MB, nplm binary)")

@@ -284,7 +284,7 @@ cdef int format_float(float v, char* out) noexcept nogil:
     ToShortestSingle style (NO_FLAGS, exponential outside 1e-6 <= |v| < 1e21,
     ``-0`` for negative zero, ``-inf`` for a log10 probability of zero, which
     KenLM reads back).  Returns the number of bytes written."""
-    cdef int n = 0, k, p, q, L, i, point, exponent
+    cdef int n = 0, k, p, q, L, i, _i, point, exponent
     cdef uint64_t c = 0, t
     cdef float a = fabs(v)
     cdef char digits[24]
@@ -326,7 +326,7 @@ cdef int format_float(float v, char* out) noexcept nogil:
             out[n] = c'0'
             out[n + 1] = c'.'
             n += 2
-            for i in range(-point):
+            for _i in range(-point):
                 out[n] = c'0'
                 n += 1
             for i in range(L):
@@ -336,7 +336,7 @@ cdef int format_float(float v, char* out) noexcept nogil:
             for i in range(L):
                 out[n] = digits[L - 1 - i]
                 n += 1
-            for i in range(point - L):
+            for _i in range(point - L):
                 out[n] = c'0'
                 n += 1
         else:

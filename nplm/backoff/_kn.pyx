@@ -321,12 +321,12 @@ cdef class Counter:
         cdef size_t i = 0, start
         cdef int64_t m = 0
         cdef int64_t sentence_start
-        cdef int j
+        cdef int _j
         cdef int64_t w
         cdef bint words_on_line
         while i < n:
             sentence_start = m
-            for j in range(self.order - 1):
+            for _j in range(self.order - 1):
                 out[m] = BOS
                 m += 1
             words_on_line = False

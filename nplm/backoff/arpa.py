@@ -33,6 +33,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from tqdm import tqdm
 
 from nplm.backoff.tables import NGramTables
 from nplm.errors import CompressedDataError, FormatError
@@ -135,7 +136,6 @@ class _Reader:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-arpa-parse")
         self.split = _idle_core() if SPLIT is None else SPLIT
         if progress:
-            from tqdm import tqdm
             self.bar = tqdm(total=plain_size, unit="B", unit_scale=True, desc=os.path.basename(str(path)))
 
     def error(self, message, line=None):
@@ -143,7 +143,7 @@ class _Reader:
 
     # -- the header and section boundaries (Python, a handful of lines) --
 
-    def header_line(self, line):
+    def header_line(self, line):  # noqa: C901 - one branch per kind of header line in the ARPA grammar
         """Handle one complete line (without its newline) outside n-gram data."""
         if line.endswith(b"\r"):
             line = line[:-1]
@@ -351,7 +351,7 @@ class _Reader:
         return (f"the \\{self.n}-grams: section ends after {self.parser.got} entries but the "
                 f"header says {self.counts[self.n - 1]}")
 
-    def _kernel_error(self, code, data):
+    def _kernel_error(self, code, data):  # noqa: C901 - one message per error code of the parsing kernel
         line_no, start, tok, tok_end, other = self.parser.error
         line = data[start:data.find(b"\n", start)]
         token = data[tok:tok_end]
@@ -438,7 +438,7 @@ def _valid_utf8(raw):
         return False
 
 
-def read_arpa(path, progress=False):
+def read_arpa(path, progress=False):  # noqa: C901 - the ARPA grammar's section loop, with its errors in place
     """Read an ARPA file (plain, .gz, .bz2 or .xz; '-' is stdin) into NGramTables.
 
     Raises FormatError naming the file and line for anything KenLM would reject
@@ -562,7 +562,6 @@ def _write_stream(tables, out, progress):
     out.write("".join(head).encode("utf-8"))
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=sum(tables.counts), unit="ngram", unit_scale=True, desc="write ARPA")
     order = tables.order
     with ThreadPoolExecutor(max_workers=2) as pool:

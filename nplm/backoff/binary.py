@@ -61,7 +61,7 @@ def check_multiplier(multiplier, counts=None):
     check_available(needed, what, advice)
 
 
-def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):
+def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):  # noqa: C901 - checks of every table before the build, each with its message
     """Build the query structures for ``tables`` (an NGramTables)."""
     tables.validate()
     order = tables.order
@@ -138,7 +138,7 @@ def save(data, path):
     container.write(path, KIND, data.config, data.arrays)
 
 
-def load_binary(path, populate=False):
+def load_binary(path, populate=False):  # noqa: C901 - checks of every mapped array against the header, each with its message
     """Map a back-off nplm binary written by ``save``."""
     if populate:
         # Reading in more than fits would swap the machine to death: refuse first.

@@ -32,6 +32,14 @@ import numpy as np
 
 from nplm._kernels import QUERY_MAX_ORDER
 from nplm.backoff.tables import NGramTables
+
+try:
+    from nplm.backoff import _kn
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError("nplm's Kneser-Ney kernel is not built; run "
+                      "`python setup.py build_ext --inplace` (or pip install nplm)") from e
+from nplm.backoff.arpa import write_arpa
+from nplm.backoff.binary import build_binary
 from nplm.errors import CompressedDataError, FormatError
 from nplm.io.atomic import refuse_stdout, same_file
 from nplm.io.files import open_binary, open_text
@@ -46,15 +54,6 @@ _CHUNK = 1 << 24
 
 class DiscountError(ValueError):
     """The counts-of-counts cannot support modified Kneser-Ney discounts."""
-
-
-def _kernels():
-    try:
-        from nplm.backoff import _kn
-    except ImportError as e:  # pragma: no cover - depends on the build
-        raise ImportError("nplm's Kneser-Ney kernel is not built; run "
-                          "`python setup.py build_ext --inplace` (or pip install nplm)") from e
-    return _kn
 
 
 class _Report:
@@ -260,7 +259,6 @@ def _check_utf8(chunk, name, line):
 
 
 def _count(text, order, skip_symbols, report):
-    _kn = _kernels()
     name = _text_name(text)
     counter = _kn.Counter(order, skip_symbols)
     f, own, total = _open_source(text)
@@ -312,7 +310,7 @@ def _limit_vocab(path, counter, name):
     lineno = 0
     try:
         with open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
+            for line in f:
                 for word in split_words(line.replace("\0", " ")):
                     i = counter.find(word.encode("utf-8"))
                     if i >= 0:
@@ -322,7 +320,7 @@ def _limit_vocab(path, counter, name):
     return prune_word
 
 
-def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, prune=None,
+def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, prune=None,  # noqa: C901 - runs the estimation stages in order, each optional step in its place
              interpolate_unigrams=True, limit_vocab_file=None, skip_symbols=False,
              verbose_header=False, vocab_pad=0, progress=True):
     """Estimate an interpolated modified Kneser-Ney model the way lmplz does.
@@ -348,7 +346,6 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     Returns the model as NGramTables (log10 values; n-grams in lmplz's order).
     """
     t0 = time.perf_counter()
-    _kn = _kernels()
     order = _check_order(order)
     thresholds = _prune_thresholds(prune, order)
     fallback = _fallback(discount_fallback)
@@ -494,7 +491,6 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
 
     if arpa is not None:
         report.stage(5, "Writing ARPA model")
-        from nplm.backoff.arpa import write_arpa
         if arpa == "-":
             write_arpa(tables, sys.stdout.buffer)
             sys.stdout.buffer.flush()
@@ -502,7 +498,6 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
             write_arpa(tables, arpa)
     if binary is not None:
         report.stage(5, "Writing binary model")
-        from nplm.backoff.binary import build_binary
         build_binary(tables, binary)
     report.say(f"Name:nplm\tWall:{time.perf_counter() - t0:.3f} s")
     return tables

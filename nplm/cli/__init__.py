@@ -1,4 +1,2 @@
-"""``nplm <command>``: argument parsing and progress only; the work is in the library."""
-from nplm.cli.main import main
-
-__all__ = ["main"]
+"""``nplm <command>``: argument parsing and progress only; the work is in the library.
+The entry point is ``nplm.cli.main.main``."""

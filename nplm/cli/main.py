@@ -514,7 +514,7 @@ class Train:
     OUTPUTS = ("out",)
 
     @staticmethod
-    def add_arguments(p):
+    def add_arguments(p):  # long: one add_argument call per training option
         n, t = NeuralConfig(), TrainConfig()
         p.epilog = ("Example: nplm train --train ptb.train.txt --valid ptb.valid.txt --order 5 --out m.nplm\n"
                     "  The defaults are the recommended model (PTB test perplexity 129.6 after 15 minutes on\n"

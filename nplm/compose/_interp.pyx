@@ -8,7 +8,6 @@
 # component's own state is rebuilt from those words with its context_state (exact
 # for back-off models: KenLM's GetState), so states of different models never have
 # to be stored side by side and equal mixture states still mean equal futures.
-cimport cython
 cimport openmp
 from cpython.ref cimport PyObject
 from libc.math cimport exp, log, log10, pow, INFINITY
@@ -78,7 +77,7 @@ cdef class InterpolatedCore(LMCore):
     cdef const int32_t[:, ::1] _maps
     cdef const int32_t *map[MAX_COMPONENTS]
     cdef float unk_pen[MAX_COMPONENTS]
-    cdef double weight[MAX_BUCKETS][MAX_COMPONENTS] # weight[b][i]: row 0 unless bucketed
+    cdef double weight[MAX_BUCKETS][MAX_COMPONENTS]  # weight[b][i]: row 0 unless bucketed
     cdef public int bucket_by                       # component whose context picks the
     cdef public int n_buckets                       # row (see _bucket), or -1
     cdef public int bins                            # back-off bins per context length
@@ -340,7 +339,7 @@ cdef class InterpolatedCore(LMCore):
     cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
         # Keep what the longest-context component keeps of these words.
         cdef NState tmp, cs
-        cdef int i, a, keep = 0, m
+        cdef int i, a, keep = 0
         if n > self.order - 1:
             n = self.order - 1
         for i in range(n):

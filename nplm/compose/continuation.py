@@ -39,6 +39,7 @@ q = m / (lambda - g).  On PTB it took the distilled table from 133.82 to 132.48 
 and 141.94 to 140.25 (valid).
 """
 import numpy as np
+from tqdm import tqdm
 
 from nplm.backoff.tables import chain_log10P, expand_ranges
 
@@ -100,7 +101,6 @@ def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64, fit=
     allw = np.arange(V, dtype=np.int32)
     it = range(0, len(us), chunk)
     if progress:
-        from tqdm import tqdm
         it = tqdm(it, desc="continuation 1-grams", unit="chunk")
     for lo in it:
         u = us[lo:lo + chunk]
@@ -120,7 +120,7 @@ def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64, fit=
     return out
 
 
-def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 << 21):
+def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 << 21):  # long: one greedy pass
     """log10 probabilities of the order-n entries (2 <= n < order) for backing off
     (float64); entries whose context has no longer context listed keep lp[n]."""
     logP = chain_log10P(s, lp, bos, eos, n)
@@ -146,7 +146,6 @@ def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 
     rows_n = s.rows(n)
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=int(per.sum()), desc=f"continuation {n}-grams", unit="row", unit_scale=True)
     for k, offset in expand_ranges(per, chunk):
         j = starts[k] + offset

@@ -49,12 +49,13 @@ import os
 import warnings
 
 import numpy as np
+from tqdm import tqdm
 
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.tables import NGramTables, chain_log10P, expand_ranges, row_groups
 from nplm.compose import continuation as cont
-from nplm.compose._distil import GramCounter
+from nplm.compose._distil import GramCounter, probe_groups  # noqa: F401 (probe_groups: for nplm.convert)
 from nplm.errors import FormatError
 from nplm.io.atomic import same_file
 from nplm.io.text import split_words, utf8_lines
@@ -190,7 +191,6 @@ def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False, mi
     counter = GramCounter(order, V)
     chunks = _sentence_ids(path, vocab, bos, eos, forbidden)
     if progress:
-        from tqdm import tqdm
         chunks = tqdm(chunks, desc="count n-grams", unit="chunk")
     for ids, starts in chunks:
         counter.add(ids, starts)
@@ -463,7 +463,7 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
     return np.concatenate(out) if out else np.zeros((0, m + 1), np.int32)
 
 
-def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_text=None,
+def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_text=None,  # noqa: C901 - runs the distillation stages in order, each optional step in its place
            sample_min_count=None, top_k=0, top_k_min_count=2, lower_teacher=None, prune_to=None,
            continuation=False, threads=1, progress=False):
     """Distil ``teacher`` (an nplm.Model or a model path) into NGramTables of ``order``.
@@ -542,7 +542,6 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
         words_seen = np.bincount(counted[2][0][:, 0], weights=counted[2][1], minlength=V)
         it = range(2, order + 1)
         if progress:
-            from tqdm import tqdm
             it = tqdm(it, desc=f"top-{top_k} continuations", unit="order")
         for n in it:
             if n == 2:
@@ -575,7 +574,6 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
 
     it = range(1, s.order + 1)
     if progress:
-        from tqdm import tqdm
         it = tqdm(it, desc="teacher scores", unit="order")
     logprob = {n: score(s.rows(n)) for n in it}
     predictable = np.ones(V, dtype=bool)

@@ -119,7 +119,7 @@ def _component(obj, config):
                     "a model path or a kenlm.Model")
 
 
-def _arpa_unigrams(path, model):
+def _arpa_unigrams(path, model):  # noqa: C901 - reads the ARPA header's grammar up to the unigrams
     """The words of a kenlm.Model read from its file's \\1-grams: section when that
     file is an ARPA file (plain or compressed; nothing past that section is read),
     in file order, each checked with ``in``; None for a KenLM binary or a file
@@ -324,7 +324,7 @@ class InterpolatedModel(_kernels.ModelBase):
     """Several language models used as one, with the whole kenlm.Model API (see the
     module docstring).  All scores are log10."""
 
-    def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="split",
+    def __init__(self, models, weights=None, mode="linear", *, normalize=True, unknown="split",  # noqa: C901 - validates each constructor option with its own message
                  vocab=None, config=None, cache_entries=65536, fast_distributions=True,
                  bucket_by=None, bucket_bins=1, bucket_edges=None):
         if config is None:
@@ -692,7 +692,7 @@ def tune_linear(log10_probs, weights=None, tol=1e-7, max_iter=500, prior=None, s
     prev = loglik(w)
     it = 0
     a = float(strength) if prior is not None else 0.0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is reported after the loop
         mix = w @ p
         w = w * (p / mix).mean(axis=1)
         if a > 0:
@@ -735,7 +735,7 @@ def newton(objective, w, max_iter=50, tol=1e-12):
     weights: log-sum-exp of linear functions).  Returns (w, value, iterations)."""
     value, grad, hess = objective(w)
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is reported after the loop
         n = len(w)
         # A tiny ridge keeps the step defined when components are collinear.
         step = -np.linalg.solve(hess + 1e-10 * np.eye(n) * max(1.0, np.trace(hess)), grad)
@@ -787,7 +787,7 @@ def is_spec(path):
     return b'"nplm"' in head and SPEC_KEY.encode() in head
 
 
-def read_spec(path):
+def read_spec(path):  # noqa: C901 - validates each field of a spec file with its own message
     """Parse and check a spec file; FormatError names the file and the problem."""
     try:
         with open(path, "r", encoding="utf-8") as f:

@@ -129,7 +129,7 @@ class Container:
                     raise FormatError(f"array {name!r} is corrupt (checksum mismatch)", self.path)
 
 
-def read(path, expect_kind=None, populate=False):
+def read(path, expect_kind=None, populate=False):  # noqa: C901 - validates each header field and array with its own message
     """Map a container.  Raises FormatError naming ``path`` for anything foreign,
     truncated or inconsistent, before mapping it."""
     path = os.fspath(path)
@@ -187,7 +187,7 @@ def read(path, expect_kind=None, populate=False):
                                   f"region of a {size}-byte file", path)
             checked[name] = (np.dtype(dt), shape, offset, count)
         spans = sorted((c[2], c[2] + c[3] * c[0].itemsize, n) for n, c in checked.items())
-        for (s0, e0, n0), (s1, e1, n1) in zip(spans, spans[1:]):
+        for (_s0, e0, n0), (s1, _e1, n1) in zip(spans, spans[1:]):
             if s1 < e0:
                 raise FormatError(f"arrays {n0!r} and {n1!r} overlap", path)
         flags = mmap.MAP_SHARED

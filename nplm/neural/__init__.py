@@ -3,5 +3,5 @@ and normalisation, word classes and trees, sampling, quantisation, the ISI forma
 from nplm._compat import moved_attribute
 
 
-def __getattr__(name):      # the flat layout's nplm.neural module
+def __getattr__(name):      # a submodule not imported yet, or a name of the flat layout's nplm.neural
     return moved_attribute(__name__, name, ("nplm.neural.network",))

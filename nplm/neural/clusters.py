@@ -13,6 +13,7 @@ Both layouts convert to and from a ``{name: ndarray}`` dict (``to_arrays`` /
 import math
 
 import numpy as np
+from tqdm import tqdm
 
 from nplm.errors import FormatError
 from nplm.io.atomic import text_output
@@ -251,7 +252,6 @@ def brown_clusters(ids, vocab_size, n_classes, seed=0, iterations=20, progress=F
 
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=int(iterations), desc=f"exchange C={C}", unit="pass")
     try:
         for it in range(int(iterations)):

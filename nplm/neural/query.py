@@ -17,6 +17,7 @@ States hold the last n-1 words (most recent first); ``ngram_length`` is the numb
 context words used + 1.  Words outside the vocabulary score as ``<unk>`` (oov=True).
 """
 import numpy as np
+from tqdm import tqdm
 
 from nplm import _kernels
 from nplm.errors import FormatError
@@ -230,7 +231,6 @@ def precompute(path, text, min_count=2, out=None, progress=True):
     V = len(net.vocab)
     stages = range(m + 1)
     if progress:
-        from tqdm import tqdm
         stages = tqdm(stages, desc="normalisers", unit="order")
     sizes, arrays = [], {}
     for k in stages:

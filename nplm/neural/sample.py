@@ -31,6 +31,7 @@ every started one is finished and written in the order started (see
 at a sentence boundary.
 """
 import numpy as np
+from tqdm import tqdm
 
 from nplm.errors import FormatError
 from nplm.io import container
@@ -78,7 +79,7 @@ def _full_draw(net, ctx, rng, rows=256):
     return out
 
 
-def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress=None):
+def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress=None):  # noqa: C901 - one branch per output layer kind and stopping rule
     """Yield sampled sentences (lists of word strings), each an independent draw from
     the model, in the order they were started, until at least ``n_tokens`` tokens
     (words plus one ``</s>`` per sentence) are out; the last sentence is finished, so
@@ -177,7 +178,6 @@ def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress
 def sample_to_file(path, out, n_tokens, seed=1, max_len=100, streams=4096, progress=True):
     """Write sampled sentences, one per line, atomically to ``out`` (compressed by the
     extension; '-' is stdout); returns the number of sentences and tokens written."""
-    from tqdm import tqdm
     if not container.is_container(path):
         raise FormatError("sampling needs a neural nplm model (nplm train's output)", path)
     data = neural_model.load(path)

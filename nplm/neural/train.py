@@ -14,6 +14,7 @@ import threading
 import time
 
 import numpy as np
+from tqdm import tqdm
 
 from nplm.errors import FormatError
 from nplm.neural import _train as _nn
@@ -264,8 +265,8 @@ class Trainer:
         net = self._net_view(self.params if params is None else params)
         return net.perplexity(*self.corpus.valid, threads=self.tc.threads)   # --threads 1 means one
 
-    def run_epoch(self):
-        tc, eng = self.tc, self.engine
+    def run_epoch(self):  # noqa: C901 - the epoch loop: updates, averaging, validation and time limit in order
+        tc, _eng = self.tc, self.engine
         ctx_all, tgt_all = self.corpus.train
         N = tgt_all.size
         rng = np.random.default_rng([tc.seed, self.epoch])
@@ -282,7 +283,6 @@ class Trainer:
         B = tc.minibatch
         bar = None
         if self.progress:
-            from tqdm import tqdm
             bar = tqdm(total=N, unit="ex", unit_scale=True, desc=f"epoch {self.epoch + 1}", file=sys.stderr,
                        mininterval=1.0, smoothing=0.1)
         t0 = time.time()
@@ -453,7 +453,7 @@ def _flag_value(v):
     return str(v)
 
 
-def resume_conflicts(old_config, state, config, tc, data_id):
+def resume_conflicts(old_config, state, config, tc, data_id):  # noqa: C901 - compares each saved option with its own message
     """How the given settings and data differ from a checkpoint's, as lines naming
     the command-line option; settings that do not apply (noise samples without NCE,
     classes without class output) are skipped.  ``config``/``tc`` None: not given."""

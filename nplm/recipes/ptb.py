@@ -305,7 +305,7 @@ def stage_kenlm_reference(run):
               note=f"speed reference; loads the ARPA in {load_s:.1f} s; tokens/s = score() loop")
     for part in ("test", "valid"):
         lines = _read_lines(run.text[part])
-        total, dt = best_time(lambda m: sum(m.score(line) for line in lines), lambda: m)
+        total, dt = best_time(lambda m: sum(m.score(line) for line in lines), lambda: m)  # noqa: B023 - timed within this iteration
         n = sum(len(split_words(line)) + 1 for line in lines)
         if part == "test":
             row.test_ppl, row.tokens, row.tokens_per_s = 10 ** (-total / n), n, n / dt
@@ -388,7 +388,7 @@ def stage_neural(run, label, config):
                   published=PUBLISHED["NNLM"] if label == "Vaswani NCE" and mode == "exact" else None,
                   note=f"{len(history)} epochs" + ("; not a normalised distribution" if mode == "unnormalized"
                                                     else ""))
-        run.add(measure(run, lambda: _open_model(path, mode), row))
+        run.add(measure(run, lambda: _open_model(path, mode), row))  # noqa: B023 - measured within this iteration
     return f"{shape}; trained {len(history)} epochs in {train_s:.0f} s{extra}"
 
 
@@ -697,7 +697,7 @@ def stage_names(settings):
             + ["interpolate linear", "interpolate loglinear", "distil", "quantise float16", "quantise int8"])
 
 
-def reproduce(data, out, settings=None, log=None, only=None, command=None):
+def reproduce(data, out, settings=None, log=None, only=None, command=None):  # noqa: C901 - runs the recipe's steps in order, each optional
     """Run the whole pipeline; returns the Run (rows, stages) after writing the report
     to ``out/report.md``.  ``only``: optional set of stage-name prefixes to run
     (``data`` always runs); each must start some stage's name (ValueError listing them

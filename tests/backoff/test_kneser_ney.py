@@ -8,7 +8,6 @@ import random
 import subprocess
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,8 @@ import pytest
 from nplm.backoff.kneser_ney import DiscountError, estimate
 from nplm.errors import FormatError
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 SHARED = ROOT.parent / "shared"
 REFERENCE = SHARED / "reference"
 

@@ -3,11 +3,12 @@
 seeded runs repeat; the CLI writes a text that distil can list."""
 import numpy as np
 import pytest
-from neural_fixtures import make_net, numpy_log_dist
 
 from nplm.neural import query as neural_model
 from nplm.neural import sample
 from nplm.neural.vocab import BOS, EOS, NULL
+
+from helpers import make_net, numpy_log_dist
 
 
 def _load(tmp_path, kind, order=3):
@@ -186,7 +187,7 @@ def _exact_words_per_sentence(net, max_len):
     mass = np.zeros((V, V))
     mass[NULL, BOS] = 1.0
     p_words = []
-    for k in range(max_len):
+    for _k in range(max_len):
         p_words.append((mass * Q[:, :, EOS]).sum())
         nxt = np.einsum("ab,abw->bw", mass, Q)
         nxt[:, ~real] = 0

@@ -9,9 +9,10 @@ import sys
 
 import kenlm
 import pytest
-from conftest import REFERENCE, need_shared
 
 import nplm
+
+from helpers import REFERENCE, need_shared
 
 SENTENCES = ["the cat sat on the mat", "a dog", "the the the", "zzz unknown words here"]
 COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}

@@ -4,11 +4,12 @@ import itertools
 
 import numpy as np
 import pytest
-from _neural_helpers import reference_log_distribution, tiny_net
 
 from nplm.errors import FormatError
 from nplm.neural import _train as _nn
 from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet, class_layout
+
+from helpers import reference_log_distribution, tiny_net
 
 KINDS = list(itertools.product(["full", "diagonal"], [(), (6,), (7, 5)], ["softmax", "class", "tree"]))
 

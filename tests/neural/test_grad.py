@@ -4,9 +4,10 @@ import itertools
 
 import numpy as np
 import pytest
-from _neural_helpers import tiny_net
 
 from nplm.neural.network import PARAM_NAMES
+
+from helpers import tiny_net
 
 
 def _noise(net, rng):
@@ -40,7 +41,7 @@ def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12, input_dropout=0.0, 
         assert eng.grouped == grouped
     worst = 0.0
     checked = 0
-    for p, g, name in zip(params, grads, PARAM_NAMES):
+    for p, g, _name in zip(params, grads, PARAM_NAMES):
         flat, gflat = p.reshape(-1), g.reshape(-1)
         for j in rng.choice(flat.size, min(flat.size, probes), replace=False) if flat.size else []:
             old, h = flat[j], 1e-6

@@ -13,7 +13,6 @@ import gzip
 import json
 import os
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +23,8 @@ from nplm.backoff import binary as backoff
 from nplm.io import container
 from nplm.io.resources import mem_available
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 TOY_ARPA = ROOT / "examples" / "toy.arpa"
 SENTENCES = ["the cat sat on the mat", "a dog chased the bird", "the bird sang in the tree", ""]
 
@@ -104,7 +104,7 @@ def _write_with_hole(path, base, hole):
     """The arrays of binary ``base`` plus an array of ``hole`` zero bytes that
     occupies no disk space (a sparse file), laid out as container.py documents."""
     c = container.read(base)
-    specs, chunks = {}, []
+    specs, _chunks = {}, []
     fixed = container._FIXED.size
     header_len = 0
     for _ in range(8):

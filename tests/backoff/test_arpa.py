@@ -6,7 +6,6 @@ import io
 import lzma
 import os
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,8 @@ from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.tables import NGramTables
 from nplm.errors import FormatError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+from helpers import ROOT, SHARED
+
 REFERENCE = SHARED / "reference"
 REFERENCES = sorted(p.name for p in REFERENCE.glob("*.arpa.xz")) if REFERENCE.is_dir() else []
 
@@ -534,7 +534,7 @@ def test_read_from_stdin_compressed(tmp_path):
     code = "from nplm.backoff.arpa import read_arpa; t = read_arpa('-'); print(t.counts, t.source)"
     with open(path, "rb") as stdin:
         out = subprocess.run([sys.executable, "-c", code], stdin=stdin, capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parents[1], check=True)
+                             cwd=ROOT, check=True)
     assert out.stdout.strip() == "[4, 2] -"
 
 

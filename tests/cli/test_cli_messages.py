@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from neural_fixtures import make_net
 
 import nplm
 from nplm.cli.main import main
 from nplm.io import container
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT, make_net
+
 TOY = ROOT / "examples" / "toy.txt"
 
 

@@ -73,9 +73,9 @@ def test_model_vocab_round_trip_and_null_is_unknown(tmp_path):
     """nplm.Model(...).vocab: id(word(i)) == i for every id but the padding <null>,
     which no text can name: id('<null>') is 0 and '<null>' in a sentence scores
     exactly as any unknown word (oov), not as padding."""
-    from neural_fixtures import make_net
-
     import nplm
+
+    from helpers import make_net
     path = tmp_path / "n.nplm"
     make_net("softmax-full-2", order=3).save(path)
     m = nplm.Model(str(path))

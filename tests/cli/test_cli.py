@@ -5,7 +5,8 @@ import sys
 import kenlm
 import numpy as np
 import pytest
-from conftest import DATA, REFERENCE, need_shared, read_lines
+
+from helpers import DATA, REFERENCE, need_shared, read_lines
 
 ARPA = str(REFERENCE / "ptb5k.o3.arpa.xz") if REFERENCE.is_dir() else ""
 

@@ -8,13 +8,14 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
 from scipy.optimize import minimize
 
 import nplm
 from nplm.cli.main import main as cli_main
 from nplm.compose import _interp
 from nplm.compose.interpolate import newton, tune_linear
+
+from helpers import DATA, REFERENCE, need_shared, quiet_config, read_lines
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -692,7 +693,7 @@ def neural_pair(request, tmp_path_factory):
     """A small random neural model and a KN model over the same words."""
     import random
 
-    from neural_fixtures import make_net
+    from helpers import make_net
     tmp = tmp_path_factory.mktemp("nnmix")
     net = make_net(request.param)
     nn_path = str(tmp / "n.nplm")

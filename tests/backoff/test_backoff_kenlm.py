@@ -9,11 +9,12 @@ import random
 import kenlm
 import numpy as np
 import pytest
-from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nplm
+
+from helpers import DATA, REFERENCE, need_shared, quiet_config, read_lines
 
 ARPAS = sorted(p.name for p in REFERENCE.glob("*.arpa.xz")) if REFERENCE.is_dir() else []
 TEXTS = ["ptb5k.txt", "wiki3k.txt", "tiny200.txt"]

@@ -23,7 +23,8 @@ from nplm.backoff import arpa
 from nplm.backoff import binary as backoff
 from nplm.neural.network import NeuralNet
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 TOY_ARPA = ROOT / "examples" / "toy.arpa"
 TMP_PREFIX = ".nplm-tmp-"
 ATTEMPTS = 4
@@ -138,7 +139,7 @@ def test_killed_writer_leaves_earlier_output_intact(tmp_path, inputs, name):
     # 1. SIGKILL while the temporary file exists: the old output is untouched.
     #    (A signal sent as the rename happens finds the run complete: then the
     #    output must be the whole new model, and we try again.)
-    for attempt in range(ATTEMPTS):
+    for _attempt in range(ATTEMPTS):
         signalled, rc, err = run_and_signal(build(inputs, out), tmp_path, signal.SIGKILL)
         assert signalled, f"the run finished before its temporary file was seen: {err[-2000:]}"
         if temps(tmp_path):
@@ -178,7 +179,7 @@ def test_ctrl_c_removes_the_temporary_file(tmp_path, inputs, name):
     build, out_name, _ = WRITERS[name]
     out = tmp_path / out_name
     old = earlier_output(out)
-    for attempt in range(ATTEMPTS):
+    for _attempt in range(ATTEMPTS):
         signalled, rc, err = run_and_signal(build(inputs, out), tmp_path, signal.SIGINT)
         assert signalled
         assert temps(tmp_path) == [], "Ctrl-C left a temporary file"
@@ -213,7 +214,7 @@ def test_an_interrupt_right_after_the_temporary_file_is_created(tmp_path, monkey
     # With other threads running, the signal mask does not keep a Ctrl-C out of
     # atomic_write.__enter__: one landing just after the file is created (inside
     # mkstemp, before its name was known) left the file behind (seen in CI).
-    from nplm.io import files as textio
+    from nplm.io import atomic as textio
     real_open = os.open
 
     def open_then_interrupt(path, *args, **kwargs):
@@ -269,7 +270,7 @@ def test_training_killed_mid_epoch_resumes(tmp_path, inputs):
     out = tmp_path / "net.nplm"
     ckpt = Path(str(out) + ".ckpt")
     # On a fast, idle machine an epoch can end before the kill lands: try again.
-    for attempt in range(ATTEMPTS):
+    for _attempt in range(ATTEMPTS):
         if _kill_during_second_epoch(text, out, ckpt) == 1:
             break
         ckpt.unlink()

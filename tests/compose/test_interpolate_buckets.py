@@ -6,12 +6,13 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import DATA, REFERENCE, need_shared, quiet_config, read_lines
 
 import nplm
 from nplm.backoff.arpa import read_arpa
 from nplm.cli.main import main as cli_main
 from nplm.compose.interpolate import tune_linear
+
+from helpers import DATA, REFERENCE, need_shared, quiet_config, read_lines
 
 SENTENCES = ["the company said it expects to report a loss", "UNK shares rose N cents",
              "zzqx unknown words qqq", "", "of the new year the stock market fell sharply",

@@ -2,11 +2,12 @@
 independent numpy forward pass, distributions summing to one, fallback tables."""
 import numpy as np
 import pytest
-from neural_fixtures import KINDS, make_net, numpy_log_dist
 
 import nplm
 from nplm.neural.query import precompute
 from nplm.neural.vocab import BOS, NULL
+
+from helpers import KINDS, make_net, numpy_log_dist
 
 LN10 = np.log(10.0)
 
@@ -198,10 +199,10 @@ def test_every_simd_path_gives_the_same_probabilities(tmp_path, table):
     """The AVX-512, AVX2 and plain kernels (picked by CPU features, forced down with
     NPLM_SIMD) agree on a network wide enough for every blocking branch: more than 256
     outputs and, without the first-layer table, more than 1024 inputs to one layer."""
-    from neural_fixtures import COUNTS, WORDS, randomise
-
     from nplm.neural.network import NeuralConfig, NeuralNet
     from nplm.neural.vocab import Vocabulary
+
+    from helpers import COUNTS, WORDS, randomise
     cfg = NeuralConfig(order=4, embedding_dim=400, hidden=(300, 270), context="full", output="softmax",
                        objective="mle")
     net = randomise(NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=2), 5, scale=0.05)
@@ -262,10 +263,10 @@ print(q.SIMD)
 def _uneven_class_net(width):
     """A ReLU class net of 600 words whose classes are wider than one 256-float
     register block (297 words), narrower than a vector (3) and in between."""
-    from neural_fixtures import randomise
-
     from nplm.neural.network import NeuralConfig, NeuralNet
     from nplm.neural.vocab import SPECIALS, Vocabulary
+
+    from helpers import randomise
     words = list(SPECIALS) + [f"v{i}" for i in range(596)]
     V = len(words)
     word_class = np.zeros(V, np.int32)
@@ -381,10 +382,10 @@ def test_float16_weights_stay_float16_and_give_the_float32_bits(tmp_path, monkey
     have the bits of the same core over float32 copies.  Nets of other activations
     convert them.  ``table``: a full context through the first-layer table, or (off)
     through the embedding rows."""
-    from neural_fixtures import WORDS
-
     import nplm.neural._query as q
     import nplm.neural.query as nm
+
+    from helpers import WORDS
     context, hidden, output, act = shape
     if not table:
         monkeypatch.setattr(nm, "PRECOMPUTE_BYTES", 0)
@@ -397,7 +398,7 @@ def test_float16_weights_stay_float16_and_give_the_float32_bits(tmp_path, monkey
         modes.append("fallback")
     hists = [[], ["w3"], ["w1", "w2"], ["w9", "w30", "w2", "w5"]]
     words = ["</s>"] + WORDS[4:]
-    V = len(WORDS)
+    len(WORDS)
     ctx = np.array([_ctx(net, h) for h in hists for _ in words], np.int32)
     ids = np.tile([net.vocab.id(w) for w in words], len(hists)).astype(np.int32)
     u = np.random.default_rng(3).random((len(ctx), 2))
@@ -437,12 +438,12 @@ def test_float16_weights_stay_float16_and_give_the_float32_bits(tmp_path, monkey
 def _float16_model(tmp_path, context, hidden, output, act, seed):
     """(net, path of its float16 conversion): a random order-4 net over the fixture
     vocabulary, 21-d embeddings (no multiple of 8 or 16)."""
-    from neural_fixtures import COUNTS, WORDS, randomise
-
     from nplm.neural.clusters import frequency_bins, huffman_tree
     from nplm.neural.network import NeuralConfig, NeuralNet
     from nplm.neural.quantized_files import quantize_file
     from nplm.neural.vocab import Vocabulary
+
+    from helpers import COUNTS, WORDS, randomise
     cfg = NeuralConfig(order=4, embedding_dim=21, hidden=hidden, context=context, output=output,
                        objective="mle", classes=5, activation=act)
     t = huffman_tree(COUNTS) if output == "tree" else None
@@ -489,7 +490,7 @@ def test_float16_weights_on_the_avx2_path(tmp_path, output, context, first_layer
     """Without AVX-512 (AVX2 with F16C) a float16 ReLU net's embedding and output
     matrices are read as float16 too, by the AVX2 twins of the row kernels: single
     queries of new contexts and batches have the bits of float32 copies."""
-    from neural_fixtures import WORDS
+    from helpers import WORDS
     net, path = _float16_model(tmp_path, context, (13,) if context == "full" else (), output, "relu", seed=6)
     rng = np.random.default_rng(9)
     np.save(tmp_path / "ctx.npy", rng.integers(4, len(WORDS), (60, 3)).astype(np.int32))
@@ -555,10 +556,10 @@ def test_batched_softmax_normalisers_on_every_simd_path(tmp_path, dead):
     vocabulary of 3 panels and a partial one, a hidden width that is no multiple of 16,
     1101 rows (blocks of 512 split between two threads, the last one odd), every path
     against numpy; ``dead`` makes every hidden unit zero (no products at all)."""
-    from neural_fixtures import randomise
-
     from nplm.neural.network import NeuralConfig, NeuralNet
     from nplm.neural.vocab import SPECIALS, Vocabulary
+
+    from helpers import randomise
     words = list(SPECIALS) + [f"v{i}" for i in range(199)]
     V = len(words)
     cfg = NeuralConfig(order=4, embedding_dim=6, hidden=(40, 37), context="full", output="softmax",
@@ -637,10 +638,10 @@ def test_batched_class_scoring_matches_numpy_across_blocks(tmp_path, kind):
 def test_first_layer_table_with_every_activation(tmp_path, activation):
     """The first layer read from the precomputed table applies each activation (ReLU
     inside the summing kernel, tanh after it, identity not at all)."""
-    from neural_fixtures import COUNTS, WORDS, randomise
-
     from nplm.neural.network import NeuralConfig, NeuralNet
     from nplm.neural.vocab import Vocabulary
+
+    from helpers import COUNTS, WORDS, randomise
     cfg = NeuralConfig(order=4, embedding_dim=8, hidden=(20, 6), context="full", output="softmax",
                        objective="mle", activation=activation)
     net = randomise(NeuralNet.create(cfg, Vocabulary(WORDS, COUNTS), seed=4), 4)

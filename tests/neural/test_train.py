@@ -2,7 +2,6 @@
 and the ``nplm train`` command."""
 import math
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,8 @@ from nplm.errors import FormatError
 from nplm.neural.network import NeuralConfig, NeuralNet
 from nplm.neural.train import TrainConfig, train
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+from helpers import SHARED
+
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared (PTB data) is absent")
 PTB5K = SHARED / "reference" / "ptb5k.txt"
 TINY = SHARED / "reference" / "tiny200.txt"
@@ -158,7 +158,7 @@ def test_weight_average_is_the_running_mean_of_the_iterates(tmp_path):
     ref = [p.astype(np.float64) for p in start]
     for params, _ in t.seen:
         ref = [e + alpha * (p - e) for e, p in zip(ref, params)]
-    for e, r, raw in zip(t.ema, ref, t.params):
+    for e, r, _raw in zip(t.ema, ref, t.params):
         np.testing.assert_allclose(e, r, rtol=1e-4, atol=1e-6)
     assert any(not np.allclose(e, raw) for e, raw in zip(t.ema, t.params))
     # validation and the returned model use the average

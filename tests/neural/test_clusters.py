@@ -4,7 +4,6 @@ Objectives and optimal costs are recomputed here by brute force in pure Python."
 import heapq
 import math
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +20,8 @@ from nplm.neural.clusters import (
     huffman_tree,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+from helpers import SHARED
+
 PTB5K = SHARED / "reference" / "ptb5k.txt"
 
 

@@ -4,11 +4,12 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import REFERENCE, need_shared
 
 import nplm
 from nplm.errors import FormatError
 from nplm.io import container
+
+from helpers import REFERENCE, need_shared
 
 
 def test_container_round_trip(tmp_path):

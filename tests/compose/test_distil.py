@@ -6,13 +6,14 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import REFERENCE, need_shared, quiet_config
 
 import nplm
 from nplm.backoff import arpa
 from nplm.backoff.tables import NGramTables
 from nplm.compose import distil
 from nplm.errors import FormatError
+
+from helpers import REFERENCE, need_shared, quiet_config
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -412,7 +413,7 @@ def test_pruning_criterion_is_the_exact_relative_entropy(tiny, tmp_path):
     force over the whole vocabulary after removing that n-gram alone."""
     teacher, text, held, d = tiny
     V = len(teacher.vocab)
-    words = teacher.vocab.words()
+    teacher.vocab.words()
     counted = distil.count_text(str(text), teacher.vocab, 3, V, teacher.vocab.id("<s>"), teacher.vocab.id("</s>"))
     s = distil.build_structure(V, {n: counted[n][0] for n in (2, 3)})
     logprob = {n: distil._score(teacher, s.rows(n), 1).astype(np.float64) for n in (1, 2, 3)}
@@ -683,7 +684,7 @@ def test_top_k_of_one_word_contexts_from_distributions_equals_the_query_core(tmp
     """The one-word contexts' top-k continuations come from whole distributions (GEMM
     blocks) instead of V queries per context; the chosen words, best first, are those
     the query core ranks first."""
-    from _neural_helpers import tiny_net
+    from helpers import tiny_net
     net = tiny_net(seed=7, V=64, n_classes=6, output=output, order=4, hidden=(16,), embedding_dim=8)
     words = net.vocab.words
     rng = np.random.default_rng(7)
