@@ -9,6 +9,7 @@ MemAvailable first and raise a clear OSError (ENOMEM) instead.  Where there is n
 import errno
 import os
 import re
+import stat
 
 from nplm.io.files import open_binary
 
@@ -72,6 +73,8 @@ def arpa_header_counts(path, limit=1 << 16):
     if path in (None, "-"):
         return None
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None     # a pipe or stdin: reading its head here would consume it
         with open_binary(path) as f:
             head = f.read(limit)
     except (OSError, EOFError, ValueError):

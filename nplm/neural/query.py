@@ -112,10 +112,11 @@ def exact_network_of(model):
     return net
 
 
-def load(path, normalization=None, cache_size=4096):
+def load(path, normalization=None, cache_size=4096, copy=False):
     # float32, or float16/int8 converted when first used: the core reads a float16
     # model's big matrices as they are stored (where it can), so they stay mapped
-    net, c = NeuralNet.load(path, return_container=True, lazy=True)
+    # (``copy``: read into private memory instead, container.read)
+    net, c = NeuralNet.load(path, return_container=True, lazy=True, copy=copy)
     mode, name = resolve_mode(net, normalization)
     fallback = _fallback_tables(c.arrays, net.order - 1)
     if name == "fallback" and fallback is None:
