@@ -458,6 +458,18 @@ def _valid_utf8(raw):
         return False
 
 
+def _plain_size(f, source):
+    """The size of the uncompressed regular file ``f`` reads (None for a compressed
+    file, a pipe or stdin, whose arrays grow as the entries arrive instead)."""
+    if source == "-" or not isinstance(f, io.BufferedReader):
+        return None
+    try:
+        st = os.fstat(f.fileno())
+    except (OSError, io.UnsupportedOperation):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
 def read_arpa(path, progress=False, stream=None):
     """Read an ARPA file (plain, .gz, .bz2 or .xz; '-' is stdin) into NGramTables.
     ``stream``: ``path`` already open (nplm.io.files.sniff's stream, at its start),
@@ -469,9 +481,7 @@ def read_arpa(path, progress=False, stream=None):
     source = "-" if path in (None, "-") else os.fspath(path)
     f = open_binary(source) if stream is None else decompressed(stream, source)
     try:
-        plain_size = None
-        if source != "-" and isinstance(f, io.BufferedReader) and stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            plain_size = os.fstat(f.fileno()).st_size
+        plain_size = _plain_size(f, source)
         reader = _Reader(source, plain_size, progress)
         carry = b""
         try:
