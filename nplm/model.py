@@ -5,6 +5,7 @@ or an ARPA file (plain or compressed).  Scoring itself lives in
 ``_kernels.ModelBase`` and is the same code for every kind.
 """
 import difflib
+import errno
 import operator
 import os
 import sys
@@ -219,9 +220,11 @@ class Model(_kernels.ModelBase):
             raise ValueError(f"cache_size must be an integer from 1 to 2**30, not {cache_size!r}")
         try:
             data = _load(name, config, normalization, cache_size)
-        except (OSError, ValueError, LookupError, ArithmeticError, RecursionError, MemoryError) as e:
-            # (a reader's KeyError / IndexError / OverflowError / RecursionError /
-            # MemoryError is a file it could not load too: named, not a traceback)
+        except MemoryError as e:
+            raise ModelLoadError(name, OSError(errno.ENOMEM, f"not enough memory to load it: {e}")) from e
+        except (OSError, ValueError, LookupError, ArithmeticError, RecursionError) as e:
+            # (a reader's KeyError / IndexError / OverflowError / RecursionError is a
+            # file it could not load too: named, not a traceback)
             raise ModelLoadError(name, e) from e
         for option, value in (("normalization", normalization), ("cache_size", cache_size)):
             if value is not None and getattr(data, "normalization", None) is None:
