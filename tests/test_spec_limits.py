@@ -117,3 +117,13 @@ def test_cli_names_the_spec_without_a_traceback(tmp_path):
                    timeout=120, stdin=None)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "spec0.json" in r.stderr and "components" in r.stderr
+
+
+def test_verify_stops_at_the_depth_limit(tmp_path):
+    from nplm.verify import verify
+    n = 40
+    for i in range(n):
+        write_spec(tmp_path / f"chain{i}.json", [str(tmp_path / f"chain{i + 1}.json") if i < n - 1 else TOY_ARPA])
+    with pytest.raises(nplm.FormatError, match=f"nested more than {MAX_SPEC_DEPTH} deep"):
+        verify(str(tmp_path / "chain0.json"))
+    assert verify(str(tmp_path / f"chain{n - MAX_SPEC_DEPTH}.json")).endswith(": OK")
