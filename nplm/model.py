@@ -32,9 +32,11 @@ class LoadMethod:
     use), so the model reads the file while it is used: replace a mapped model's
     file by writing a new file and renaming it over the old one (nplm's writers
     all do; the loaded model keeps the old file), never by truncating or rewriting
-    it in place -- the pages it changes change the model's scores, and a page cut
-    off by truncation would kill the process with SIGBUS if read.  ARPA files are
-    always read into memory."""
+    it in place: the pages it changes change the model's scores, and reading a page
+    that truncation cut off raises nplm.io._mapguard.MappedFileChanged (a
+    FormatError) in the main thread -- the model must then be loaded again -- where
+    it would otherwise kill the process with SIGBUS.  ARPA files are always read
+    into memory."""
     LAZY = 0
     POPULATE_OR_LAZY = 1
     POPULATE_OR_READ = 2

@@ -7,9 +7,14 @@
 * The mapping load methods (LAZY, POPULATE_*, the default) read the file while the
   model is used; replacing the file by writing a new one and renaming it over the
   old -- what every nplm writer does -- leaves the loaded model on the old file.
+  Truncating it raises MappedFileChanged (a FormatError) in the main thread instead
+  of killing the process with SIGBUS; a SIGBUS that is not a read of a model
+  file's lost page still does what it did.
 
 Each case runs in a subprocess, so that a SIGBUS fails the test instead of killing
 the test run."""
+import signal
+
 import pytest
 
 import nplm
@@ -71,3 +76,41 @@ def test_a_mapped_model_survives_its_file_being_replaced(model_file, tmp_path, m
                "c = read(path, copy=True)\n"
                "write(path, c.kind, c.config, {n: a * 0 for n, a in c.arrays.items()})\n")
     assert _after_change(model_file, tmp_path, method, replace).startswith("True")
+
+
+@pytest.mark.parametrize("method", ["LAZY", "POPULATE_OR_LAZY", "POPULATE_OR_READ"])
+def test_truncating_a_mapped_model_raises(model_file, tmp_path, method):
+    path = tmp_path / "m.nplm"
+    path.write_bytes(model_file.read_bytes())
+    r = run_python(f"""
+import os, nplm
+cfg = nplm.Config(); cfg.load_method = nplm.LoadMethod.{method}
+m = nplm.Model({str(path)!r}, cfg)
+m.score("the dog")
+os.truncate({str(path)!r}, 100)
+try:
+    for _ in range(3):
+        [m.score(s) for s in {SENTENCES!r}]
+        m.score_sentences({SENTENCES!r} * 50)
+    print("no exception")
+except nplm.FormatError as e:
+    print(type(e).__name__, e)
+""", timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert r.stdout.startswith("MappedFileChanged") and str(path) in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("how", ["kill", "foreign mapping"])
+def test_other_sigbus_still_kills(model_file, tmp_path, how):
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x" * 65536)
+    trigger = ("os.kill(os.getpid(), signal.SIGBUS)" if how == "kill" else
+               f"mm = mmap.mmap(os.open({str(other)!r}, os.O_RDONLY), 0, prot=mmap.PROT_READ)\n"
+               f"os.truncate({str(other)!r}, 0)\nprint(mm[40000])")
+    r = run_python(f"""
+import mmap, os, signal, nplm
+m = nplm.Model({str(model_file)!r})
+{trigger}
+print("survived")
+""", timeout=120)
+    assert r.returncode == -signal.SIGBUS and "survived" not in r.stdout, (r.returncode, r.stderr[-2000:])

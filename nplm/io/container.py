@@ -27,6 +27,7 @@ import zlib
 import numpy as np
 
 from nplm.errors import FormatError
+from nplm.io._mapguard import guard
 from nplm.io.atomic import atomic_write, refuse_stdout
 
 MAGIC = b"\x93NPLM\r\n\x1a"
@@ -199,6 +200,7 @@ def read(path, expect_kind=None, populate=False, copy=False):
             if populate and hasattr(mmap, "MAP_POPULATE"):
                 flags |= mmap.MAP_POPULATE
             mm = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ) if size else None
+            guard(mm, path)     # truncating the file under it: an exception, not SIGBUS
     arrays = {}
     for name, (dt, shape, offset, count) in checked.items():
         if count == 0:
