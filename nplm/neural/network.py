@@ -21,6 +21,7 @@ import os
 import threading
 
 import numpy as np
+from scipy.linalg.blas import sgemm as _sgemm
 
 from nplm._kernels import thread_count
 from nplm.errors import FormatError
@@ -504,6 +505,21 @@ def _blas_lib():
         except OSError:
             _blas = False
     return _blas or None
+
+
+def blas_threads():
+    """OpenBLAS's thread count (1 for a BLAS without the call)."""
+    lib = _blas_lib()
+    return 1 if lib is None else max(1, int(lib[1]()))
+
+
+def reserve_blas_buffer():
+    """One small product, so that OpenBLAS holds a work buffer from now on (it keeps
+    a buffer once it has one): run at load, after check_blas_room, because a first
+    product that later finds no room left under an address-space limit retries its
+    allocation without end instead of failing."""
+    a = np.ones((256, 256), np.float32)
+    _sgemm(1.0, a, a)
 
 
 def set_blas_threads(n):
