@@ -4,6 +4,7 @@
 from libc.stdint cimport uintptr_t
 
 import signal
+import sys
 import threading
 import weakref
 
@@ -36,8 +37,8 @@ def install():
     """Put the SIGBUS guard in place (once; only possible from the main thread,
     elsewhere mappings stay unguarded).  A program's own SIGBUS handler is kept."""
     global _installed
-    if _installed or threading.current_thread() is not threading.main_thread():
-        return _installed
+    if _installed or threading.current_thread() is not threading.main_thread() or sys.version_info < (3, 10):
+        return _installed       # (before 3.10 a signal handler cannot ask Python to run one)
     if signal.getsignal(signal.SIGBUS) not in (signal.SIG_DFL, None):
         return False
     nplm_guard_save_previous()

@@ -62,7 +62,9 @@ static void nplm_guard_handler(int sig, siginfo_t *info, void *context) {
         if (mmap(page, nplm_guard_page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
                 != MAP_FAILED) {
             nplm_guard_fault = a;
-            PyErr_SetInterruptEx(SIGBUS);
+#if PY_VERSION_HEX >= 0x030A0000
+            PyErr_SetInterruptEx(SIGBUS);   /* async-signal-safe; Python 3.10 on */
+#endif
             return;
         }
     }
