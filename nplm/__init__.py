@@ -10,6 +10,13 @@ import os as _os
 # must be set before the first kernel loads the OpenMP runtime.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Under an address-space limit too small for a 32 MiB OpenBLAS buffer per CPU, the
+# OpenBLAS the neural kernels load would hang: one BLAS thread then, or an ImportError
+# where even that cannot fit (before it loads).
+from nplm.io.resources import prepare_blas  # noqa: E402
+
+prepare_blas()
+
 from nplm import _compat
 from nplm._kernels import FullScoreReturn, State, Vocab
 from nplm.backoff import binary as _binary

@@ -20,10 +20,11 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 from cython.parallel cimport prange
 
-import operator
-
 import numpy as np
 cimport numpy as cnp
+
+# thread counts and fork safety (re-exported: callers use _kernels.thread_count)
+from nplm._threads import MAX_THREADS, cpu_count, thread_count
 
 cnp.import_array()
 
@@ -814,17 +815,6 @@ def sentence_list(sentences):
         if not isinstance(s, (str, bytes)):
             raise TypeError(f"sentence {i} is {type(s).__name__}, expected str or bytes")
     return keep
-
-
-def thread_count(threads):
-    """``threads`` as an int >= 1 (TypeError / ValueError otherwise)."""
-    try:
-        n = operator.index(threads)
-    except TypeError:
-        raise TypeError(f"threads must be an integer, not {threads!r}") from None
-    if n < 1:
-        raise ValueError(f"threads must be >= 1, not {n}")
-    return n
 
 
 # ---------------------------------------------------------------------------------

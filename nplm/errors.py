@@ -1,4 +1,6 @@
 """Exception types.  Every reader raises one of these, naming the file and line."""
+import contextlib
+import contextvars
 
 
 class FormatError(ValueError):
@@ -33,3 +35,29 @@ class CompressedDataError(FormatError, EOFError):
     readers of ``textio.open_binary`` instead of the decompressors' bare
     EOFError / zlib.error / LZMAError, naming the file; still an EOFError so
     handlers written for the decompressors' truncation error keep working."""
+
+
+# Whether error messages may quote the file being read.  A spec may name any path
+# (/etc/shadow: "first non-empty line was 'root:$6$...'"), so while a file that the
+# user did not name directly loads, messages give the size of a bad line, not its text.
+_QUOTE_CONTENT = contextvars.ContextVar("nplm_quote_content", default=True)
+
+
+def quoted(raw, limit=60):
+    """``raw`` (bytes of the file being read) as readable text for an error message,
+    or only its length inside ``content_hidden()``."""
+    if not _QUOTE_CONTENT.get():
+        return f"<{len(raw)} bytes, not shown: the file was named by a spec, not by you>"
+    text = raw.decode("utf-8", "backslashreplace")
+    text = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+    return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
+
+
+@contextlib.contextmanager
+def content_hidden():
+    """Inside the block, error messages do not quote what the files read contain."""
+    token = _QUOTE_CONTENT.set(False)
+    try:
+        yield
+    finally:
+        _QUOTE_CONTENT.reset(token)

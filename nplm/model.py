@@ -5,10 +5,11 @@ or an ARPA file (plain or compressed).  Scoring itself lives in
 ``_kernels.ModelBase`` and is the same code for every kind.
 """
 import difflib
+import errno
 import operator
 import os
 import sys
-from typing import Callable, Iterable, Optional, Union
+from typing import Iterable, Optional, Union
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from nplm.backoff import arpa
 from nplm.backoff import binary as backoff
 from nplm.errors import FormatError, ModelLoadError
 from nplm.io import container
+from nplm.io.files import sniff
 from nplm.io.resources import binary_fits, check_arpa
 from nplm.neural import query as neural_model
 from nplm.neural._query import omp_threads
@@ -24,8 +26,18 @@ from nplm.neural.query import batch_log10, sentence_items
 
 
 class LoadMethod:
-    """kenlm.LoadMethod.  nplm binaries are always memory-mapped; POPULATE_* and
-    READ prefault the pages (MAP_POPULATE), LAZY maps without touching them."""
+    """kenlm.LoadMethod, with kenlm's meanings for nplm binaries.  READ and
+    PARALLEL_READ copy the file into private memory: the model no longer depends on
+    the file, which may then be truncated or rewritten in place.  The others map it
+    (POPULATE_* prefault its pages with MAP_POPULATE, LAZY reads them on first
+    use), so the model reads the file while it is used: replace a mapped model's
+    file by writing a new file and renaming it over the old one (nplm's writers
+    all do; the loaded model keeps the old file), never by truncating or rewriting
+    it in place: the pages it changes change the model's scores, and reading a page
+    that truncation cut off raises nplm.io._mapguard.MappedFileChanged (a
+    FormatError) in the main thread -- the model must then be loaded again -- where
+    it would otherwise kill the process with SIGBUS.  ARPA files are always read
+    into memory."""
     LAZY = 0
     POPULATE_OR_LAZY = 1
     POPULATE_OR_READ = 2
@@ -142,45 +154,55 @@ def _as_config(config):
 
 
 # Model kinds whose modules sit above this one (interpolation specs, in
-# nplm.compose.interpolate) register (detect(path) -> bool, load(path, config) -> data)
-# here when imported, so that Model(path) opens them without this module importing them.
-_FILE_KINDS = []
+# nplm.compose.interpolate) register load(path, config, stream) -> data for the kind
+# nplm.io.files.sniff names, when imported, so that Model(path) opens them without
+# this module importing them.
+_FILE_KINDS = {}
 
 
-def register_file_kind(detect: Callable[[str], bool], load: Callable) -> None:
-    """Let Model(path) open the files ``detect`` recognises, with ``load``."""
-    if (detect, load) not in _FILE_KINDS:
-        _FILE_KINDS.append((detect, load))
+def register_file_kind(kind, load):
+    """Let Model(path) open the files that sniff says are ``kind``, with ``load``."""
+    _FILE_KINDS[kind] = load
 
 
 def _load(path, config, normalization=None, cache_size=None):
-    """The BackoffData (or other model data) of a file."""
-    if container.is_container(path):
-        head = container.read(path)
-        kind = head.kind
-        if kind == "neural":
-            if cache_size is None:
-                return neural_model.load(path, normalization)
-            return neural_model.load(path, normalization, cache_size)
-        if kind == "backoff":
-            populate = config.load_method in (LoadMethod.POPULATE_OR_LAZY, LoadMethod.POPULATE_OR_READ,
-                                              LoadMethod.READ, LoadMethod.PARALLEL_READ)
-            if config.load_method == LoadMethod.POPULATE_OR_LAZY:
-                # "or lazy": a file that does not fit in memory is mapped lazily
-                # instead of being refused (the other populate methods refuse).
-                populate = binary_fits(path)
-            return backoff.load_binary(path, populate=populate)
-        raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
-    for detect, load in _FILE_KINDS:
-        if detect(path):
-            return load(path, config)
-    check_arpa(path)  # header counts beyond the available memory: refuse, do not swap
-    with open(path, "rb"):      # KenLM opens the file before it complains about ARPA
-        pass
-    if config.arpa_complain == ARPALoadComplain.ALL:
-        print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
-    tables = arpa.read_arpa(path, progress=config.show_progress)
+    """The BackoffData (or other model data) of a file, opened once (a pipe or
+    /dev/stdin can be read only once)."""
+    kind, stream = sniff(path)
+    with stream:
+        if kind == "nplm":
+            if not stream.seekable():
+                raise FormatError("an nplm binary is mapped from its file: give the file, not a pipe", path)
+            return _load_binary(path, config, normalization, cache_size)
+        if kind in _FILE_KINDS:
+            return _FILE_KINDS[kind](path, config, stream)
+        if kind == "kenlm":
+            raise FormatError(arpa.KENLM_BINARY, path)
+        if stream.seekable():
+            check_arpa(path)  # header counts beyond the available memory: refuse, do not swap
+        if config.arpa_complain == ARPALoadComplain.ALL:
+            print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
+        tables = arpa.read_arpa(path, progress=config.show_progress, stream=stream)
     return backoff.from_tables(tables)
+
+
+def _load_binary(path, config, normalization, cache_size):
+    head = container.read(path)
+    kind = head.kind
+    # READ copies the file into private memory (kenlm's READ): a loaded model that no
+    # longer depends on its file.  The others map it (LoadMethod's docstring).
+    copy = config.load_method in (LoadMethod.READ, LoadMethod.PARALLEL_READ)
+    if kind == "neural":
+        return neural_model.load(path, normalization, 4096 if cache_size is None else cache_size, copy)
+    if kind == "backoff":
+        populate = config.load_method in (LoadMethod.POPULATE_OR_LAZY, LoadMethod.POPULATE_OR_READ,
+                                          LoadMethod.READ, LoadMethod.PARALLEL_READ)
+        if config.load_method == LoadMethod.POPULATE_OR_LAZY:
+            # "or lazy": a file that does not fit in memory is mapped lazily
+            # instead of being refused (the other populate methods refuse).
+            populate = binary_fits(path)
+        return backoff.load_binary(path, populate=populate, copy=copy)
+    raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
 
 
 class Model(_kernels.ModelBase):
@@ -202,7 +224,11 @@ class Model(_kernels.ModelBase):
             raise ValueError(f"cache_size must be an integer from 1 to 2**30, not {cache_size!r}")
         try:
             data = _load(name, config, normalization, cache_size)
-        except (OSError, ValueError) as e:
+        except MemoryError as e:
+            raise ModelLoadError(name, OSError(errno.ENOMEM, f"not enough memory to load it: {e}")) from e
+        except (OSError, ValueError, LookupError, ArithmeticError, RecursionError) as e:
+            # (a reader's KeyError / IndexError / OverflowError / RecursionError is a
+            # file it could not load too: named, not a traceback)
             raise ModelLoadError(name, e) from e
         for option, value in (("normalization", normalization), ("cache_size", cache_size)):
             if value is not None and getattr(data, "normalization", None) is None:

@@ -10,7 +10,7 @@ loaded as a whole.
 import errno
 import os
 
-from nplm.compose.interpolate import is_spec, read_spec, spec_cycle_error
+from nplm.compose.interpolate import MAX_SPEC_DEPTH, is_spec, read_spec, spec_cycle_error
 from nplm.errors import FormatError
 from nplm.io import container
 from nplm.io.files import compression_name
@@ -79,6 +79,8 @@ def _verify(path, seen):
     key = os.path.realpath(path)
     if key in seen:
         raise spec_cycle_error(seen, key, path)
+    if len(seen) > MAX_SPEC_DEPTH:      # (seen holds the specs above this file)
+        raise FormatError(f"interpolation specs nested more than {MAX_SPEC_DEPTH} deep", path)
     head = _open_check(path)
     what = _what(path, head, seen + (key,))
     config = Config()

@@ -13,7 +13,7 @@ PACKAGE = ROOT / "nplm"
 # Lowest first.  A module may import modules of its own group or of lower groups;
 # the groups of one layer (back-off and neural models) do not import each other.
 LAYERS = [
-    [("nplm._kernels", "nplm._hashing", "nplm.errors", "nplm._compat")],
+    [("nplm._kernels", "nplm._hashing", "nplm._threads", "nplm.errors", "nplm._compat")],
     [("nplm.io",)],
     [("nplm.backoff",), ("nplm.neural",)],
     [("nplm.model",)],
@@ -22,8 +22,8 @@ LAYERS = [
     [("nplm.recipes",)],
     [("nplm.cli", "nplm.__main__")],
 ]
-# Imported inside functions on purpose: optional extras, or the reference in tests.
-OPTIONAL = {"matplotlib", "dask", "distributed", "kenlm"}
+# Imported inside functions on purpose: optional extras, POSIX-only modules.
+OPTIONAL = {"matplotlib", "dask", "distributed", "kenlm", "resource"}
 
 
 def _modules():

@@ -901,6 +901,24 @@ def count_lines(const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end): 
     return lines, entries
 
 
+cdef extern from "arpa_lines.h" nogil:
+    Py_ssize_t nplm_skip_lines(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end, int comments,
+                               int64_t* lines)
+
+
+def skip_lines(const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end, bint comments):  # IN
+    """(start, lines) of the first line in data[pos:end] not blank (nor a comment, with
+    ``comments``) and the lines before it, found in C: 1 MB of gzip holds 1 GB of them."""
+    cdef int64_t lines = 0
+    cdef Py_ssize_t start = pos
+    if not 0 <= pos <= end <= data.shape[0]:
+        raise ValueError("bad range")
+    if pos < end:
+        with nogil:
+            start = nplm_skip_lines(&data[0], pos, end, comments, &lines)
+    return start, lines
+
+
 def check_words(const unsigned char[::1] words):  # IN
     """Index of the first byte that cannot be part of an ARPA word (space, tab,
     CR, LF, NUL), or -1."""

@@ -28,6 +28,7 @@ import lzma
 import os
 import queue
 import re
+import stat
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -36,10 +37,10 @@ import numpy as np
 from tqdm import tqdm
 
 from nplm.backoff.tables import NGramTables
-from nplm.errors import CompressedDataError, FormatError
+from nplm.errors import CompressedDataError, FormatError, quoted
 from nplm.io import container
 from nplm.io.atomic import text_output
-from nplm.io.files import open_binary
+from nplm.io.files import decompressed, open_binary
 
 try:
     from nplm.backoff import _arpa
@@ -57,6 +58,12 @@ MAX_ORDER = 64
 INITIAL_ROWS = 1 << 18       # first allocation when the header cannot be checked
 SPLIT_BYTES = 1 << 20        # buffers at least this big may be parsed by two threads
 SPLIT = None                 # two-thread parsing: None = when a core is idle, or True/False
+# Comments before \data\ kept for the tables (the rest are skipped: a header of
+# millions of comment lines once held 1.65 GB); blank lines (and, once these are
+# full, comments) outside the sections are skipped by _arpa.skip_lines.
+MAX_COMMENTS = 1000
+MAX_COMMENT_BYTES = 1 << 20
+_BLANKS_ALLOWED = frozenset(("prelude", "header", "end", "after_end"))
 _COUNT_LINE = re.compile(rb"ngram ([0-9]+)=[ \t]*([0-9]+)[ \t]*")
 KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
 NPLM_MAGIC = b"\x93NPLM\r\n\x1a"
@@ -67,10 +74,8 @@ KENLM_BINARY = ("this is a KenLM binary file, which nplm cannot read; rebuild th
 
 
 def _show(raw, limit=60):
-    """A byte string as readable text for an error message."""
-    text = raw.decode("utf-8", "backslashreplace")
-    text = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
-    return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
+    """A byte string as readable text for an error message (errors.quoted)."""
+    return quoted(raw, limit)
 
 
 def _is_blank(line):
@@ -128,7 +133,8 @@ class _Reader:
         self.state = "prelude"
         self.counts = []
         self.count_at = []
-        self.comments = []
+        self.comments = []              # the first MAX_COMMENTS '#' lines before \data\
+        self.comment_bytes = 0
         self.n = 0                       # order of the section being read / next one
         self.ids, self.prob, self.backoff, self.first_line = [], [], [], []
         self.vocab = None
@@ -154,7 +160,9 @@ class _Reader:
             if _is_blank(line):
                 return
             if line.startswith(b"#"):
-                self.comments.append(line[1:].decode("utf-8", "replace").removeprefix(" "))
+                if not self._comments_full():
+                    self.comments.append(line[1:].decode("utf-8", "replace").removeprefix(" "))
+                    self.comment_bytes += len(line)
                 return
             if line == b"\\data\\":
                 self.state = "counts"
@@ -260,9 +268,13 @@ class _Reader:
         """(Re)allocate the current section's arrays with ``rows`` rows, keeping
         what was parsed."""
         n, got = self.n, self.parser.got
-        ids = np.empty((rows, n), dtype=np.int32)
-        prob = np.empty(rows, dtype=np.float32)
-        backoff = np.empty(rows, dtype=np.float32)
+        try:
+            ids = np.empty((rows, n), dtype=np.int32)
+            prob = np.empty(rows, dtype=np.float32)
+            backoff = np.empty(rows, dtype=np.float32)
+        except MemoryError:
+            raise MemoryError(f"{self.path}:{self.parser.line + 1}: not enough memory for {rows:,} "
+                              f"{n}-grams of the {sum(self.counts):,} the header announces") from None
         if got:
             ids[:got] = self._cur[0][:got]
             prob[:got] = self._cur[1][:got]
@@ -319,10 +331,18 @@ class _Reader:
                 elif code >= _C["ERR_FIRST"]:
                     raise self._kernel_error(code, data)
                 continue
+            if self.state in _BLANKS_ALLOWED:
+                pos, lines = _arpa.skip_lines(data, pos, end, self.state == "prelude" and self._comments_full())
+                self.parser.line += lines
+                if pos == end:
+                    break
             nl = data.find(b"\n", pos, end)
             self.header_line(data[pos:nl])
             self.parser.line += 1
             pos = nl + 1
+
+    def _comments_full(self):
+        return len(self.comments) >= MAX_COMMENTS or self.comment_bytes >= MAX_COMMENT_BYTES
 
     def _run(self, data, pos, end):
         """Parse n-gram lines: in two threads when the buffer is big and its first
@@ -438,18 +458,30 @@ def _valid_utf8(raw):
         return False
 
 
-def read_arpa(path, progress=False):  # noqa: C901 - the ARPA grammar's section loop, with its errors in place
+def _plain_size(f, source):  # noqa: C901 - the ARPA grammar's section loop, with its errors in place
+    """The size of the uncompressed regular file ``f`` reads (None for a compressed
+    file, a pipe or stdin, whose arrays grow as the entries arrive instead)."""
+    if source == "-" or not isinstance(f, io.BufferedReader):
+        return None
+    try:
+        st = os.fstat(f.fileno())
+    except (OSError, io.UnsupportedOperation):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def read_arpa(path, progress=False, stream=None):
     """Read an ARPA file (plain, .gz, .bz2 or .xz; '-' is stdin) into NGramTables.
+    ``stream``: ``path`` already open (nplm.io.files.sniff's stream, at its start),
+    read instead of opening ``path`` again, which a pipe would not survive.
 
     Raises FormatError naming the file and line for anything KenLM would reject
     (and for NaN/inf values and invalid UTF-8, which it does not check), OSError
     when the file cannot be read."""
     source = "-" if path in (None, "-") else os.fspath(path)
-    f = open_binary(source)
+    f = open_binary(source) if stream is None else decompressed(stream, source)
     try:
-        plain_size = None
-        if source != "-" and isinstance(f, io.BufferedReader):
-            plain_size = os.fstat(f.fileno()).st_size
+        plain_size = _plain_size(f, source)
         reader = _Reader(source, plain_size, progress)
         carry = b""
         try:

@@ -138,12 +138,13 @@ def save(data, path):
     container.write(path, KIND, data.config, data.arrays)
 
 
-def load_binary(path, populate=False):  # noqa: C901 - checks of every mapped array against the header, each with its message
-    """Map a back-off nplm binary written by ``save``."""
+def load_binary(path, populate=False, copy=False):  # noqa: C901 - checks of every mapped array against the header, each with its message
+    """Map a back-off nplm binary written by ``save`` (``copy``: read it into
+    private memory instead; container.read)."""
     if populate:
         # Reading in more than fits would swap the machine to death: refuse first.
         check_binary_populate(path)
-    c = container.read(path, expect_kind=KIND, populate=populate)
+    c = container.read(path, expect_kind=KIND, populate=populate and not copy, copy=copy)
     cfg = c.config
     try:
         if cfg.get("format") != FORMAT:

@@ -42,7 +42,9 @@ _COMMANDS = {}
 def command(name, help):
     """Register ``cls`` (with ``add_arguments(p)`` and ``run(args)``) as a subcommand.
     ``cls.OUTPUTS`` names the arguments that are output files: main checks that they
-    can be written before ``run`` starts the work."""
+    can be written before ``run`` starts the work, and that none of them is one of the
+    files ``cls.INPUTS`` names (through links too: a command never overwrites its
+    input)."""
     def register(cls):
         _COMMANDS[name] = (help, cls)
         return cls
@@ -172,6 +174,7 @@ class Perplexity:
 @command("build-binary", "Convert an ARPA file to an nplm binary (memory-mapped, loads in milliseconds)")
 class BuildBinary:
     OUTPUTS = ("out",)
+    INPUTS = ("arpa",)
 
     @staticmethod
     def add_arguments(p):
@@ -243,6 +246,7 @@ def _lmplz_bool(value):
 @command("estimate", "Estimate a modified Kneser-Ney model from text, like KenLM's lmplz")
 class Estimate:
     OUTPUTS = ("arpa", "binary")
+    INPUTS = ("text", "limit_vocab_file")
 
     @staticmethod
     def add_arguments(p):
@@ -294,6 +298,7 @@ class Estimate:
 @command("cluster", "Word classes from text: Brown (exchange) clustering or frequency binning")
 class Cluster:
     OUTPUTS = ("output",)
+    INPUTS = ("text",)
 
     @staticmethod
     def add_arguments(p):
@@ -331,6 +336,7 @@ class Cluster:
          "write a spec that nplm.Model loads")
 class Interpolate:
     OUTPUTS = ("out",)
+    INPUTS = ("model", "tune")
 
     @staticmethod
     def add_arguments(p):
@@ -420,7 +426,7 @@ def build_parser():
     for name, (help_text, cls) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         cls.add_arguments(p)
-        p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()))
+        p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()), _inputs=getattr(cls, "INPUTS", ()))
     return parser
 
 
@@ -475,10 +481,7 @@ def main(argv=None):
         parser.print_help()
         return 2
     try:
-        for name in args._outputs:      # a bad output name fails now, not after the work
-            path = getattr(args, name)
-            if path is not None and path != "-":
-                check_output(path)
+        _check_outputs(args)        # a bad output name fails now, not after the work
         code = args._run(args) or 0
         sys.stdout.flush()      # a closed pipe shows here, not in the exit's flush
         return code
@@ -492,6 +495,22 @@ def main(argv=None):
         return _output_closed()
     except (OSError, ValueError) as e:
         return _error(str(e))
+    except MemoryError as e:
+        return _error(f"out of memory: {e}" if str(e) else "out of memory")
+
+
+def _check_outputs(args):
+    """Each output can be written and is none of the command's inputs."""
+    for name in args._outputs:
+        out = getattr(args, name)
+        if out is None or out == "-":
+            continue
+        check_output(out)
+        for input_name in args._inputs:
+            sources = getattr(args, input_name, None)
+            for src in sources if isinstance(sources, list) else [sources]:
+                if src is not None and src != "-" and same_file(src, out):
+                    raise ValueError(f"refusing to overwrite the input {src} with the output {out}")
 
 
 def _output_closed():
@@ -512,6 +531,7 @@ class Train:
     """Options mirror nplm.neural.NeuralConfig and nplm.train.TrainConfig; their defaults
     are the recommended PTB model."""
     OUTPUTS = ("out",)
+    INPUTS = ("train", "valid")
 
     @staticmethod
     def add_arguments(p):  # long: one add_argument call per training option
@@ -638,6 +658,7 @@ class Train:
 @command("sample", "Sample sentences from a neural model (for distillation: nplm distil --sample-text)")
 class Sample:
     OUTPUTS = ("out",)
+    INPUTS = ("model",)
 
     @staticmethod
     def add_arguments(p):
@@ -667,6 +688,7 @@ class Sample:
 @command("precompute", "Store softmax normalisers of frequent contexts for fallback normalisation")
 class Precompute:
     OUTPUTS = ("out",)
+    INPUTS = ("text",)
 
     @staticmethod
     def add_arguments(p):
@@ -688,6 +710,7 @@ class Precompute:
 @command("distil", "Distil a model (neural, interpolated or back-off) into a normalised back-off ARPA table")
 class Distil:
     OUTPUTS = ("arpa",)
+    INPUTS = ("model", "text", "ngrams", "sample_text", "lower")
 
     @staticmethod
     def add_arguments(p):
@@ -741,6 +764,7 @@ class Distil:
 @command("convert", "Convert between ARPA, nplm back-off/neural binaries, float16/int8 neural and ISI NPLM")
 class Convert:
     OUTPUTS = ("output",)
+    INPUTS = ("input", "text")
 
     @staticmethod
     def add_arguments(p):

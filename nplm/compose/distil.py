@@ -51,6 +51,7 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
+from nplm._kernels import thread_count
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.tables import NGramTables, chain_log10P, expand_ranges, row_groups
@@ -493,6 +494,7 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
         raise ValueError(f"prune_to is the number of n-grams of orders >= 2 to keep (>= 1), not {prune_to!r}")
     if not 1 <= order <= 16:
         raise ValueError(f"order {order} outside 1..16")
+    threads = thread_count(threads)
     if continuation is not False and (int(continuation) != continuation or not 0 <= continuation < order):
         raise ValueError(f"continuation takes the number of orders below order {order} to reshape (0..{order - 1}; "
                          f"0 or False: none), not {continuation!r}")

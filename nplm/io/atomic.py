@@ -8,6 +8,8 @@ import io
 import os
 import signal
 import sys
+import threading
+import time
 
 
 def check_output(path):
@@ -43,6 +45,8 @@ class atomic_write:
     def __enter__(self):
         check_output(self.path)
         directory = os.path.dirname(os.path.abspath(self.path))
+        remove_stale(directory)
+        _terminate_cleanly()
         # Hold SIGINT/SIGTERM while the file is created and opened, so that no
         # signal lands between its creation and our knowing its name; one that
         # arrived meanwhile is delivered at the unblock, and cleaned up after.
@@ -78,11 +82,18 @@ class atomic_write:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             self._discard()
+            if isinstance(exc, OSError) and exc.errno in _WRITE_ERRORS and exc.filename is None:
+                raise type(exc)(exc.errno, exc.strerror, self.path) from exc    # name the output
             return False
         try:
-            self.file.flush()
-            os.fsync(self.file.fileno())
-            self.file.close()
+            try:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+                self.file.close()
+            except OSError as e:
+                if e.errno in _WRITE_ERRORS and e.filename is None:
+                    raise type(e)(e.errno, e.strerror, self.path) from e
+                raise
             # mkstemp creates 0600; give the result the usual permissions.
             umask = os.umask(0)
             os.umask(umask)
@@ -95,6 +106,7 @@ class atomic_write:
         except BaseException:
             self._discard()
             raise
+        _default_termination()
         return False
 
     def _discard(self):
@@ -105,9 +117,61 @@ class atomic_write:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
             _LIVE.discard(self.tmp)
+        _default_termination()
 
 
 _LIVE = set()       # temporary files of atomic_write blocks not yet renamed or removed
+# A write that fails for want of room (disk full, quota, file size limit) is named
+# after the output, not left as "[Errno 28] No space left on device".
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+TMP_PREFIX = ".nplm-tmp-"
+STALE_SECONDS = 24 * 3600
+
+
+def remove_stale(directory):
+    """Remove the temporary files that writers killed outright (SIGKILL, power loss)
+    left in ``directory`` more than a day ago; a newer one may belong to a writer
+    still running."""
+    cutoff = time.time() - STALE_SECONDS
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(TMP_PREFIX) or os.path.join(directory, entry.name) in _LIVE:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived while a file was being written: raised like Ctrl-C's
+    KeyboardInterrupt, so the write's temporary file is removed on the way out; the
+    process then exits with status 143 (128 + SIGTERM), as SIGTERM's default would."""
+
+    def __init__(self):
+        super().__init__(128 + signal.SIGTERM)
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _terminate_cleanly():
+    """From the main thread, while SIGTERM has its default action (which would kill
+    the process without removing temporary files), make it raise Terminated.  A
+    handler the program installed itself is left alone."""
+    if (hasattr(signal, "SIGTERM") and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _default_termination():
+    """When no write is in flight any more, SIGTERM's default action again."""
+    if (not _LIVE and hasattr(signal, "SIGTERM") and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is _raise_terminated):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @atexit.register

@@ -27,6 +27,7 @@ import zlib
 import numpy as np
 
 from nplm.errors import FormatError
+from nplm.io._mapguard import guard
 from nplm.io.atomic import atomic_write, refuse_stdout
 
 MAGIC = b"\x93NPLM\r\n\x1a"
@@ -129,9 +130,11 @@ class Container:
                     raise FormatError(f"array {name!r} is corrupt (checksum mismatch)", self.path)
 
 
-def read(path, expect_kind=None, populate=False):  # noqa: C901 - validates each header field and array with its own message
-    """Map a container.  Raises FormatError naming ``path`` for anything foreign,
-    truncated or inconsistent, before mapping it."""
+def read(path, expect_kind=None, populate=False, copy=False):  # noqa: C901 - validates each header field and array with its own message
+    """Map a container (``copy``: read it into private memory instead, as kenlm's
+    LoadMethod.READ does: the model then no longer depends on the file, which may be
+    truncated or rewritten in place while it is loaded).  Raises FormatError naming
+    ``path`` for anything foreign, truncated or inconsistent, before mapping it."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -190,10 +193,14 @@ def read(path, expect_kind=None, populate=False):  # noqa: C901 - validates each
         for (_s0, e0, n0), (s1, _e1, n1) in zip(spans, spans[1:]):
             if s1 < e0:
                 raise FormatError(f"arrays {n0!r} and {n1!r} overlap", path)
-        flags = mmap.MAP_SHARED
-        if populate and hasattr(mmap, "MAP_POPULATE"):
-            flags |= mmap.MAP_POPULATE
-        mm = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ) if size else None
+        if copy:
+            mm = _read_whole(f, size, path)
+        else:
+            flags = mmap.MAP_SHARED
+            if populate and hasattr(mmap, "MAP_POPULATE"):
+                flags |= mmap.MAP_POPULATE
+            mm = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ) if size else None
+            guard(mm, path)     # truncating the file under it: an exception, not SIGBUS
     arrays = {}
     for name, (dt, shape, offset, count) in checked.items():
         if count == 0:
@@ -204,3 +211,19 @@ def read(path, expect_kind=None, populate=False):  # noqa: C901 - validates each
     c = Container(path, kind, config, arrays, mm)
     c._specs = specs
     return c
+
+
+def _read_whole(f, size, path):
+    """The ``size`` bytes of the open file ``f`` in a private read-only array; a
+    FormatError if the file is shorter now than when its header was checked."""
+    buf = np.empty(size, np.uint8)
+    view = memoryview(buf)
+    f.seek(0)
+    got = 0
+    while got < size:
+        n = f.readinto(view[got:])
+        if not n:
+            raise FormatError(f"the file shrank to {got} bytes while it was read (it was {size})", path)
+        got += n
+    buf.setflags(write=False)
+    return buf

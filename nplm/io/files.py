@@ -95,12 +95,7 @@ def open_binary(path):
     f = open(path, "rb")
     try:
         if not f.seekable():    # a pipe (--text <(zcat t.gz), a FIFO): sniff without consuming
-            opener = compression_of(f.peek(6)[:6])
-            if opener is None:
-                return f
-            z = opener(f, "rb")
-            z.nplm_path, z.nplm_owned = path, f
-            return z
+            return decompressed(f, path)
         opener = compression_of(f.read(6))
         f.seek(0)
     except BaseException:
@@ -110,6 +105,96 @@ def open_binary(path):
         return f
     f.close()
     return opener(path, "rb")
+
+
+def decompressed(f, path):
+    """A reader of the open binary stream ``f`` (with peek, at its start),
+    decompressing gzip/bz2/xz; closing it closes ``f``."""
+    opener = compression_of(f.peek(6)[:6])
+    if opener is None:
+        return f
+    z = opener(f, "rb")
+    z.nplm_path, z.nplm_owned = path, f
+    return z
+
+
+# --- what a model file holds, from one open ------------------------------------------
+
+SNIFF_BYTES = 1 << 16
+NPLM_MAGIC = b"\x93NPLM\r\n\x1a"
+KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
+SPEC_MARKS = (b'"nplm"', b'"interpolation"')
+
+
+def kind_of_head(head):
+    """What a file starting with the bytes ``head`` (its first SNIFF_BYTES or all of
+    it) holds: "nplm" (an nplm binary), "kenlm" (a KenLM binary), "spec" (an
+    interpolation spec: a JSON object naming itself) or "arpa" (anything else; the
+    ARPA reader, which decompresses, says what is wrong with it)."""
+    if head.startswith(NPLM_MAGIC):
+        return "nplm"
+    if head.startswith(KENLM_MAGIC):
+        return "kenlm"
+    if head.lstrip().startswith(b"{") and all(mark in head for mark in SPEC_MARKS):
+        return "spec"
+    return "arpa"
+
+
+class _Replay(io.RawIOBase):
+    """The bytes ``head`` already read from the stream ``rest``, then the rest of it."""
+
+    def __init__(self, head, rest):
+        self._head = memoryview(head)
+        self._rest = rest
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self._rest.readinto(b)
+
+    def close(self):
+        if not self.closed:
+            self._rest.close()
+        super().close()
+
+
+def sniff(path):
+    """Open ``path`` ('-' is stdin) once: (kind, stream), ``kind`` as kind_of_head
+    says and ``stream`` a buffered binary reader of the whole file from its first
+    byte, which the caller closes.  A pipe, /dev/stdin or a FIFO can be read only
+    once, so everything that reads the model must read this stream: a second open
+    would find the bytes that the first consumed gone.  For a regular file the
+    stream is the open file itself (seekable, so its path can also be mapped)."""
+    if path in (None, "-"):
+        f = open(sys.stdin.fileno(), "rb", closefd=False)
+    else:
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory", path)
+        f = open(path, "rb")
+    try:
+        if f.seekable():
+            head = f.read(SNIFF_BYTES)
+            f.seek(0)
+            return kind_of_head(head), f
+        parts, got = [], 0
+        while got < SNIFF_BYTES:
+            part = f.read1(SNIFF_BYTES - got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+        head = b"".join(parts)
+        return kind_of_head(head), io.BufferedReader(_Replay(head, f), SNIFF_BYTES)
+    except BaseException:
+        f.close()
+        raise
 
 
 def open_text(path, encoding="utf-8", errors="strict"):

@@ -9,6 +9,8 @@ MemAvailable first and raise a clear OSError (ENOMEM) instead.  Where there is n
 import errno
 import os
 import re
+import stat
+import sys
 
 from nplm.io.files import open_binary
 
@@ -72,6 +74,8 @@ def arpa_header_counts(path, limit=1 << 16):
     if path in (None, "-"):
         return None
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None     # a pipe or stdin: reading its head here would consume it
         with open_binary(path) as f:
             head = f.read(limit)
     except (OSError, EOFError, ValueError):
@@ -127,3 +131,53 @@ def l3_cache_bytes(default=32 << 20):
     except (OSError, ValueError):
         pass
     return default
+
+
+# OpenBLAS (scipy's, behind the neural kernels) mallocs a 32 MiB work buffer per
+# thread, when it loads and on its first product, and retries without end when an
+# address-space limit (ulimit -v, RLIMIT_AS) refuses one: a neural load under a
+# ~200 MB limit hung.  These leave it room, or refuse with a clear error.
+BLAS_BUFFER_BYTES = 64 << 20    # a thread's buffer (32 MiB + 4 KiB), and as much for what a product allocates
+BLAS_LOAD_BYTES = 128 << 20     # mapping scipy's BLAS and a first buffer (measured: 97 MiB, one thread)
+
+
+def address_space_left():
+    """Bytes of address space this process may still map under RLIMIT_AS (None
+    when there is no limit or it cannot be read)."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[0])
+        return soft - pages * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError, IndexError):
+        return None
+
+
+def prepare_blas():
+    """Before the neural kernels load scipy's OpenBLAS: when the address space left
+    holds fewer work buffers than there are CPUs, make it one thread
+    (OPENBLAS_NUM_THREADS=1, unless the user chose a count); when it cannot hold
+    the library at all, an ImportError now instead of a hang inside it."""
+    left = address_space_left()
+    if left is None or any(name.startswith("scipy.linalg") for name in sys.modules):
+        return
+    if "OPENBLAS_NUM_THREADS" not in os.environ and left < BLAS_BUFFER_BYTES * (os.cpu_count() or 1) + BLAS_LOAD_BYTES:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    if left < BLAS_LOAD_BYTES:
+        raise ImportError(f"nplm cannot load the BLAS library of its neural kernels: the address-space limit "
+                          f"(ulimit -v) leaves {left >> 20} MiB and loading it takes about {BLAS_LOAD_BYTES >> 20} "
+                          "MiB (OpenBLAS would hang, not fail); raise the limit")
+
+
+def check_blas_room(threads):
+    """Raise OSError(ENOMEM) when the address space left cannot hold BLAS work
+    buffers for ``threads`` threads."""
+    left = address_space_left()
+    need = BLAS_BUFFER_BYTES * max(1, threads)
+    if left is not None and left < need:
+        raise OSError(errno.ENOMEM, f"the address-space limit (ulimit -v) leaves {left >> 20} MiB, but the BLAS "
+                                    f"library of the neural kernels needs about {need >> 20} MiB for its work "
+                                    "buffers; raise the limit")

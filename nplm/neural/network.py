@@ -21,7 +21,9 @@ import os
 import threading
 
 import numpy as np
+from scipy.linalg.blas import sgemm as _sgemm
 
+from nplm._kernels import thread_count
 from nplm.errors import FormatError
 from nplm.io import container
 from nplm.neural.quantize import dequantize_arrays
@@ -151,6 +153,22 @@ def dummy_structs(V):
             "points": z.reshape(1, 1), "codes": np.zeros((1, 1), np.int8), "lengths": np.zeros(V, np.int32)}
 
 
+_STRUCTS_OF = {"class": ("word_class", "class_start", "class_words", "word_pos"),
+               "tree": ("points", "codes", "lengths")}
+
+
+def _own_structs(output, V, structs):
+    """The structure arrays of a net with ``output``: its own kind's from ``structs``
+    (checked by NeuralNet._check), placeholders for the other kinds', which the
+    kernels are handed but never read -- a file may lack them or hold any shape."""
+    own = dummy_structs(V)
+    for name in _STRUCTS_OF.get(output, ()):
+        if name not in structs:
+            raise FormatError(f"the {output} output's structure array {name!r} is missing")
+        own[name] = structs[name]
+    return own
+
+
 class NeuralNet:
     """A network: ``config`` (NeuralConfig), ``vocab`` (Vocabulary), ``params`` (dict of
     float32 arrays, names as in PARAM_NAMES; unused ones have size 0) and ``structs``
@@ -160,7 +178,7 @@ class NeuralNet:
         self.config = config.validate()
         self.vocab = vocab
         self.params = params
-        self.structs = structs
+        self.structs = _own_structs(self.config.output, len(vocab), structs)
         self._engine = None
         self._check()
 
@@ -255,11 +273,12 @@ class NeuralNet:
             if wc.shape != (V,) or wc.min() < 0 or wc.max() >= C:
                 raise FormatError("class assignment does not match the vocabulary")
             cs, cw, wp = class_layout(wc, C)
-            if not (np.array_equal(cs, s["class_start"]) and np.array_equal(wp, s["word_pos"])):
+            if not (np.array_equal(cs, s["class_start"]) and np.array_equal(wp, s["word_pos"])
+                    and np.array_equal(cw, s["class_words"])):
                 raise FormatError("class layout is inconsistent with the class assignment")
         if c.output == "tree":
             pts, codes, lens = s["points"], s["codes"], s["lengths"]
-            if lens.shape != (V,) or pts.shape != codes.shape or pts.shape[0] != V:
+            if lens.shape != (V,) or pts.ndim != 2 or pts.shape != codes.shape or pts.shape[0] != V:
                 raise FormatError("Huffman tree does not match the vocabulary")
             if lens.min() < 1 or lens.max() > pts.shape[1]:
                 raise FormatError("Huffman code lengths out of range")
@@ -379,7 +398,7 @@ class NeuralNet:
         if words.size and (words.min() < 0 or words.max() >= V):
             raise ValueError(f"word id outside 0..{V - 1}")
         out = np.empty(words.size, np.float64)
-        threads = threads or _default_threads()
+        threads = _default_threads() if threads is None else thread_count(threads)
         engines = self._eval_engines(min(batch, max(words.size, 1)), threads)
 
         def work(lo0, hi0, w):
@@ -432,11 +451,11 @@ class NeuralNet:
         container.write(path, KIND, config, arrays)
 
     @classmethod
-    def load(cls, path, return_container=False, lazy=False):
+    def load(cls, path, return_container=False, lazy=False, copy=False):
         """Map a saved network (arrays stay read-only views into the file; a
         quantised file's weights are dequantised to float32 arrays, with ``lazy``
         each when first used: see formats.quantize.dequantize_arrays)."""
-        c = container.read(path, expect_kind=KIND)
+        c = container.read(path, expect_kind=KIND, copy=copy)
         try:
             if c.config.get("format") != FORMAT:
                 raise FormatError(f"neural model format {c.config.get('format')!r}, expected {FORMAT}", path)
@@ -486,6 +505,21 @@ def _blas_lib():
         except OSError:
             _blas = False
     return _blas or None
+
+
+def blas_threads():
+    """OpenBLAS's thread count (1 for a BLAS without the call)."""
+    lib = _blas_lib()
+    return 1 if lib is None else max(1, int(lib[1]()))
+
+
+def reserve_blas_buffer():
+    """One small product, so that OpenBLAS holds a work buffer from now on (it keeps
+    a buffer once it has one): run at load, after check_blas_room, because a first
+    product that later finds no room left under an address-space limit retries its
+    allocation without end instead of failing."""
+    a = np.ones((256, 256), np.float32)
+    _sgemm(1.0, a, a)
 
 
 def set_blas_threads(n):

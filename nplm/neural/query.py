@@ -22,9 +22,10 @@ from tqdm import tqdm
 from nplm import _kernels
 from nplm.errors import FormatError
 from nplm.io import container
+from nplm.io.resources import check_blas_room
 from nplm.io.text import split_words, utf8_lines
 from nplm.neural import _query as _nquery
-from nplm.neural.network import KIND, NeuralNet
+from nplm.neural.network import KIND, NeuralNet, blas_threads, reserve_blas_buffer
 from nplm.neural.vocab import BOS, EOS, NULL, UNK
 
 NORMALIZATIONS = ("exact", "class", "tree", "unnormalized", "fallback")
@@ -113,10 +114,13 @@ def exact_network_of(model):
     return net
 
 
-def load(path, normalization=None, cache_size=4096):
+def load(path, normalization=None, cache_size=4096, copy=False):
     # float32, or float16/int8 converted when first used: the core reads a float16
     # model's big matrices as they are stored (where it can), so they stay mapped
-    net, c = NeuralNet.load(path, return_container=True, lazy=True)
+    # (``copy``: read into private memory instead, container.read)
+    check_blas_room(blas_threads())     # OpenBLAS would hang, not fail, without the room
+    reserve_blas_buffer()
+    net, c = NeuralNet.load(path, return_container=True, lazy=True, copy=copy)
     mode, name = resolve_mode(net, normalization)
     fallback = _fallback_tables(c.arrays, net.order - 1)
     if name == "fallback" and fallback is None:

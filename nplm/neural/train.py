@@ -16,6 +16,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
+from nplm._kernels import MAX_THREADS
 from nplm.errors import FormatError
 from nplm.neural import _train as _nn
 from nplm.neural import clusters
@@ -57,7 +58,9 @@ class TrainConfig:
         need(self.l2 >= 0, f"L2 weight must be non-negative, not {self.l2}")
         need(0 <= self.dropout < 1, f"dropout must be in [0, 1), not {self.dropout}")
         need(0 <= self.input_dropout < 1, f"input dropout must be in [0, 1), not {self.input_dropout}")
-        need(self.threads >= 1, f"threads must be at least 1, not {self.threads}")
+        need(not isinstance(self.threads, bool) and isinstance(self.threads, int)
+             and 1 <= self.threads <= MAX_THREADS,
+             f"threads must be an integer from 1 to {MAX_THREADS}, not {self.threads!r}")
         need(self.min_count >= 1, f"min count must be at least 1, not {self.min_count}")
         need(self.vocab_size >= 0, f"vocabulary size cap must be non-negative, not {self.vocab_size}")
         need(self.parallel in ("hogwild", "blas"), f"parallel must be 'hogwild' or 'blas', not {self.parallel!r}")

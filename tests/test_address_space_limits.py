@@ -1,0 +1,56 @@
+"""Under an address-space limit (ulimit -v), neural models fail with a clear error
+instead of hanging inside OpenBLAS, which retries a refused allocation of its 32 MiB
+work buffer without end (a neural load under a ~200 MB limit hung).  nplm makes
+OpenBLAS single-threaded when the limit is tight, refuses to import when the
+limit cannot hold the BLAS library, and refuses to load a neural model when it
+cannot hold a work buffer (then reserves one with a first product)."""
+from _bounded import run_python
+
+from helpers import make_net
+
+VM = "int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()"
+
+
+def test_import_under_a_limit_too_small_for_blas():
+    r = run_python(f"""
+import resource, numpy
+vm = {VM}
+resource.setrlimit(resource.RLIMIT_AS, (vm + (60 << 20), vm + (60 << 20)))
+try:
+    import nplm
+    print("imported")
+except ImportError as e:
+    print("refused:", e)
+""", timeout=60, env={"OPENBLAS_NUM_THREADS": ""})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("refused:") and "ulimit -v" in r.stdout, r.stdout
+
+
+def test_neural_load_under_a_limit_too_small_for_a_blas_buffer(tmp_path):
+    path = tmp_path / "net.nplm"
+    make_net("softmax-full-2").save(str(path))
+    r = run_python(f"""
+import resource, nplm
+vm = {VM}
+resource.setrlimit(resource.RLIMIT_AS, (vm + (40 << 20), vm + (40 << 20)))
+try:
+    m = nplm.Model({str(path)!r})
+    print("loaded", m.score_sentences(["w1 w2 w3"] * 2000)[:1])
+except nplm.ModelLoadError as e:
+    print("refused:", e)
+""", timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("refused:") and "ulimit -v" in r.stdout and str(path) in r.stdout, r.stdout
+
+
+def test_tight_limit_makes_blas_single_threaded():
+    r = run_python("""
+import os, resource, numpy
+vm = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (vm + (200 << 20), vm + (200 << 20)))
+os.environ.pop("OPENBLAS_NUM_THREADS", None)
+import nplm
+print(os.environ.get("OPENBLAS_NUM_THREADS"))
+""", timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "1"
