@@ -1,0 +1,324 @@
+"""KenLM's own binary files (written by KenLM's build_binary) read by nplm, against
+the real kenlm module loading the same file.
+
+Every token's log10 probability (bit for bit, quantised files included), n-gram
+length and OOV flag; which states compare equal along each sentence; the batch API,
+distributions, vocabulary access and load methods."""
+import lzma
+import mmap
+import shutil
+import struct
+
+import kenlm
+import numpy as np
+import pytest
+from conftest import DATA, REFERENCE, need_shared, read_lines
+
+import nplm
+
+BINARIES = REFERENCE / "kenlm-binary"
+NAMES = sorted(p.name[:-len(".bin.xz")] for p in BINARIES.glob("*.bin.xz")) if BINARIES.is_dir() else []
+
+
+@pytest.fixture(scope="session")
+def kenlm_binaries(tmp_path_factory):
+    """The reference binaries, decompressed: name -> path."""
+    need_shared()
+    tmp = tmp_path_factory.mktemp("kenlm-binary")
+    out = {}
+    for name in NAMES:
+        out[name] = str(tmp / f"{name}.bin")
+        with lzma.open(BINARIES / f"{name}.bin.xz", "rb") as src, open(out[name], "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return out
+
+
+@pytest.fixture(scope="module")
+def texts():
+    need_shared()
+    lines = read_lines(REFERENCE / "ptb5k.txt") + read_lines(DATA / "ptb" / "ptb.valid.txt")
+    lines += ["zzqx unknownword the", "</s> the </s>", "<s> the cat", "  the\tcat \x0b sat\r ", "",
+              "<unk> UNK <UNK>", " ".join(["the"] * 40)]
+    return lines
+
+
+def _bits(x):
+    return struct.pack("<f", x)
+
+
+def _tokens(model, texts):
+    """(log10 prob as float32 bytes, ngram_length, oov) of every token, </s> included."""
+    return [(_bits(p), n, o) for s in texts for p, n, o in model.full_scores(s)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_token_as_kenlm(kenlm_binaries, texts, name):
+    path = kenlm_binaries[name]
+    ours, theirs = nplm.Model(path), kenlm.Model(path)
+    assert ours.order == theirs.order
+    got, want = _tokens(ours, texts), _tokens(theirs, texts)
+    assert len(got) == len(want)
+    bad = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+    assert not bad, f"{len(bad)} of {len(want)} tokens differ, first at {bad[0]}: {got[bad[0]]} != {want[bad[0]]}"
+    for s in texts[:500]:
+        assert _bits(ours.score(s)) == _bits(theirs.score(s))
+        assert _bits(ours.score(s, bos=False, eos=False)) == _bits(theirs.score(s, bos=False, eos=False))
+
+
+def _chain(model, state_type, sentence, begin=True):
+    """Scores and states along a sentence, by BaseFullScore."""
+    s = state_type()
+    if begin:
+        model.BeginSentenceWrite(s)
+    else:
+        model.NullContextWrite(s)
+    states, results = [s], []
+    for w in sentence.split() + ["</s>"]:
+        out = state_type()
+        r = model.BaseFullScore(states[-1], w, out)
+        results.append((_bits(r.log_prob), r.ngram_length, r.oov))
+        states.append(out)
+    return states, results
+
+
+def _partition(states):
+    """For each state, the index of the first state equal to it."""
+    first = {}
+    return [first.setdefault(s, i) for i, s in enumerate(states)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_chains_as_kenlm(kenlm_binaries, texts, name):
+    path = kenlm_binaries[name]
+    ours, theirs = nplm.Model(path), kenlm.Model(path)
+    for k, sentence in enumerate(texts[:400]):
+        a_states, a = _chain(ours, nplm.State, sentence, begin=k % 5 != 0)
+        b_states, b = _chain(theirs, kenlm.State, sentence, begin=k % 5 != 0)
+        assert a == b, sentence
+        assert _partition(a_states) == _partition(b_states), sentence
+        # across sentences too: states equal in one model are equal in the other
+        if k:
+            assert [x == y for x, y in zip(a_states, prev_a)] == [x == y for x, y in zip(b_states, prev_b)]
+        prev_a, prev_b = a_states, b_states
+
+
+@pytest.mark.parametrize("name", ["ptb5k.o5.probing", "ptb5k.o5.trie-a22q8b8", "ptb5k.o3.trie-q4b6"])
+def test_batch_api_and_distribution(kenlm_binaries, texts, name):
+    path = kenlm_binaries[name]
+    ours, theirs = nplm.Model(path), kenlm.Model(path)
+    sample = texts[:300]
+    want = np.array([theirs.score(s) for s in sample])
+    assert np.array_equal(ours.score_sentences(sample), want)
+    assert np.array_equal(ours.score_sentences(sample, threads=2), want)
+    probs, lengths, oov, offsets = ours.full_scores_batch(sample)
+    flat = [t for s in sample for t in theirs.full_scores(s)]
+    assert np.array_equal(probs, np.array([t[0] for t in flat], dtype=np.float32))
+    assert lengths.tolist() == [t[1] for t in flat] and oov.tolist() == [t[2] for t in flat]
+    # a whole distribution after a context equals kenlm's score of each word
+    words = ours.vocab.words()
+    state = nplm.State()
+    ours.BeginSentenceWrite(state)
+    for w in "the company said".split():
+        out = nplm.State()
+        ours.BaseScore(state, w, out)
+        state = out
+    kstate = kenlm.State()
+    theirs.BeginSentenceWrite(kstate)
+    for w in "the company said".split():
+        out = kenlm.State()
+        theirs.BaseScore(kstate, w, out)
+        kstate = out
+    dist = ours.log10_distribution(state)
+    for i in range(1, len(words), 7):
+        assert _bits(dist[i]) == _bits(theirs.BaseScore(kstate, words[i], kenlm.State())), words[i]
+
+
+def _arpa_unigrams(name):
+    order = name.split(".")[1]
+    words, on = [], False
+    with lzma.open(REFERENCE / f"ptb5k.{order}.arpa.xz", "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("\\1-grams:"):
+                on = True
+            elif line.startswith("\\2-grams:"):
+                break
+            elif on and line.strip():
+                words.append(line.split("\t")[1].strip())
+    return words
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "novocab" not in n])
+def test_vocabulary(kenlm_binaries, name):
+    model = nplm.Model(kenlm_binaries[name])
+    words = model.vocab.words()
+    assert len(words) == len(model.vocab) and words[0] == "<unk>"
+    assert sorted(words) == sorted(_arpa_unigrams(name))
+    assert [model.vocab.id(w) for w in words] == [0] + list(range(1, len(words)))
+    assert all(model.vocab.word(i) == w for i, w in enumerate(words[:50]))
+    assert "the" in model and "zzqx" not in model
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "novocab" in n])
+def test_without_vocabulary_strings(kenlm_binaries, texts, name):
+    """build_binary -v: scored by word hash; listing the words is a clear error."""
+    model = nplm.Model(kenlm_binaries[name])
+    with_words = nplm.Model(kenlm_binaries[name.replace("-novocab", "")])
+    assert len(model.vocab) == len(with_words.vocab)
+    for w in ("the", "<s>", "</s>", "zzqx", "company"):
+        assert model.vocab.id(w) == with_words.vocab.id(w)
+    with pytest.raises(ValueError, match="without its vocabulary strings"):
+        model.vocab.words()
+    with pytest.raises(ValueError, match="build_binary -v"):
+        model.vocab.word(5)
+
+
+@pytest.mark.parametrize("method", ["LAZY", "POPULATE_OR_LAZY", "POPULATE_OR_READ", "READ", "PARALLEL_READ"])
+def test_load_methods(kenlm_binaries, texts, method):
+    path = kenlm_binaries["ptb5k.o5.trie-q8b8"]
+    config = nplm.Config()
+    config.load_method = getattr(nplm.LoadMethod, method)
+    ours, theirs = nplm.Model(path, config), kenlm.Model(path)
+    assert _tokens(ours, texts[:200]) == _tokens(theirs, texts[:200])
+    memory = ours._data.mem     # READ copies the file, the others map it (read-only either way)
+    assert isinstance(getattr(memory.base, "obj", None), mmap.mmap) == (method not in ("READ", "PARALLEL_READ"))
+    assert not memory.flags.writeable
+
+
+def test_detected_by_content(kenlm_binaries, tmp_path):
+    """A KenLM binary under any name (here .arpa) is read as one."""
+    path = tmp_path / "model.arpa"
+    shutil.copyfile(kenlm_binaries["ptb5k.o3.trie"], path)
+    sentence = "the company said it expects UNK results"
+    assert _bits(nplm.Model(str(path)).score(sentence)) == _bits(kenlm.Model(str(path)).score(sentence))
+
+
+# --- hostile files ---------------------------------------------------------------------
+
+def _patched(tmp_path, source, name, edit):
+    raw = bytearray(open(source, "rb").read())
+    raw = edit(raw)
+    path = tmp_path / name
+    path.write_bytes(bytes(raw))
+    return str(path)
+
+
+def _fails(path, *patterns):
+    with pytest.raises(nplm.ModelLoadError) as info:
+        nplm.Model(path)
+    message = str(info.value)
+    assert path in message, message
+    for p in patterns:
+        assert p in message, message
+    return message
+
+
+def _counts_at(order):
+    return 88 + 20, [88 + 20 + 8 * i for i in range(order)]
+
+
+@pytest.mark.parametrize("name", ["ptb5k.o3.probing", "ptb5k.o3.trie-a22q8b8", "ptb5k.o5.trie"])
+def test_truncated(kenlm_binaries, tmp_path, name):
+    source = kenlm_binaries[name]
+    size = len(open(source, "rb").read())
+    for keep in (10, 100, 150, 4096, size // 3, size // 2, size - 100000):
+        path = _patched(tmp_path, source, f"cut{keep}.bin", lambda raw: raw[:keep])
+        _fails(path, "truncated" if keep >= 100 else "")
+
+
+def test_wrong_version_and_unfinished(kenlm_binaries, tmp_path):
+    source = kenlm_binaries["ptb5k.o3.probing"]
+    v4 = _patched(tmp_path, source, "v4.bin", lambda raw: raw.replace(b"format version 5", b"format version 4", 1))
+    _fails(v4, "version 4", "version 5")
+    unfinished = _patched(tmp_path, source, "incomplete.bin",
+                          lambda raw: b"mmap lm http://kheafield.com/code incomplete\n" + raw[45:])
+    _fails(unfinished, "did not finish building")
+
+
+def test_other_type_sizes(kenlm_binaries, tmp_path):
+    """A build with 64-bit word ids writes other sanity values."""
+    source = kenlm_binaries["ptb5k.o3.trie"]
+
+    def wide_ids(raw):
+        raw[0x48:0x50] = struct.pack("<Q", 2 ** 64 - 1)
+        return raw
+    _fails(_patched(tmp_path, source, "wide.bin", wide_ids), "type sizes")
+
+
+def test_orders(kenlm_binaries, tmp_path):
+    source = kenlm_binaries["ptb5k.o3.trie"]
+
+    def order(n):
+        def edit(raw):
+            raw[88] = n
+            return raw
+        return edit
+    _fails(_patched(tmp_path, source, "o17.bin", order(17)), "order 17", "16")
+    _fails(_patched(tmp_path, source, "o1.bin", order(1)), "order 1")
+    # order 4 with the counts of order 3: the layout no longer fits the file
+    _fails(_patched(tmp_path, source, "o4.bin", order(4)))
+
+
+@pytest.mark.parametrize("name", ["ptb5k.o3.probing", "ptb5k.o5.trie-q8b8", "ptb5k.o3.trie-novocab"])
+def test_corrupt_counts(kenlm_binaries, tmp_path, name):
+    source = kenlm_binaries[name]
+    order = int(name.split(".")[1][1])
+    _, where = _counts_at(order)
+    for n in range(order):
+        for delta in (1, -1, 1000, 2 ** 40):
+            def edit(raw):
+                c = struct.unpack_from("<Q", raw, where[n])[0]
+                struct.pack_into("<Q", raw, where[n], max(c + delta, 0))
+                return raw
+            path = _patched(tmp_path, source, f"c{n}_{delta}.bin", edit)
+            if "novocab" in name and delta == -1 and n == order - 1 and "trie" in name:
+                # one longest n-gram fewer: still a well-formed trie to the reader, which must
+                # then answer without crashing
+                nplm.Model(path).score("the company said")
+                continue
+            _fails(path)
+
+
+def test_corrupt_trie_config(kenlm_binaries, tmp_path):
+    from nplm.backoff.kenlm import format as fmt
+    source = kenlm_binaries["ptb5k.o3.trie-a22q8b8"]
+    raw = open(source, "rb").read()
+    header = fmt.parse_header(raw, len(raw))
+    at = fmt.search_offset(header)
+
+    def setbyte(offset, value):
+        def edit(raw):
+            raw[offset] = value
+            return raw
+        return edit
+    _fails(_patched(tmp_path, source, "qv.bin", setbyte(at, 7)), "quantization version 7")
+    _fails(_patched(tmp_path, source, "qb.bin", setbyte(at + 1, 0)), "bits")
+    bhiksha = at + fmt.quant_size(3, 8, 8) + (header.counts[0] + 2) * 16
+    _fails(_patched(tmp_path, source, "bv.bin", setbyte(bhiksha, 3)), "compression version 3")
+
+
+@pytest.mark.parametrize("name", ["ptb5k.o3.probing", "ptb5k.o3.trie-a22q8b8", "ptb5k.o3.trie"])
+def test_corrupt_tables_never_crash(kenlm_binaries, texts, tmp_path, name):
+    """Garbage in the tables gives wrong numbers or a clear error, never a crash: every
+    index read from the file is bounded by its table."""
+    source = kenlm_binaries[name]
+    rng = np.random.default_rng(1)
+    raw = open(source, "rb").read()
+    from nplm.backoff.kenlm import format as fmt
+    start = fmt.search_offset(fmt.parse_header(raw, len(raw)))
+    for k in range(6):
+        def edit(raw):
+            span = len(raw) - start
+            pos = start + rng.integers(0, span, 2000)
+            raw = np.frombuffer(bytes(raw), np.uint8).copy()
+            raw[pos] = rng.integers(0, 256, len(pos))
+            return bytearray(raw.tobytes())
+        path = _patched(tmp_path, source, f"garbage{k}.bin", edit)
+        try:
+            model = nplm.Model(path)
+        except nplm.ModelLoadError as e:
+            assert path in str(e)
+            continue
+        model.score_sentences(texts[:300])
+        state = nplm.State()
+        model.BeginSentenceWrite(state)
+        model.log10_distribution(state)
