@@ -74,6 +74,14 @@ def detect(path):
     raise FormatError("not a model file nplm can convert (no ARPA \\data\\, ISI \\config or nplm header)", path)
 
 
+def backoff_tables(path, fmt):
+    """The NGramTables of a back-off model file of format ``fmt`` ('arpa', 'binary'
+    or 'kenlm', as detect() names them)."""
+    if fmt == "kenlm":
+        return kenlm_tables(path)
+    return read_arpa(path) if fmt == "arpa" else tables_from_binary(path)
+
+
 def target_format(src_fmt, out, to):
     if to is not None:
         if to not in FORMATS:
@@ -89,7 +97,7 @@ def target_format(src_fmt, out, to):
         return "isi"
     if name.endswith((".nplm", ".bin", ".binary")):
         # an nplm binary of the input's kind (as distil's --arpa reads these names)
-        return "binary" if src_fmt in ("arpa", "binary") else "neural"
+        return "binary" if src_fmt in ("arpa", "binary", "kenlm") else "neural"
     return {"arpa": "binary", "binary": "arpa", "kenlm": "arpa", "isi": "neural", "neural": "isi",
             "float16": "neural", "int8": "neural"}[src_fmt]
 
@@ -124,10 +132,7 @@ def convert(src, dst, to=None, text=None, messages=None):
         raise ValueError(f"--text measures the perplexity change of a neural model's conversion; {sf} -> {tf} "
                          "keeps every n-gram and value, so there is nothing to measure")
     if sf in backoff_kinds:
-        if sf == "kenlm":
-            tables = kenlm_tables(src)
-        else:
-            tables = read_arpa(src) if sf == "arpa" else tables_from_binary(src)
+        tables = backoff_tables(src, sf)
         if tf == "arpa":
             write_arpa(tables, dst)
         else:

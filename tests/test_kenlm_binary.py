@@ -322,3 +322,39 @@ def test_corrupt_tables_never_crash(kenlm_binaries, texts, tmp_path, name):
         state = nplm.State()
         model.BeginSentenceWrite(state)
         model.log10_distribution(state)
+
+
+# --- back to ARPA ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ptb5k.o3.probing", "ptb5k.o5.probing-p1.2", "ptb5k.o5.trie",
+                                  "ptb5k.o5.trie-a22q8b8", "ptb5k.o3.trie-q4b6", "ptb5k.o3.trie-a22"])
+def test_convert_to_arpa(kenlm_binaries, texts, tmp_path, name):
+    """The recovered ARPA (dequantised values for quantised files) loads in kenlm and
+    scores as the binary does; an unquantised file gives back lmplz's n-grams."""
+    from nplm.cli.main import main
+    path, out = kenlm_binaries[name], str(tmp_path / "back.arpa")
+    assert main(["convert", path, out]) == 0
+    config = kenlm.Config()
+    config.arpa_complain = kenlm.ARPALoadComplain.NONE
+    config.show_progress = False
+    from_arpa, from_binary = kenlm.Model(out, config), kenlm.Model(path)
+    assert _tokens(from_arpa, texts[:1500]) == _tokens(from_binary, texts[:1500])
+    from nplm.backoff.arpa import read_arpa
+    got = read_arpa(out)
+    reference = read_arpa(str(REFERENCE / f"ptb5k.{name.split('.')[1]}.arpa.xz"))
+    assert got.counts == reference.counts
+    if "q" not in name.split(".")[2]:       # unquantised: lmplz's own n-grams and values
+        for n in range(reference.order):
+            assert _ngrams(got, n) == _ngrams(reference, n)
+
+
+def _ngrams(tables, n):
+    return {tuple(tables.vocab[w] for w in row): (p, b) for row, p, b in
+            zip(tables.ids[n].tolist(), tables.logprob[n].tolist(), tables.backoff[n].tolist())}
+
+
+def test_convert_without_vocabulary_strings(kenlm_binaries, tmp_path):
+    from nplm.convert import convert
+    with pytest.raises(nplm.FormatError, match="cannot be recovered"):
+        convert(kenlm_binaries["ptb5k.o3.trie-novocab"], str(tmp_path / "x.arpa"))
+    assert not (tmp_path / "x.arpa").exists()

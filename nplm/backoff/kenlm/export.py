@@ -33,7 +33,7 @@ def kenlm_tables(path):
     try:
         words = data.vocab.words()
     except ValueError as e:
-        raise FormatError(f"cannot recover the ARPA: {e}", path) from None
+        raise FormatError(f"{e}; its ARPA cannot be recovered") from None
     if data.header.is_trie:
         ids, probs, backoffs = _trie(data, len(words), path)
     else:
@@ -84,7 +84,7 @@ def _pointers(mem, part, bits, entries):
 
 def _trie_order(mem, part, quant, k):
     """(word ids, prob, backoff, child pointers) of one order's records."""
-    layout_bits = np.arange(part.entries + 1, dtype=np.uint64) * np.uint64(part.total_bits)
+    layout_bits = np.uint64(8 * part.base) + np.arange(part.entries + 1, dtype=np.uint64) * np.uint64(part.total_bits)
     words = _read_bits(mem, layout_bits[:-1], part.word_bits).astype(np.int64)
     at = layout_bits + np.uint64(part.word_bits)
     backoff = np.zeros(part.entries, np.float32)
