@@ -358,3 +358,48 @@ def test_convert_without_vocabulary_strings(kenlm_binaries, tmp_path):
     with pytest.raises(nplm.FormatError, match="cannot be recovered"):
         convert(kenlm_binaries["ptb5k.o3.trie-novocab"], str(tmp_path / "x.arpa"))
     assert not (tmp_path / "x.arpa").exists()
+
+
+# --- everything built on a model ------------------------------------------------------------
+
+def test_interpolation_component(kenlm_binaries):
+    """A KenLM binary is an interpolation component like any model."""
+    a, b = kenlm_binaries["ptb5k.o5.trie-a22q8b8"], kenlm_binaries["ptb5k.o3.probing"]
+    mixed = nplm.interpolate([a, b], [0.3, 0.7])
+    ka, kb = kenlm.Model(a), kenlm.Model(b)
+    for sentence in ("the company said it expects UNK results", "zzqx the"):
+        want, sa, sb = 0.0, kenlm.State(), kenlm.State()
+        ka.BeginSentenceWrite(sa)
+        kb.BeginSentenceWrite(sb)
+        for w in sentence.split() + ["</s>"]:
+            oa, ob = kenlm.State(), kenlm.State()
+            pa, pb = ka.BaseScore(sa, w, oa), kb.BaseScore(sb, w, ob)
+            want += np.log10(0.3 * 10.0 ** pa + 0.7 * 10.0 ** pb)
+            sa, sb = oa, ob
+        assert mixed.score(sentence) == pytest.approx(want, abs=1e-4)
+    with pytest.raises(ValueError, match="build_binary -v"):
+        nplm.interpolate([kenlm_binaries["ptb5k.o3.trie-novocab"], b])
+
+
+def test_cli_query_as_kenlm_query(kenlm_binaries, texts, tmp_path, capsys, monkeypatch):
+    """`nplm query` prints what KenLM's query prints for the same binary (word ids
+    included), when KenLM's tool is at hand; else its totals match kenlm's scores."""
+    import io
+    import os
+    import subprocess
+
+    from nplm.cli.main import main
+    path = kenlm_binaries["ptb5k.o5.trie-q4b6"]
+    text = "\n".join(texts[:50]) + "\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main(["query", path]) == 0
+    ours = capsys.readouterr().out.splitlines()
+    tool = "/opt/kenlm-src/build/bin/query"
+    if os.access(tool, os.X_OK):
+        theirs = subprocess.run([tool, path], input=text.encode(), capture_output=True).stdout.decode()
+        assert ours[:50] == theirs.splitlines()[:50]
+    model = kenlm.Model(path)
+    for line, sentence in zip(ours, texts[:50]):
+        total, oov = line.split("Total: ")[1].split(" OOV: ")
+        assert float(total) == pytest.approx(model.score(sentence), rel=1e-7)
+        assert int(oov) == sum(o for _, _, o in model.full_scores(sentence))
