@@ -135,8 +135,12 @@ def check_sanity(head):
 
 def parse_header(head, file_size=None, max_order=None):
     """The Header of a file whose first bytes are ``head`` (at least
-    header_size(order) of them, or the whole file).  Checks what KenLM checks and
-    what must hold for the sizes below to be meaningful."""
+    header_size(order) of them, or the whole file; ``file_size``, when given, is the
+    whole file's).  Checks what KenLM checks and what must hold for the sizes below to
+    be meaningful; whether the file is as long as its layout says is the caller's
+    check."""
+    if file_size is not None and file_size < len(head):
+        raise KenlmFormatError(f"file size {file_size} is smaller than the {len(head)} header bytes given")
     check_sanity(head)
     end_fixed = SANITY_SIZE + FIXED.size
     if len(head) < end_fixed:
@@ -159,10 +163,9 @@ def parse_header(head, file_size=None, max_order=None):
     if len(head) < need:
         raise KenlmFormatError(f"truncated KenLM binary file ({len(head)} bytes; the header needs {need})")
     counts = struct.unpack_from(f"<{order}Q", head, end_fixed)
-    limit = file_size if file_size is not None else 1 << 56
     for n, c in enumerate(counts, 1):
-        if c > limit:
-            raise KenlmFormatError(f"corrupt header: {c} {n}-grams in a {limit}-byte file")
+        if c >= 1 << 56:    # KenLM's bit packing stops at 2**57 entries
+            raise KenlmFormatError(f"corrupt header: {c} {n}-grams")
     if counts[0] < 1:
         raise KenlmFormatError("corrupt header: empty vocabulary")
     if counts[0] >= 1 << 32:

@@ -59,8 +59,8 @@ def read_layout(path):
         except fmt.KenlmFormatError as e:
             raise FormatError(str(e), path) from None
     if layout.end > size:
-        raise FormatError(f"truncated KenLM binary file: {size} bytes, but its header ({header.model_name}, "
-                          f"counts {list(header.counts)}) needs {layout.end}", path)
+        raise FormatError(f"truncated KenLM binary file (or corrupt counts): {size} bytes, but its header "
+                          f"({header.model_name}, counts {list(header.counts)}) needs {layout.end}", path)
     return header, layout, size
 
 
