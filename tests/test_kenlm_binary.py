@@ -403,3 +403,39 @@ def test_cli_query_as_kenlm_query(kenlm_binaries, texts, tmp_path, capsys, monke
         total, oov = line.split("Total: ")[1].split(" OOV: ")
         assert float(total) == pytest.approx(model.score(sentence), rel=1e-7)
         assert int(oov) == sum(o for _, _, o in model.full_scores(sentence))
+
+
+BUILD_BINARY = "/opt/kenlm-src/build/bin/build_binary"
+
+
+def test_rest_cost_probing(texts, tmp_path):
+    """build_binary -r (rest costs from lower-order models): wider probing entries."""
+    import os
+    import subprocess
+    if not os.access(BUILD_BINARY, os.X_OK):
+        pytest.skip("KenLM's build_binary is not built here")
+    need_shared()
+    arpas = {}
+    for order in (2, 3):
+        arpas[order] = tmp_path / f"o{order}.arpa"
+        with lzma.open(REFERENCE / f"ptb5k.o{order}.arpa.xz", "rb") as src:
+            arpas[order].write_bytes(src.read())
+    # an order-1 model with the same vocabulary: the bigram model's unigrams
+    lines, out = arpas[2].read_text(encoding="utf-8").split("\n"), []
+    for line in lines:
+        if line == "\\2-grams:":
+            break
+        if not line.startswith("ngram 2="):
+            out.append("\t".join(line.split("\t")[:2]))
+    arpas[1] = tmp_path / "o1.arpa"
+    arpas[1].write_text("\n".join(out + ["\\end\\", ""]), encoding="utf-8")
+    path = str(tmp_path / "rest.bin")
+    subprocess.run([BUILD_BINARY, "-r", f"{arpas[1]} {arpas[2]}", "probing", str(arpas[3]), path],
+                   check=True, capture_output=True)
+    ours, theirs = nplm.Model(path), kenlm.Model(path)
+    assert ours._data.header.model_type == 1        # probing with rest costs
+    assert _tokens(ours, texts) == _tokens(theirs, texts)
+    for sentence in texts[:200]:
+        a_states, a = _chain(ours, nplm.State, sentence)
+        b_states, b = _chain(theirs, kenlm.State, sentence)
+        assert a == b and _partition(a_states) == _partition(b_states)

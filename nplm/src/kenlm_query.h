@@ -171,9 +171,11 @@ typedef struct {
     klm_hash_table longest;       /* entries of 12 bytes */
 } klm_probing;
 
-/* The entry holding key, or NULL.  Entries start with their uint64 key. */
-static inline const uint8_t *klm_probe(const klm_hash_table *t, uint32_t stride, uint64_t key) {
-    uint64_t b = key % t->buckets, probes;
+/* The entry holding key, or NULL, probing from bucket b.  Entries start with their
+ * uint64 key. */
+static inline const uint8_t *klm_probe_from(const klm_hash_table *t, uint32_t stride, uint64_t key,
+                                            uint64_t b) {
+    uint64_t probes;
     for (probes = 0; probes < t->buckets; probes++) {
         const uint8_t *e = t->table + b * stride;
         uint64_t k = klm_load_u64(e);
@@ -184,11 +186,15 @@ static inline const uint8_t *klm_probe(const klm_hash_table *t, uint32_t stride,
     return NULL;
 }
 
+static inline const uint8_t *klm_probe(const klm_hash_table *t, uint32_t stride, uint64_t key) {
+    return klm_probe_from(t, stride, key, key % t->buckets);
+}
+
 static inline void klm_probing_score(const klm_probing *m, const klm_state *in, uint32_t w,
                                      klm_state *out, klm_ret *ret) {
     klm_state copy;
     const uint8_t *u, *e;
-    uint64_t node;
+    uint64_t node, keys[KLM_MAX_ORDER], first[KLM_MAX_ORDER];
     float prob;
     int independent, length = 1, next_use, n_ctx, i;
     if (in == out) { copy = *in; in = &copy; }
@@ -202,18 +208,28 @@ static inline void klm_probing_score(const klm_probing *m, const klm_state *in, 
     out->words[0] = w;
     n_ctx = in->length;
     if (n_ctx > m->order - 1) n_ctx = m->order - 1;
+    /* Every order's key and first bucket follow from the words alone: request all the
+     * buckets first, so that their cache misses overlap instead of following one
+     * another as the lookups would have them (KenLM probes one order at a time). */
     node = w;
-    for (i = 0; i < n_ctx && !independent; i++) {
+    for (i = 0; i < n_ctx; i++) {
+        const klm_hash_table *t = i == m->order - 2 ? &m->longest : &m->middle[i];
         node = klm_combine(node, in->words[i]);
+        keys[i] = node;
+        first[i] = node % t->buckets;
+        __builtin_prefetch(t->table + first[i] * (i == m->order - 2 ? 12 : m->middle_stride));
+    }
+    for (i = 0; i < n_ctx && !independent; i++) {
+        node = keys[i];
         if (i == m->order - 2) {
-            e = klm_probe(&m->longest, 12, node);
+            e = klm_probe_from(&m->longest, 12, node, first[i]);
             if (e != NULL) {
                 prob = klm_load_float(e + 8);
                 length = m->order;
             }
             break;
         }
-        e = klm_probe(&m->middle[i], m->middle_stride, node);
+        e = klm_probe_from(&m->middle[i], m->middle_stride, node, first[i]);
         if (e == NULL) break;
         prob = klm_load_float(e + 8);
         independent = klm_signbit(prob);
