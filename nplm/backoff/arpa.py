@@ -61,8 +61,8 @@ KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
 NPLM_MAGIC = b"\x93NPLM\r\n\x1a"
 NPLM_DAMAGED = ("this is a truncated or damaged nplm binary: it ends inside its 8-byte header "
                 "magic, or the magic was altered (by a text-mode transfer?)")
-KENLM_BINARY = ("this is a KenLM binary file, which nplm cannot read; rebuild the model from its "
-                "ARPA file with `nplm build-binary MODEL.arpa MODEL.nplm`")
+KENLM_BINARY = ("this is a KenLM binary file, not an ARPA file: nplm.Model and the query commands read "
+                "it as it is, and `nplm convert MODEL.binary MODEL.arpa` recovers its ARPA")
 
 
 def _show(raw, limit=60):
