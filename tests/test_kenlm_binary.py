@@ -439,3 +439,23 @@ def test_rest_cost_probing(texts, tmp_path):
         a_states, a = _chain(ours, nplm.State, sentence)
         b_states, b = _chain(theirs, kenlm.State, sentence)
         assert a == b and _partition(a_states) == _partition(b_states)
+
+
+@pytest.mark.parametrize("name", ["ptb5k.o3.probing", "ptb5k.o5.trie-a22q8b8", "ptb5k.o3.trie-novocab"])
+def test_verify(kenlm_binaries, tmp_path, name):
+    """nplm verify reads every table: sound files pass; a trie whose records were
+    overwritten, which still loads, is reported as damaged."""
+    from nplm.backoff.kenlm import format as fmt
+    from nplm.verify import verify
+    path = kenlm_binaries[name]
+    assert verify(path).endswith("OK") and "KenLM" in verify(path)
+    raw = bytearray(open(path, "rb").read())
+    header = fmt.parse_header(bytes(raw))
+    layout = fmt.layout(header, lambda o, n: bytes(raw[o:o + n]))
+    table = layout.middle[0] if header.is_trie else layout.vocab
+    raw[table.end - 3000:table.end - 1000] = bytes(range(250)) * 8
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(bytes(raw))
+    nplm.Model(str(bad)).score("the company said")
+    with pytest.raises(nplm.FormatError, match="corrupt"):
+        verify(str(bad))

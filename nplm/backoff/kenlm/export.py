@@ -197,3 +197,32 @@ def _probing(data, vocab_size, path):
         extends_right = backoff.view(np.uint32) != _SIGN
     out = [_sorted(i, p, b) for i, p, b in zip(ids[1:], probs[1:], backoffs[1:])]
     return ids[:1] + [o[0] for o in out], probs[:1] + [o[1] for o in out], backoffs[:1] + [o[2] for o in out]
+
+
+# --- a full check (nplm verify) ------------------------------------------------------------
+
+def check_tables(path):
+    """Read every table of the KenLM binary ``path`` and check what the format lets be
+    checked (it has no checksums): a trie's child pointers must cover the next order
+    in order and name words of the vocabulary; a probing file's vocabulary must map
+    its hashes to distinct ids below its word count, and no hash table may be full.
+    Returns a description; raises FormatError naming the file."""
+    path = os.fspath(path)
+    data = reader.load(path, reader.LAZY)
+    size = data.vocab.size
+    if data.header.is_trie:
+        hashes = data.mem[data.layout.vocab.offset + 8:data.layout.vocab.offset + 8 * size].view(np.uint64)
+        if (np.diff(hashes) <= 0).any():
+            raise FormatError("corrupt vocabulary: the word hashes are not sorted", path)
+        _trie(data, size, path)
+        return f"KenLM {data.header.model_name}, every pointer checked"
+    table = data.layout.vocab
+    entries = data.mem[table.offset:table.end].reshape(-1, 12)
+    keys = entries[:, :8].copy().view(np.uint64).ravel()
+    ids = entries[:, 8:].copy().view(np.uint32).ravel()[keys != 0]
+    if len(ids) != size - 1 or len(np.unique(ids)) != len(ids) or (ids == 0).any() or (ids >= size).any():
+        raise FormatError(f"corrupt vocabulary: {len(ids)} hashed words for {size - 1} ids", path)
+    for n, t in enumerate(list(data.layout.middle) + [data.layout.longest], 2):
+        if _live(data.mem, t, t.entry) >= t.buckets:
+            raise FormatError(f"corrupt {n}-gram hash table: no empty bucket", path)
+    return f"KenLM {data.header.model_name}, vocabulary and hash tables checked"
