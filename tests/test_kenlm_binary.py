@@ -326,7 +326,7 @@ def test_corrupt_tables_never_crash(kenlm_binaries, texts, tmp_path, name):
 
 # --- back to ARPA ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["ptb5k.o3.probing", "ptb5k.o5.probing-p1.2", "ptb5k.o5.trie",
+@pytest.mark.parametrize("name", ["ptb5k.o3.probing", "ptb5k.o3.probing-p1.2", "ptb5k.o5.trie",
                                   "ptb5k.o5.trie-a22q8b8", "ptb5k.o3.trie-q4b6", "ptb5k.o3.trie-a22"])
 def test_convert_to_arpa(kenlm_binaries, texts, tmp_path, name):
     """The recovered ARPA (dequantised values for quantised files) loads in kenlm and
