@@ -8,6 +8,7 @@ import lzma
 import mmap
 import shutil
 import struct
+from pathlib import Path
 
 import kenlm
 import numpy as np
@@ -459,3 +460,33 @@ def test_verify(kenlm_binaries, tmp_path, name):
     nplm.Model(str(bad)).score("the company said")
     with pytest.raises(nplm.FormatError, match="corrupt"):
         verify(str(bad))
+
+
+ORDER7 = Path(__file__).resolve().parent / "data" / "kenlm-order7"
+
+
+@pytest.mark.parametrize("layout", ["probing", "trie", "trie-a22q8b8"])
+def test_order_above_kenlm_default(tmp_path, layout, capsys, monkeypatch):
+    """Order 7 (beyond the kenlm module's 6): nplm query prints what KenLM's query
+    printed for the same file, and an unquantised file scores as its ARPA."""
+    import io
+
+    from nplm.cli.main import main
+    path = tmp_path / f"o7.{layout}.bin"
+    path.write_bytes(lzma.decompress((ORDER7 / f"tiny40.o7.{layout}.bin.xz").read_bytes()))
+    text = (ORDER7 / "tiny40.txt").read_text(encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main(["query", str(path)]) == 0
+    ours = capsys.readouterr().out.splitlines()[:40]
+    theirs = lzma.decompress((ORDER7 / f"tiny40.o7.{layout}.query.txt.xz").read_bytes()).decode().splitlines()
+    assert ours == theirs
+    model = nplm.Model(str(path))
+    assert model.order == 7 and any(n == 7 for s in text.splitlines() for _, n, _ in model.full_scores(s))
+    if "q" not in layout:
+        arpa = tmp_path / "o7.arpa"
+        arpa.write_bytes(lzma.decompress((ORDER7 / "tiny40.o7.arpa.xz").read_bytes()))
+        config = nplm.Config()
+        config.show_progress = False
+        config.arpa_complain = nplm.ARPALoadComplain.NONE
+        lines = text.splitlines() + ["zzqx the", " ".join(text.split()[:30])]
+        assert _tokens(model, lines) == _tokens(nplm.Model(str(arpa), config), lines)
