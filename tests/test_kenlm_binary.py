@@ -190,7 +190,16 @@ def test_detected_by_content(kenlm_binaries, tmp_path):
     path = tmp_path / "model.arpa"
     shutil.copyfile(kenlm_binaries["ptb5k.o3.trie"], path)
     sentence = "the company said it expects UNK results"
-    assert _bits(nplm.Model(str(path)).score(sentence)) == _bits(kenlm.Model(str(path)).score(sentence))
+    model = nplm.Model(str(path))
+    assert _bits(model.score(sentence)) == _bits(kenlm.Model(str(path)).score(sentence))
+    import pickle
+    assert _bits(pickle.loads(pickle.dumps(model)).score(sentence)) == _bits(model.score(sentence))
+    # compressed, it cannot be mapped: the error says to decompress it
+    import gzip
+    packed = tmp_path / "model.bin.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(nplm.ModelLoadError, match="compressed KenLM binary file: decompress it"):
+        nplm.Model(str(packed))
 
 
 # --- hostile files ---------------------------------------------------------------------

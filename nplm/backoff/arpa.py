@@ -65,6 +65,14 @@ KENLM_BINARY = ("this is a KenLM binary file, not an ARPA file: nplm.Model and t
                 "it as it is, and `nplm convert MODEL.binary MODEL.arpa` recovers its ARPA")
 
 
+def _starts_with(path, prefix):
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(prefix)) == prefix
+    except OSError:
+        return False
+
+
 def _show(raw, limit=60):
     """A byte string as readable text for an error message."""
     text = raw.decode("utf-8", "backslashreplace")
@@ -213,6 +221,9 @@ class _Reader:
         if line.startswith(b"\x1f\x8b"):
             return "looks like a gzip file inside a compressed file; decompress it first"
         if line.startswith(KENLM_MAGIC):
+            if self.path != "-" and not _starts_with(self.path, KENLM_MAGIC):
+                return ("this is a compressed KenLM binary file: decompress it (KenLM binaries are "
+                        "memory-mapped as they are, then nplm.Model and the query commands read them)")
             return KENLM_BINARY
         if line.startswith(NPLM_MAGIC[:5]):
             # A whole nplm header means a good binary given where an ARPA file was
