@@ -499,3 +499,20 @@ def test_order_above_kenlm_default(tmp_path, layout, capsys, monkeypatch):
         config.arpa_complain = nplm.ARPALoadComplain.NONE
         lines = text.splitlines() + ["zzqx the", " ".join(text.split()[:30])]
         assert _tokens(model, lines) == _tokens(nplm.Model(str(arpa), config), lines)
+
+
+def test_kenlm_module_component_of_a_binary(kenlm_binaries):
+    """A kenlm.Model of a KenLM binary in a mixture: its words come from the file (nplm
+    reads them; kenlm cannot list them), as with the path itself."""
+    import warnings
+    path = kenlm_binaries["ptb5k.o3.trie"]
+    other = kenlm_binaries["ptb5k.o5.probing"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        via_module = nplm.interpolate([kenlm.Model(path), other])
+    via_path = nplm.interpolate([path, other])
+    assert via_module.vocab.words() == via_path.vocab.words()
+    sentence = "the company said it expects UNK results"
+    assert via_module.score(sentence) == pytest.approx(via_path.score(sentence), abs=1e-5)
+    with pytest.warns(UserWarning, match="build_binary -v"):
+        nplm.interpolate([kenlm.Model(kenlm_binaries["ptb5k.o3.trie-novocab"]), other])
