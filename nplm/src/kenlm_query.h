@@ -282,6 +282,7 @@ typedef struct {
     const float *backoff_table;
     const uint64_t *array;                 /* array pointer compression: the offsets; else NULL */
     uint64_t array_count;
+    double array_scale;                    /* array_count / (entries + 1): where an index's offset lies */
     uint64_t next_entries;                 /* records of the next order (child indices' bound) */
 } klm_bitpacked;
 
@@ -301,6 +302,12 @@ static inline int klm_find_word(const klm_bitpacked *t, uint64_t begin, uint64_t
                                 uint64_t *at) {
     uint64_t before = begin - 1, after = end;      /* before may wrap to -1: kept as offsets */
     uint64_t before_v = 0, after_v = t->max_vocab;
+    if (end > begin) {
+        /* request both ends of the range at once: for the short ranges of most n-grams
+         * these are the lines the search will read */
+        __builtin_prefetch(t->base + ((begin * t->total_bits) >> 3));
+        __builtin_prefetch(t->base + (((end - 1) * t->total_bits) >> 3));
+    }
     if (key >= after_v) {
         /* beyond the vocabulary bound the pivot formula breaks; plain binary search */
         uint64_t lo = begin, hi = end;
@@ -332,6 +339,44 @@ static inline void klm_clamp_range(uint64_t *begin, uint64_t *end, uint64_t boun
     if (*begin > *end) *begin = *end;
 }
 
+/* The last i with a[i] <= key in the sorted a[0..n) (n >= 1), or 0 when there is none,
+ * searched from ``guess``: gallop to bracket the answer, then bisect.  The offsets of
+ * array pointer compression grow about linearly with the record index, so a guess in
+ * proportion is a load or two away (KenLM bisects the whole array).  Any array, sorted
+ * or not, is only read inside its bounds. */
+static inline uint64_t klm_last_at_most(const uint64_t *a, uint64_t n, uint64_t key, uint64_t guess) {
+    uint64_t lo, hi, step = 1;
+    if (guess >= n) guess = n - 1;
+    if (a[guess] <= key) {
+        lo = guess;
+        for (;;) {
+            hi = lo + step;
+            if (hi >= n) { hi = n; break; }
+            if (a[hi] > key) break;
+            lo = hi;
+            step <<= 1;
+        }
+    } else {
+        hi = guess;
+        for (;;) {
+            if (hi < step) {
+                lo = 0;
+                if (a[0] > key) return 0;
+                break;
+            }
+            lo = hi - step;
+            if (a[lo] <= key) break;
+            hi = lo;
+            step <<= 1;
+        }
+    }
+    while (hi - lo > 1) {               /* a[lo] <= key < a[hi] (or hi == n) */
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (a[mid] <= key) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
 /* The child range [begin, end) in the next order of record index (at its next field). */
 static inline void klm_read_next(const klm_bitpacked *t, uint64_t index, uint64_t bit,
                                  uint64_t *begin, uint64_t *end) {
@@ -339,13 +384,10 @@ static inline void klm_read_next(const klm_bitpacked *t, uint64_t index, uint64_
         *begin = klm_read57(t->base, bit, t->next_mask);
         *end = klm_read57(t->base, bit + t->total_bits, t->next_mask);
     } else {
-        /* the last offset <= index, and the last <= index + 1 */
-        uint64_t lo = 0, hi = t->array_count, b_it, e_it;
-        while (lo < hi) {
-            uint64_t mid = lo + (hi - lo) / 2;
-            if (t->array[mid] <= index) lo = mid + 1; else hi = mid;
-        }
-        b_it = lo ? lo - 1 : 0;
+        /* the last offset <= index (found from where a uniform spread would put it),
+         * and the last <= index + 1 */
+        uint64_t b_it, e_it;
+        b_it = klm_last_at_most(t->array, t->array_count, index, (uint64_t)((double)index * t->array_scale));
         for (e_it = b_it + 1; e_it < t->array_count && t->array[e_it] <= index + 1; e_it++) {}
         e_it--;
         *begin = (b_it << t->next_bits) | klm_read57(t->base, bit, t->next_mask);

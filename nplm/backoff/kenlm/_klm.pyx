@@ -52,6 +52,7 @@ cdef extern from "kenlm_query.h" nogil:
         const float *backoff_table
         const uint64_t *array
         uint64_t array_count
+        double array_scale
         uint64_t next_entries
     ctypedef struct klm_trie:
         int order
@@ -284,6 +285,7 @@ cdef class KenlmTrieCore(LMCore):
             if t.array_count < 1:
                 raise ValueError("empty pointer array")
             t.array = <const uint64_t *>_bytes_at(mem, d["array"], 8 * t.array_count)
+            t.array_scale = <double>t.array_count / <double>(t.entries + 1)
         return 0
 
     cdef void begin_state(self, NState *out) noexcept nogil:
