@@ -516,3 +516,33 @@ def test_kenlm_module_component_of_a_binary(kenlm_binaries):
     assert via_module.score(sentence) == pytest.approx(via_path.score(sentence), abs=1e-5)
     with pytest.warns(UserWarning, match="build_binary -v"):
         nplm.interpolate([kenlm.Model(kenlm_binaries["ptb5k.o3.trie-novocab"]), other])
+
+
+BUILDS = [("ptb5k.o2", ["probing"]), ("ptb5k.o2", ["trie"]), ("ptb5k.o2", ["-a", "22", "-q", "8", "-b", "8", "trie"]),
+          ("ptb5k.o4.prune011", ["-p", "3.0", "probing"]), ("ptb5k.o4.prune011", ["trie"]),
+          ("ptb5k.o4.prune011", ["-a", "255", "-q", "8", "-b", "8", "trie"])]
+
+
+@pytest.mark.parametrize("arpa,flags", BUILDS, ids=[f"{a}:{'_'.join(f)}" for a, f in BUILDS])
+def test_more_build_binary_files(texts, tmp_path, arpa, flags):
+    """Bigram models and a pruned model (whose missing suffixes KenLM fills with blank
+    entries), with other flags, built here by KenLM's build_binary when it is at hand:
+    every token as kenlm, and back to an ARPA that scores as the binary."""
+    import os
+    import subprocess
+    if not os.access(BUILD_BINARY, os.X_OK):
+        pytest.skip("KenLM's build_binary is not built here")
+    need_shared()
+    source = tmp_path / "in.arpa"
+    with lzma.open(REFERENCE / f"{arpa}.arpa.xz", "rb") as src:
+        source.write_bytes(src.read())
+    path = str(tmp_path / "model.bin")
+    subprocess.run([BUILD_BINARY, *flags, str(source), path], check=True, capture_output=True)
+    theirs = kenlm.Model(path)
+    assert _tokens(nplm.Model(path), texts) == _tokens(theirs, texts)
+    from nplm.convert import convert
+    convert(path, str(tmp_path / "back.arpa"))
+    config = kenlm.Config()
+    config.arpa_complain = kenlm.ARPALoadComplain.NONE
+    config.show_progress = False
+    assert _tokens(kenlm.Model(str(tmp_path / "back.arpa"), config), texts[:1000]) == _tokens(theirs, texts[:1000])
