@@ -22,8 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from nplm.backoff.arpa import KENLM_BINARY, KENLM_MAGIC, NPLM_DAMAGED, NPLM_MAGIC, read_arpa, write_arpa
+from nplm.backoff.arpa import KENLM_MAGIC, NPLM_DAMAGED, NPLM_MAGIC, read_arpa, write_arpa
 from nplm.backoff.binary import build_binary, load_binary
+from nplm.backoff.kenlm.export import kenlm_tables
 from nplm.backoff.tables import NGramTables, row_groups
 from nplm.compose.distil import probe_groups
 from nplm.compose.interpolate import is_spec
@@ -40,7 +41,7 @@ FORMATS = ("arpa", "binary", "neural", "float16", "int8", "isi")
 
 def detect(path):
     """The format of an existing model file: 'binary' (back-off), 'neural' (float32),
-    'float16'/'int8' (quantised neural), 'arpa' or 'isi'."""
+    'float16'/'int8' (quantised neural), 'arpa', 'isi' or 'kenlm' (KenLM's binary)."""
     if container.is_container(path):
         c = container.read(path)
         if c.kind == "backoff":
@@ -52,7 +53,7 @@ def detect(path):
     with open_binary(path) as f:
         head = f.read(1 << 16)
     if head.startswith(KENLM_MAGIC):
-        raise FormatError(KENLM_BINARY, path)
+        return "kenlm"
     if head.startswith(NPLM_MAGIC[:5]):
         raise FormatError(NPLM_DAMAGED, path)
     if container.altered_magic(head):
@@ -73,6 +74,14 @@ def detect(path):
     raise FormatError("not a model file nplm can convert (no ARPA \\data\\, ISI \\config or nplm header)", path)
 
 
+def backoff_tables(path, fmt):
+    """The NGramTables of a back-off model file of format ``fmt`` ('arpa', 'binary'
+    or 'kenlm', as detect() names them)."""
+    if fmt == "kenlm":
+        return kenlm_tables(path)
+    return read_arpa(path) if fmt == "arpa" else tables_from_binary(path)
+
+
 def target_format(src_fmt, out, to):
     if to is not None:
         if to not in FORMATS:
@@ -88,8 +97,8 @@ def target_format(src_fmt, out, to):
         return "isi"
     if name.endswith((".nplm", ".bin", ".binary")):
         # an nplm binary of the input's kind (as distil's --arpa reads these names)
-        return "binary" if src_fmt in ("arpa", "binary") else "neural"
-    return {"arpa": "binary", "binary": "arpa", "isi": "neural", "neural": "isi",
+        return "binary" if src_fmt in ("arpa", "binary", "kenlm") else "neural"
+    return {"arpa": "binary", "binary": "arpa", "kenlm": "arpa", "isi": "neural", "neural": "isi",
             "float16": "neural", "int8": "neural"}[src_fmt]
 
 
@@ -109,7 +118,7 @@ def convert(src, dst, to=None, text=None, messages=None):  # noqa: C901 - one br
     sf = detect(src)
     tf = target_format(sf, dst, to)
     report = {}
-    backoff_kinds, neural_kinds = ("arpa", "binary"), ("neural", "float16", "int8", "isi")
+    backoff_kinds, neural_kinds = ("arpa", "binary", "kenlm"), ("neural", "float16", "int8", "isi")
     if sf in backoff_kinds and tf in ("float16", "int8"):
         raise ValueError(f"cannot convert {sf} to {tf}: float16 and int8 quantise neural models only, and "
                          f"{src!r} is a back-off model")
@@ -123,7 +132,7 @@ def convert(src, dst, to=None, text=None, messages=None):  # noqa: C901 - one br
         raise ValueError(f"--text measures the perplexity change of a neural model's conversion; {sf} -> {tf} "
                          "keeps every n-gram and value, so there is nothing to measure")
     if sf in backoff_kinds:
-        tables = read_arpa(src) if sf == "arpa" else tables_from_binary(src)
+        tables = backoff_tables(src, sf)
         if tf == "arpa":
             write_arpa(tables, dst)
         else:

@@ -16,10 +16,11 @@ import numpy as np
 from nplm import _kernels
 from nplm.backoff import arpa
 from nplm.backoff import binary as backoff
+from nplm.backoff.kenlm import reader as kenlm_binary
 from nplm.errors import FormatError, ModelLoadError
 from nplm.io import container
 from nplm.io.files import sniff
-from nplm.io.resources import binary_fits, check_arpa
+from nplm.io.resources import binary_fits, check_arpa, check_binary_populate
 from nplm.neural import query as neural_model
 from nplm.neural._query import omp_threads
 from nplm.neural.query import batch_log10, sentence_items
@@ -37,7 +38,8 @@ class LoadMethod:
     that truncation cut off raises nplm.io._mapguard.MappedFileChanged (a
     FormatError) in the main thread -- the model must then be loaded again -- where
     it would otherwise kill the process with SIGBUS.  ARPA files are always read
-    into memory."""
+    into memory.  KenLM binaries are loaded as kenlm loads them: LAZY maps, POPULATE_*
+    map and prefault, READ and PARALLEL_READ read the file into memory."""
     LAZY = 0
     POPULATE_OR_LAZY = 1
     POPULATE_OR_READ = 2
@@ -177,7 +179,9 @@ def _load(path, config, normalization=None, cache_size=None):
         if kind in _FILE_KINDS:
             return _FILE_KINDS[kind](path, config, stream)
         if kind == "kenlm":
-            raise FormatError(arpa.KENLM_BINARY, path)
+            if not stream.seekable():
+                raise FormatError("a KenLM binary is mapped from its file: give the file, not a pipe", path)
+            return _load_kenlm(path, config.load_method)
         if stream.seekable():
             check_arpa(path)  # header counts beyond the available memory: refuse, do not swap
         if config.arpa_complain == ARPALoadComplain.ALL:
@@ -205,9 +209,23 @@ def _load_binary(path, config, normalization, cache_size):
     raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
 
 
+def _load_kenlm(path, load_method):
+    """A KenLM binary, loaded as kenlm's ``load_method`` loads it: LAZY maps it,
+    POPULATE_* map it and read it in (POPULATE_OR_LAZY maps lazily a file that does not
+    fit in memory, where the others refuse it), READ / PARALLEL_READ copy it."""
+    if load_method == LoadMethod.POPULATE_OR_LAZY and not binary_fits(path):
+        load_method = LoadMethod.LAZY
+    elif load_method != LoadMethod.LAZY:
+        check_binary_populate(path)
+    return kenlm_binary.load(path, load_method)
+
+
 class Model(_kernels.ModelBase):
     """A language model with kenlm.Model's API.  ``path`` may be an ARPA file (plain
-    or .gz/.bz2/.xz) or an nplm binary of any model kind.  All scores are log10.
+    or .gz/.bz2/.xz), an nplm binary of any model kind, or a KenLM binary (any file
+    KenLM's build_binary writes: probing, trie, quantised, array-compressed, with or
+    without its vocabulary strings, rest costs), recognised by its content and
+    scored exactly as kenlm scores it.  All scores are log10.
     Neural models also take ``normalization`` and ``cache_size``: how many contexts
     the single-query cache (context -> hidden state and normalisers) holds, 4096 by
     default; a decoder with more live contexts than that gains from more."""

@@ -10,6 +10,8 @@ loaded as a whole.
 import errno
 import os
 
+from nplm.backoff.kenlm import reader as kenlm_binary
+from nplm.backoff.kenlm.export import check_tables as check_kenlm_tables
 from nplm.compose.interpolate import MAX_SPEC_DEPTH, is_spec, read_spec, spec_cycle_error
 from nplm.errors import FormatError
 from nplm.io import container
@@ -54,6 +56,8 @@ def _what(path, head, seen):
         return what
     if container.altered_magic(head):
         raise FormatError(container.ALTERED_MAGIC, path)
+    if kenlm_binary.is_kenlm_binary(path):
+        return check_kenlm_tables(path)
     if is_spec(path):
         spec = read_spec(path)
         parts = []

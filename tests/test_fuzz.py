@@ -797,3 +797,66 @@ def test_special_files_as_models(path):
     config.arpa_complain = nplm.ARPALoadComplain.NONE
     with watchdog(), pytest.raises(nplm.ModelLoadError, match=re.escape(path)):
         nplm.Model(path, config)
+
+
+# ----------------------------------------------------------------------------- KenLM binaries
+
+KENLM_FILES = ["ptb5k.o3.probing-p1.2", "ptb5k.o3.trie-a22q8b8", "ptb5k.o3.trie-q4b6", "ptb5k.o3.trie-novocab"]
+KENLM_DIR = ROOT.parent / "shared" / "reference" / "kenlm-binary"
+
+# Besides the generic mutations, edits aimed at the header and the small structures
+# right after it (vocabulary header, quantisation and array-compression headers,
+# unigram pointers), where one byte changes every offset that follows.
+kenlm_mutation = st.one_of(
+    mutation,
+    st.tuples(st.just("at"), st.integers(0, 1023), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("bit"), st.integers(0, 1023), st.integers(0, 7)),
+)
+
+
+def mutate_kenlm(data, muts):
+    for m in muts:
+        if m[0] == "at" and m[1] < len(data):
+            data = data[:m[1]] + m[2] + data[m[1] + len(m[2]):]
+        elif m[0] == "bit" and m[1] < len(data):
+            data = data[:m[1]] + bytes([data[m[1]] ^ (1 << m[2])]) + data[m[1] + 1:]
+        elif m[0] not in ("at", "bit"):
+            data = mutate(data, [m])
+    return data
+
+
+@pytest.fixture(scope="module")
+def kenlm_raw():
+    if not KENLM_DIR.is_dir():
+        pytest.skip("../shared/reference/kenlm-binary is absent")
+    return {name: Reference((lzma.decompress((KENLM_DIR / f"{name}.bin.xz").read_bytes()), None))
+            for name in KENLM_FILES}
+
+
+def kenlm_answers(path):
+    """Load a (possibly damaged) KenLM binary and ask everything of it."""
+    model = nplm.Model(str(path))
+    out = [model.score(s) for s in SENTENCES]
+    out += [tuple(r) for s in SENTENCES for r in model.full_scores(s)]
+    out.append(tuple(model.score_sentences(SENTENCES * 3)))
+    state, nxt = nplm.State(), nplm.State()
+    model.BeginSentenceWrite(state)
+    for w in "the company said it".split():
+        out.append(model.BaseScore(state, w, nxt))
+        state, nxt = nxt, state
+    out.append(float(model.log10_distribution(state).sum()))
+    out.append(tuple(model.vocab.words()))     # ValueError for a file without its words
+    return out
+
+
+@FUZZ
+@given(name=st.sampled_from(KENLM_FILES), muts=st.lists(kenlm_mutation, min_size=1, max_size=4))
+def test_fuzz_kenlm_binary(work, kenlm_raw, name, muts):
+    """A damaged KenLM binary loads and answers (KenLM's format has no checksums, so
+    damage in the tables changes numbers undetected) or fails with a clear error;
+    never a crash, a hang or a runaway allocation."""
+    raw, _ = kenlm_raw[name]
+    path = _write(work / f"fuzz-{name}.bin", mutate_kenlm(raw, muts))
+    result = outcome(kenlm_answers, path)
+    if isinstance(result, Exception):
+        assert str(path) in str(result) or "vocabulary strings" in str(result), result

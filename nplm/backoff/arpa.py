@@ -69,8 +69,16 @@ KENLM_MAGIC = b"mmap lm http://kheafield.com/code"
 NPLM_MAGIC = b"\x93NPLM\r\n\x1a"
 NPLM_DAMAGED = ("this is a truncated or damaged nplm binary: it ends inside its 8-byte header "
                 "magic, or the magic was altered (by a text-mode transfer?)")
-KENLM_BINARY = ("this is a KenLM binary file, which nplm cannot read; rebuild the model from its "
-                "ARPA file with `nplm build-binary MODEL.arpa MODEL.nplm`")
+KENLM_BINARY = ("this is a KenLM binary file, not an ARPA file: nplm.Model and the query commands read "
+                "it as it is, and `nplm convert MODEL.binary MODEL.arpa` recovers its ARPA")
+
+
+def _starts_with(path, prefix):
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(prefix)) == prefix
+    except OSError:
+        return False
 
 
 def _show(raw, limit=60):
@@ -221,6 +229,9 @@ class _Reader:
         if line.startswith(b"\x1f\x8b"):
             return "looks like a gzip file inside a compressed file; decompress it first"
         if line.startswith(KENLM_MAGIC):
+            if self.path != "-" and not _starts_with(self.path, KENLM_MAGIC):
+                return ("this is a compressed KenLM binary file: decompress it (KenLM binaries are "
+                        "memory-mapped as they are, then nplm.Model and the query commands read them)")
             return KENLM_BINARY
         if line.startswith(NPLM_MAGIC[:5]):
             # A whole nplm header means a good binary given where an ARPA file was

@@ -21,7 +21,7 @@ from nplm.backoff.binary import build_binary
 from nplm.backoff.kneser_ney import estimate
 from nplm.compose.distil import distil_to_file
 from nplm.compose.interpolate import interpolate, is_spec
-from nplm.convert import convert, detect, tables_from_binary, target_format
+from nplm.convert import backoff_tables, convert, detect, target_format
 from nplm.evaluate import evaluate, kenlm_floats
 from nplm.io import container
 from nplm.io.atomic import check_output, refuse_stdout, same_file
@@ -761,7 +761,8 @@ class Distil:
         return 0
 
 
-@command("convert", "Convert between ARPA, nplm back-off/neural binaries, float16/int8 neural and ISI NPLM")
+@command("convert", "Convert between ARPA, nplm back-off/neural binaries, float16/int8 neural and ISI NPLM; "
+         "KenLM binaries to ARPA")
 class Convert:
     OUTPUTS = ("output",)
     INPUTS = ("input", "text")
@@ -800,7 +801,7 @@ class Convert:
         only.  Stdin can be read once, so it is not sniffed for its format first; a
         binary is memory-mapped from a file, so it cannot go to a pipe."""
         sf = "arpa" if args.input == "-" else detect(args.input)
-        if sf not in ("arpa", "binary"):
+        if sf not in ("arpa", "binary", "kenlm"):
             raise ValueError(f"{args.input} is a {sf} model: '-' (stdout) takes ARPA text only; give "
                              "the output a file name")
         tf = target_format(sf, args.output, args.to)
@@ -811,7 +812,7 @@ class Convert:
         if args.text is not None:
             raise ValueError(f"--text measures the perplexity change of a neural model's conversion; "
                              f"{sf} -> {tf} changes no value")
-        tables = read_arpa(args.input) if sf == "arpa" else tables_from_binary(args.input)
+        tables = read_arpa(args.input) if sf == "arpa" else backoff_tables(args.input, sf)
         if tf == "arpa":
             write_arpa(tables, args.output)
         else:

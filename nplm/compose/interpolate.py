@@ -48,8 +48,9 @@ A ``kenlm.Model`` component is scored through kenlm itself, which needs the GIL:
 mixture containing one does not score in parallel.  kenlm cannot list its
 vocabulary: where its ``path`` is an ARPA file (plain or compressed) its words are
 read from the file's unigrams (only that section), giving the union the same ARPA
-gives as a path; a KenLM binary adds no words (a warning says so), and words only
-it knows must be passed in ``vocab=`` (otherwise they are <unk> to the mixture).
+gives as a path, and a KenLM binary gives the words stored in it; one built without
+them (``build_binary -v``) adds no words (a warning says so), and words only it knows
+must be passed in ``vocab=`` (otherwise they are <unk> to the mixture).
 """
 import json
 import math
@@ -61,6 +62,7 @@ import warnings
 import numpy as np
 
 from nplm import _kernels
+from nplm.backoff.kenlm import reader as kenlm_binary
 from nplm.compose import _interp
 from nplm.errors import FormatError, content_hidden
 from nplm.io.atomic import atomic_write
@@ -122,8 +124,9 @@ def _component(obj, config):
 def _arpa_unigrams(path, model):  # noqa: C901 - reads the ARPA header's grammar up to the unigrams
     """The words of a kenlm.Model read from its file's \\1-grams: section when that
     file is an ARPA file (plain or compressed; nothing past that section is read),
-    in file order, each checked with ``in``; None for a KenLM binary or a file
-    that cannot be read (kenlm itself cannot list its vocabulary)."""
+    in file order, each checked with ``in``; for a KenLM binary the words it stores;
+    None for one without them or a file that cannot be read (kenlm itself cannot
+    list its vocabulary)."""
     try:
         f = open_binary(path)
     except OSError:
@@ -136,7 +139,7 @@ def _arpa_unigrams(path, model):  # noqa: C901 - reads the ARPA header's grammar
                 if line.strip():
                     break
             if line.strip() != b"\\data\\":
-                return None                 # a KenLM binary (or not a model at all)
+                return _kenlm_binary_words(path, model)
             for line in f:
                 if line.strip() == b"\\1-grams:":
                     break
@@ -159,6 +162,16 @@ def _arpa_unigrams(path, model):  # noqa: C901 - reads the ARPA header's grammar
         if w not in _UNK and w in model:
             out.append(w)
     return out
+
+
+def _kenlm_binary_words(path, model):
+    """The words stored in a KenLM binary (in id order, <unk> left out), or None for
+    one without them, or a file that is not one."""
+    try:
+        words = kenlm_binary.load(path, kenlm_binary.LAZY).vocab.words()
+    except (OSError, ValueError):
+        return None
+    return [w for w in words[1:] if w not in _UNK and w in model]
 
 
 def _union_vocab(comps, extra):
@@ -350,10 +363,10 @@ class InterpolatedModel(_kernels.ModelBase):
         self.extra_vocab = list(vocab) if vocab is not None else []
         for i, c in enumerate(self._comps):
             if c.is_kenlm and c.words is None and vocab is None:
-                warnings.warn(f"component {i} is a kenlm.Model of a KenLM binary ({c.path}), whose "
-                              "vocabulary kenlm cannot list: words only it knows are unknown to the "
-                              "mixture unless given in vocab= (a kenlm.Model of an ARPA file, or the "
-                              "path, lists them)", stacklevel=3)
+                warnings.warn(f"component {i} is a kenlm.Model of a KenLM binary ({c.path}) that does "
+                              "not store its words (build_binary -v), whose vocabulary kenlm cannot "
+                              "list: words only it knows are unknown to the mixture unless given in "
+                              "vocab=", stacklevel=3)
         words = _union_vocab(self._comps, self.extra_vocab)
         for special in ("<s>", "</s>"):
             if special not in words:

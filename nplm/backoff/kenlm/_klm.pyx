@@ -1,0 +1,366 @@
+# Query engines over KenLM binary files, mapped as they are: the probing and trie
+# data structures (quantised and array-compressed included) behind nplm's LMCore
+# protocol, and KenLM's two vocabularies (probing hash table, sorted hash array)
+# behind Vocab.  The scoring itself is nplm/src/kenlm_query.h.
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+import numpy as np
+cimport numpy as cnp
+
+from nplm._kernels cimport LMCore, MAX_ORDER, NState, Ret, Vocab, WordId
+
+cnp.import_array()
+
+cdef extern from "kenlm_query.h" nogil:
+    """
+    #if KLM_MAX_ORDER != 16
+    #error "kenlm_query.h's KLM_MAX_ORDER must equal _kernels.pxd's MAX_ORDER"
+    #endif
+    """
+    ctypedef struct klm_state:
+        pass
+    ctypedef struct klm_ret:
+        pass
+    ctypedef struct klm_hash_table:
+        const uint8_t *table
+        uint64_t buckets
+    ctypedef struct klm_probing:
+        int order
+        uint64_t n_unigram
+        const uint8_t *unigram
+        uint32_t unigram_stride
+        uint32_t middle_stride
+        klm_hash_table middle[16]
+        klm_hash_table longest
+    ctypedef struct klm_bitpacked:
+        const uint8_t *base
+        uint64_t entries
+        uint64_t max_vocab
+        uint8_t word_bits
+        uint8_t total_bits
+        uint8_t next_bits
+        uint64_t word_mask
+        uint64_t next_mask
+        uint8_t prob_bits
+        uint8_t backoff_bits
+        uint32_t prob_mask
+        uint32_t backoff_mask
+        const float *prob_table
+        const float *backoff_table
+        const uint64_t *array
+        uint64_t array_count
+        double array_scale
+        uint64_t next_entries
+    ctypedef struct klm_trie:
+        int order
+        uint64_t n_unigram
+        const uint8_t *unigram
+        uint64_t first_entries
+        klm_bitpacked middle[16]
+        klm_bitpacked longest
+    uint64_t klm_hash_word(const char *s, size_t n)
+    uint32_t klm_probing_vocab_index(const uint8_t *table, uint64_t buckets, uint64_t h)
+    uint32_t klm_sorted_vocab_index(const uint64_t *sorted, uint64_t n, uint64_t key)
+    void klm_probing_score(const klm_probing *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
+    void klm_probing_context(const klm_probing *m, const uint32_t *words, int n, klm_state *out)
+    void klm_trie_score(const klm_trie *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
+    void klm_trie_context(const klm_trie *m, const uint32_t *words, int n, klm_state *out)
+
+assert sizeof(NState) == sizeof(klm_state) and sizeof(Ret) == sizeof(klm_ret)
+
+
+cdef inline const uint8_t *_bytes_at(mem, Py_ssize_t offset, Py_ssize_t size) except NULL:
+    """Pointer to mem[offset:offset + size] (a uint8 array over the file)."""
+    cdef const uint8_t[::1] view = mem
+    if offset < 0 or size < 0 or offset + size > view.shape[0]:
+        raise ValueError(f"bytes {offset}..{offset + size} outside the {view.shape[0]}-byte file")
+    if view.shape[0] == 0:
+        raise ValueError("empty file")
+    return &view[0] + offset
+
+
+def hash_word(word):
+    """KenLM's vocabulary hash (MurmurHash64A, seed 0) of a word (str as UTF-8, or bytes)."""
+    cdef Py_ssize_t n
+    cdef const char *s
+    if isinstance(word, str):
+        s = PyUnicode_AsUTF8AndSize(word, &n)
+    else:
+        word = bytes(word)
+        s = PyBytes_AS_STRING(word)
+        n = PyBytes_GET_SIZE(word)
+    return klm_hash_word(s, n)
+
+
+# ---------------------------------------------------------------------------------
+# Vocabularies.
+
+cdef class KenlmVocab(Vocab):
+    """KenLM's word -> id (by MurmurHash64A of the word, through the file's own hash
+    table or sorted hash array), and id -> word through the strings stored at the end
+    of the file.  A file built without them (``build_binary -v``) scores every word
+    as KenLM does, but cannot list its words."""
+    cdef object _mem
+    cdef const uint8_t *_table
+    cdef uint64_t _entries       # probing: buckets; sorted: hashes
+    cdef bint _sorted
+    cdef object _load_strings    # () -> bytes of the NUL-terminated words; None: not stored
+    cdef object _strings
+    cdef object _word_offsets    # computed on first use
+    cdef public object path
+
+    def __init__(self, mem, bint sorted_hashes, Py_ssize_t offset, uint64_t entries, Py_ssize_t size,
+                 load_strings=None, path=None):
+        """mem: the file (uint8 array); the lookup is ``entries`` probing buckets (12
+        bytes each) or sorted uint64 hashes at ``offset``; ``size`` words (ids
+        0..size-1); ``load_strings()`` reads the file's word strings (None: the file
+        has none)."""
+        self._mem = mem
+        self._sorted = sorted_hashes
+        self._entries = entries
+        self._table = _bytes_at(mem, offset, entries * (8 if sorted_hashes else 12))
+        if not sorted_hashes and entries == 0:
+            raise ValueError("empty vocabulary hash table")
+        self.size = size
+        self._load_strings = load_strings
+        self._strings = None
+        self._word_offsets = None
+        self.path = path
+
+    cdef WordId index(self, const char *s, Py_ssize_t n) noexcept nogil:
+        cdef uint64_t h = klm_hash_word(s, n)
+        if self._sorted:
+            return klm_sorted_vocab_index(<const uint64_t *>self._table, self._entries, h)
+        return klm_probing_vocab_index(self._table, self._entries, h)
+
+    @property
+    def has_strings(self):
+        """Whether the file stores its words (False: built with ``build_binary -v``)."""
+        return self._load_strings is not None
+
+    def _offsets_of_words(self):
+        if self._load_strings is None:
+            raise ValueError(f"{self.path}: this KenLM binary was built without its vocabulary strings "
+                             f"(build_binary -v): words are scored by their hashes, but cannot be listed")
+        if self._word_offsets is None:
+            self._strings = self._load_strings()
+            ends = np.flatnonzero(np.frombuffer(self._strings, dtype=np.uint8) == 0)
+            if len(ends) < self.size:
+                raise ValueError(f"{self.path}: the vocabulary strings hold {len(ends)} words, the model "
+                                 f"{self.size} (truncated file?)")
+            starts = np.empty(self.size + 1, dtype=np.int64)
+            starts[0] = 0
+            starts[1:] = ends[:self.size] + 1
+            self._word_offsets = starts
+        return self._word_offsets
+
+    def word(self, Py_ssize_t i):
+        """The word with id ``i`` (str)."""
+        if i < 0 or i >= self.size:
+            raise IndexError(f"word id {i} out of range 0..{self.size - 1}")
+        offsets = self._offsets_of_words()
+        return bytes(self._strings[offsets[i]:offsets[i + 1] - 1]).decode("utf-8", "surrogateescape")
+
+    def words(self):
+        """All words, in id order (id 0, <unk>, first)."""
+        offsets = self._offsets_of_words()
+        raw = bytes(self._strings[:offsets[self.size]])
+        return [w.decode("utf-8", "surrogateescape") for w in raw.split(b"\0")[:self.size]]
+
+    def arrays(self):
+        raise ValueError("a KenLM binary's vocabulary is part of its file, not separate arrays")
+
+
+# ---------------------------------------------------------------------------------
+# Scorers.
+
+cdef class KenlmProbingCore(LMCore):
+    """KenLM's probing data structure (``build_binary probing``, rest costs too)."""
+    cdef klm_probing m
+    cdef object _mem
+
+    def __init__(self, mem, int order, unigram, list middle, longest, bint rest, WordId bos_id,
+                 WordId eos_id):
+        """unigram: (offset, entries); middle/longest: (offset, buckets) in mem."""
+        cdef int k
+        if not 2 <= order <= MAX_ORDER or len(middle) != order - 2:
+            raise ValueError(f"order {order} outside 2..{MAX_ORDER}")
+        self._mem = mem
+        self.order = order
+        self.m.order = order
+        self.m.unigram_stride = 12 if rest else 8
+        self.m.middle_stride = 20 if rest else 16
+        self.m.n_unigram = unigram[1]
+        self.m.unigram = _bytes_at(mem, unigram[0], unigram[1] * self.m.unigram_stride)
+        for k in range(order - 2):
+            if middle[k][1] < 1:
+                raise ValueError(f"empty {k + 2}-gram hash table")
+            self.m.middle[k].table = _bytes_at(mem, middle[k][0], middle[k][1] * self.m.middle_stride)
+            self.m.middle[k].buckets = middle[k][1]
+        if longest[1] < 1:
+            raise ValueError(f"empty {order}-gram hash table")
+        self.m.longest.table = _bytes_at(mem, longest[0], longest[1] * 12)
+        self.m.longest.buckets = longest[1]
+        if bos_id >= self.m.n_unigram or eos_id >= self.m.n_unigram:
+            raise ValueError("<s> or </s> outside the unigrams")
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+
+    cdef void begin_state(self, NState *out) noexcept nogil:
+        out.length = 1
+        out.words[0] = self.bos_id
+        out.backoff[0] = (<const float *>(self.m.unigram + <uint64_t>self.bos_id * self.m.unigram_stride))[1]
+
+    cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
+        klm_probing_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
+        return 0
+
+    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
+        klm_probing_context(&self.m, words, n, <klm_state *>out)
+        return 0
+
+
+cdef class KenlmTrieCore(LMCore):
+    """KenLM's trie (``build_binary trie``, with ``-q``/``-b`` quantisation and ``-a``
+    array pointer compression)."""
+    cdef klm_trie m
+    cdef object _mem
+
+    def __init__(self, mem, int order, unigram, list orders, WordId bos_id, WordId eos_id):
+        """unigram: (offset, records); orders: one dict per order 2..N with the
+        BitPacked fields (base, entries, max_vocab, word_bits, value_bits, next_bits,
+        array, array_count) and, quantised, prob_bits, backoff_bits, prob_table,
+        backoff_table (offsets)."""
+        cdef int k
+        if not 2 <= order <= MAX_ORDER or len(orders) != order - 1:
+            raise ValueError(f"order {order} outside 2..{MAX_ORDER}")
+        self._mem = mem
+        self.order = order
+        self.m.order = order
+        self.m.n_unigram = unigram[1]
+        if self.m.n_unigram < 2:
+            raise ValueError("no unigrams")
+        self.m.unigram = _bytes_at(mem, unigram[0], unigram[1] * 16)
+        self.m.first_entries = orders[0]["entries"]
+        for k in range(order - 2):
+            self._fill(&self.m.middle[k], mem, orders[k], orders[k + 1]["entries"])
+        self._fill(&self.m.longest, mem, orders[order - 2], 0)
+        if bos_id + 1 >= self.m.n_unigram or eos_id + 1 >= self.m.n_unigram:
+            raise ValueError("<s> or </s> outside the unigrams")
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+
+    cdef int _fill(self, klm_bitpacked *t, mem, dict d, uint64_t next_entries) except -1:
+        cdef uint64_t total = d["word_bits"] + d["value_bits"] + d["next_bits"]
+        if d["word_bits"] > 57 or d["next_bits"] > 57 or total > 255 or total == 0:
+            raise ValueError("impossible record width")
+        t.entries = d["entries"]
+        t.base = _bytes_at(mem, d["base"], ((t.entries + 1) * total + 7) // 8 + 8)
+        t.max_vocab = d["max_vocab"]
+        t.word_bits = d["word_bits"]
+        t.total_bits = total
+        t.next_bits = d["next_bits"]
+        t.word_mask = (1ULL << t.word_bits) - 1
+        t.next_mask = (1ULL << t.next_bits) - 1
+        t.next_entries = next_entries
+        t.prob_table = NULL
+        t.backoff_table = NULL
+        t.prob_bits = 0
+        t.backoff_bits = 0
+        if d.get("prob_table") is not None:
+            t.prob_bits = d["prob_bits"]
+            t.prob_mask = (1 << t.prob_bits) - 1
+            t.prob_table = <const float *>_bytes_at(mem, d["prob_table"], 4 << t.prob_bits)
+            if d.get("backoff_table") is not None:
+                t.backoff_bits = d["backoff_bits"]
+                t.backoff_mask = (1 << t.backoff_bits) - 1
+                t.backoff_table = <const float *>_bytes_at(mem, d["backoff_table"], 4 << t.backoff_bits)
+        t.array = NULL
+        t.array_count = 0
+        if d.get("array") is not None:
+            t.array_count = d["array_count"]
+            if t.array_count < 1:
+                raise ValueError("empty pointer array")
+            t.array = <const uint64_t *>_bytes_at(mem, d["array"], 8 * t.array_count)
+            t.array_scale = <double>t.array_count / <double>(t.entries + 1)
+        return 0
+
+    cdef void begin_state(self, NState *out) noexcept nogil:
+        out.length = 1
+        out.words[0] = self.bos_id
+        out.backoff[0] = (<const float *>(self.m.unigram + <uint64_t>self.bos_id * 16))[1]
+
+    cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
+        klm_trie_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
+        return 0
+
+    cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
+        klm_trie_context(&self.m, words, n, <klm_state *>out)
+        return 0
+
+
+# ---------------------------------------------------------------------------------
+# Recovering the n-grams of probing tables (for conversion to ARPA).
+
+cdef extern from "kenlm_query.h" nogil:
+    uint64_t klm_combine(uint64_t current, uint32_t next)
+    const uint8_t *klm_probe(const klm_hash_table *t, uint32_t stride, uint64_t key)
+
+
+@cython.boundscheck(False)
+def probing_join(KenlmProbingCore core, int n, const uint64_t[::1] suffix_keys, const int64_t[::1] suffix_off,
+                 const uint32_t[::1] context_words, const int64_t[::1] context_off, Py_ssize_t cap):
+    """Probe the n-gram table for every (suffix, context) pair of each group g
+    (suffixes [suffix_off[g], suffix_off[g+1]), contexts likewise): the key of
+    w_1..w_n is the suffix's key (w_2..w_n) extended by the context's oldest word w_1.
+    Returns (suffix index, context index, raw prob, raw backoff, key) arrays of the
+    hits, or None when there are more than ``cap``."""
+    if not 2 <= n <= core.m.order or suffix_off.shape[0] != context_off.shape[0]:
+        raise ValueError("bad arguments")
+    cdef Py_ssize_t groups = suffix_off.shape[0] - 1, g, got = 0
+    cdef int64_t s, c
+    for g in range(groups + 1):
+        if not (0 <= suffix_off[g] <= suffix_keys.shape[0] and 0 <= context_off[g] <= context_words.shape[0]):
+            raise ValueError("offsets outside the arrays")
+    s_idx = np.empty(cap, np.int64)
+    c_idx = np.empty(cap, np.int64)
+    probs = np.empty(cap, np.float32)
+    backoffs = np.zeros(cap, np.float32)
+    keys = np.empty(cap, np.uint64)
+    cdef int64_t[::1] si = s_idx, ci = c_idx
+    cdef float[::1] pv = probs, bv = backoffs
+    cdef uint64_t[::1] kv = keys
+    cdef const klm_hash_table *table = &core.m.longest if n == core.m.order else &core.m.middle[n - 2]
+    cdef uint32_t stride = 12 if n == core.m.order else core.m.middle_stride
+    cdef bint longest = n == core.m.order
+    cdef uint64_t key
+    cdef const uint8_t *e
+    cdef bint full = False
+    with nogil:
+        for g in range(groups):
+            for s in range(suffix_off[g], suffix_off[g + 1]):
+                for c in range(context_off[g], context_off[g + 1]):
+                    key = klm_combine(suffix_keys[s], context_words[c])
+                    e = klm_probe(table, stride, key)
+                    if e == NULL:
+                        continue
+                    if got == cap:
+                        full = True
+                        break
+                    si[got] = s
+                    ci[got] = c
+                    kv[got] = key
+                    pv[got] = (<const float *>(e + 8))[0]
+                    if not longest:
+                        bv[got] = (<const float *>(e + 12))[0]
+                    got += 1
+                if full:
+                    break
+            if full:
+                break
+    if full:
+        return None
+    return s_idx[:got], c_idx[:got], probs[:got], backoffs[:got], keys[:got]

@@ -1,0 +1,171 @@
+"""Opening KenLM binary files (``build_binary`` output) as nplm models.
+
+The file is mapped as it is (nothing is parsed into Python objects or copied, except
+with LoadMethod.READ, which reads it into memory as kenlm does); the query engines of
+``_query`` read KenLM's own tables.  Every header field and every offset derived
+from it is checked against the file before anything is mapped, so a foreign,
+truncated or corrupt file is a FormatError naming it, never a crash.
+"""
+import mmap
+import os
+
+import numpy as np
+
+from nplm import _kernels
+from nplm.backoff.kenlm import format as fmt
+from nplm.backoff.kenlm._klm import KenlmProbingCore, KenlmTrieCore, KenlmVocab
+from nplm.errors import FormatError
+
+# nplm's LoadMethod values (kenlm's util::LoadMethod).
+LAZY, POPULATE_OR_LAZY, POPULATE_OR_READ, READ, PARALLEL_READ = range(5)
+
+
+def is_kenlm_binary(path):
+    """Whether ``path`` starts like a KenLM binary (of any version, or unfinished)."""
+    try:
+        with open(path, "rb") as f:
+            return fmt.looks_like_kenlm(f.read(len(fmt.MAGIC_PREFIX)))
+    except OSError:
+        return False
+
+
+class KenlmData:
+    """A loaded KenLM binary: the scorer, the vocabulary, the header and layout, and
+    the mapping they read."""
+
+    def __init__(self, core, vocab, header, layout, mem):
+        self.core = core
+        self.vocab = vocab
+        self.header = header
+        self.layout = layout
+        self.mem = mem
+        self.config = {"kenlm": header.model_name, "order": header.order, "counts": list(header.counts)}
+
+
+def read_layout(path):
+    """(Header, layout, file size) of a KenLM binary; FormatError naming ``path``."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(4096)
+
+        def read(offset, n):
+            if offset + n > size:
+                raise fmt.KenlmFormatError(f"truncated KenLM binary file ({size} bytes; its header places "
+                                           f"data at byte {offset + n})")
+            return os.pread(f.fileno(), n, offset)
+        try:
+            header = fmt.parse_header(head, size, _kernels.QUERY_MAX_ORDER)
+            layout = fmt.layout(header, read)
+        except fmt.KenlmFormatError as e:
+            raise FormatError(str(e), path) from None
+    if layout.end > size:
+        raise FormatError(f"truncated KenLM binary file (or corrupt counts): {size} bytes, but its header "
+                          f"({header.model_name}, counts {list(header.counts)}) needs {layout.end}", path)
+    return header, layout, size
+
+
+def _map(path, length, load_method):
+    """The first ``length`` bytes of the file as a read-only uint8 array, loaded as
+    kenlm's ``load_method`` loads it."""
+    with open(path, "rb") as f:
+        if load_method in (READ, PARALLEL_READ):
+            buf = np.empty(length, dtype=np.uint8)
+            got = f.readinto(memoryview(buf))
+            if got != length:
+                raise FormatError(f"file shrank while being read ({got} of {length} bytes)", path)
+            buf.setflags(write=False)
+            return buf
+        flags = mmap.MAP_SHARED
+        if load_method in (POPULATE_OR_LAZY, POPULATE_OR_READ) and hasattr(mmap, "MAP_POPULATE"):
+            flags |= mmap.MAP_POPULATE
+        mm = mmap.mmap(f.fileno(), length, flags=flags, prot=mmap.PROT_READ)
+    return np.frombuffer(mm, dtype=np.uint8)
+
+
+def _strings_loader(path, header, layout, size):
+    """A function reading the vocabulary strings, after checking that they begin with
+    "<unk>\\0" where the layout puts them (KenLM's own check); None without them."""
+    if not header.has_vocabulary:
+        return None
+    with open(path, "rb") as f:
+        first = os.pread(f.fileno(), 6, layout.end)
+    if first != b"<unk>\0":
+        raise FormatError(f"the vocabulary strings are not where the header places them (byte {layout.end}): "
+                          f"corrupt counts or a truncated file", path)
+
+    def load():
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), size - layout.end, layout.end)
+    return load
+
+
+def load(path, load_method=POPULATE_OR_READ):
+    """KenlmData of the KenLM binary ``path``."""
+    path = os.fspath(path)
+    header, layout, size = read_layout(path)
+    strings = _strings_loader(path, header, layout, size)
+    mem = _map(path, layout.end, load_method)
+    try:
+        if header.is_trie:
+            vocab, core = _trie(mem, header, layout, strings, path)
+        else:
+            vocab, core = _probing(mem, header, layout, strings, path)
+    except ValueError as e:
+        if isinstance(e, FormatError):
+            raise
+        raise FormatError(f"corrupt KenLM binary ({e})", path) from None
+    return KenlmData(core, vocab, header, layout, mem)
+
+
+def _u32(mem, offset):
+    return int(mem[offset:offset + 4].view(np.uint32)[0])
+
+
+def _u64(mem, offset):
+    return int(mem[offset:offset + 8].view(np.uint64)[0])
+
+
+def _probing(mem, header, layout, strings, path):
+    version, bound = _u32(mem, layout.vocab_header.offset), _u32(mem, layout.vocab_header.offset + 4)
+    if version != fmt.PROBING_VOCAB_VERSION:
+        raise FormatError(f"probing vocabulary version {version}; this reader reads "
+                          f"{fmt.PROBING_VOCAB_VERSION}", path)
+    if not 1 <= bound <= layout.unigram.buckets:
+        raise FormatError(f"corrupt vocabulary header ({bound} words, {layout.unigram.buckets} unigrams)", path)
+    vocab = KenlmVocab(mem, False, layout.vocab.offset, layout.vocab.buckets, bound, strings, path)
+    bos, eos = vocab.id("<s>"), vocab.id("</s>")
+    core = KenlmProbingCore(mem, header.order, (layout.unigram.offset, layout.unigram.buckets),
+                            [(t.offset, t.buckets) for t in layout.middle],
+                            (layout.longest.offset, layout.longest.buckets), layout.rest, bos, eos)
+    return vocab, core
+
+
+def _bitpacked(b, max_vocab, quant=None, k=None):
+    d = {"base": b.base, "entries": b.entries, "max_vocab": max_vocab, "word_bits": b.word_bits,
+         "value_bits": b.value_bits, "next_bits": b.next_bits, "array": b.array, "array_count": b.array_count}
+    if quant is not None:
+        d["prob_bits"], d["backoff_bits"] = quant.prob_bits, quant.backoff_bits
+        if k is None:
+            d["prob_table"] = quant.longest
+        else:
+            d["prob_table"], d["backoff_table"] = quant.middle[k]
+    return d
+
+
+def _trie(mem, header, layout, strings, path):
+    counts = header.counts
+    stored = _u64(mem, layout.vocab.offset)
+    if stored >= counts[0]:
+        raise FormatError(f"corrupt vocabulary ({stored} words besides <unk>, header counts {counts[0]})", path)
+    # The pointer after the last unigram ends the bigrams (cheap check of the counts).
+    uni = layout.unigram
+    first = _u64(mem, uni.offset + 8)
+    last = _u64(mem, uni.offset + 16 * counts[0] + 8)
+    if first != 0 or last != counts[1]:
+        raise FormatError(f"corrupt trie: unigram pointers {first}..{last}, expected 0..{counts[1]} bigrams", path)
+    vocab = KenlmVocab(mem, True, layout.vocab.offset + 8, stored, stored + 1, strings, path)
+    bos, eos = vocab.id("<s>"), vocab.id("</s>")
+    orders = [_bitpacked(m, counts[0], layout.quant, k) for k, m in enumerate(layout.middle)]
+    orders.append(_bitpacked(layout.longest, counts[0], layout.quant))
+    core = KenlmTrieCore(mem, header.order, (uni.offset, uni.buckets), orders, bos, eos)
+    return vocab, core
