@@ -1,0 +1,1 @@
+"""KenLM's own binary model files (build_binary's probing and trie layouts)."""

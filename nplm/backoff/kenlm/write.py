@@ -1,0 +1,110 @@
+"""Writing KenLM's binary model files from NGramTables: ``write_binary(tables, path,
+Options(...))`` with build_binary's settings.  The probing layout is built here,
+the trie in ``trie.py``; both come out byte-identical to KenLM's build_binary
+(see docs/kenlm-binary.md for the rules followed and the one case refused).
+"""
+import sys
+
+import numpy as np
+
+from nplm.backoff.kenlm import _write, trie
+from nplm.backoff.kenlm.header import (DEFAULT_MULTIPLIER, DEFAULT_UNKNOWN_LOGPROB, PROBING, TRIE,
+                                       model_type, header_bytes, probing_buckets)
+from nplm.backoff.kenlm.prepare import Vocab, check_probs, kenlm_backoffs, strings, where
+from nplm.errors import FormatError
+from nplm.io.atomic import atomic_write
+
+
+class Options:
+    """build_binary's settings (its flags in brackets)."""
+
+    def __init__(self, type=PROBING, multiplier=DEFAULT_MULTIPLIER, prob_bits=None,
+                 backoff_bits=None, pointer_bits=None, include_vocab=True,
+                 unknown_logprob=DEFAULT_UNKNOWN_LOGPROB, allow_missing_markers=False):
+        if type not in (PROBING, TRIE):
+            raise ValueError(f"the KenLM binary type is 'probing' or 'trie', not {type!r}")
+        multiplier = float(np.float32(multiplier))
+        if not (np.isfinite(multiplier) and multiplier > 1.0):
+            raise ValueError(f"the probing multiplier (-p) must be > 1.0, not {multiplier!r}")
+        if backoff_bits is not None and prob_bits is None:
+            raise ValueError("back-off quantisation (-b) needs probability quantisation (-q)")
+        if prob_bits is not None:
+            if type != TRIE:
+                raise ValueError("quantisation (-q/-b) is only implemented in the trie data structure")
+            backoff_bits = prob_bits if backoff_bits is None else backoff_bits
+            for flag, bits in (("-q", prob_bits), ("-b", backoff_bits)):
+                if not 1 <= int(bits) <= 25:
+                    raise ValueError(f"{flag}: quantisation takes 1 to 25 bits, not {bits}")
+        if pointer_bits is not None and not 0 <= int(pointer_bits) <= 255:
+            raise ValueError(f"-a: the pointer compression bits are 0 to 255, not {pointer_bits}")
+        self.type = type
+        self.multiplier = multiplier
+        self.prob_bits = None if prob_bits is None else int(prob_bits)
+        self.backoff_bits = None if backoff_bits is None else int(backoff_bits)
+        self.pointer_bits = None if pointer_bits is None or type != TRIE else int(pointer_bits)
+        self.include_vocab = bool(include_vocab)
+        self.unknown_logprob = float(unknown_logprob)
+        self.allow_missing_markers = bool(allow_missing_markers)
+
+    @property
+    def model_type(self):
+        return model_type(self.type, self.prob_bits is not None, self.pointer_bits is not None)
+
+
+def write_binary(tables, path, opts=None, messages=sys.stderr):
+    """Write ``tables`` (NGramTables) as a KenLM binary at ``path`` (atomically)."""
+    opts = opts or Options()
+    tables.validate()
+    if tables.order < 2:
+        raise FormatError("KenLM's binary formats need at least a bigram model", tables.source)
+    check_probs(tables)
+    vocab = Vocab(tables, opts, messages)
+    if opts.type == PROBING:
+        parts = _probing(tables, vocab, opts)
+    else:
+        parts = trie.build(tables, vocab, opts)
+    with atomic_write(path) as f:
+        for part in parts:
+            f.write(part)
+
+
+def _probing(tables, vocab, opts):
+    """The probing file's parts: header, vocabulary table, search, strings."""
+    order, counts = tables.order, [int(c) for c in tables.counts]
+    words = vocab.number_in_arpa_order()
+    v = counts[0]
+    vocab_buckets = probing_buckets(v, opts.multiplier)
+    vocab_region = np.zeros(8 + 12 * vocab_buckets, dtype=np.uint8)
+    vocab_region[:8].view(np.uint32)[:] = (0, len(words) + 1)      # version, bound
+    if not _write.fill_vocab_table(vocab_region[8:], vocab.hashes, vocab_buckets):
+        raise FormatError("the vocabulary does not fit its probing table", tables.source)
+    buckets = [probing_buckets(c, opts.multiplier) for c in counts[1:]]
+    sizes = [(v + 1) * 8] + [b * 16 for b in buckets[:-1]] + [buckets[-1] * 12]
+    offsets = np.cumsum([0] + sizes)
+    search = np.zeros(int(offsets[-1]), dtype=np.uint8)
+    uni = search[:sizes[0]].view(np.float32).reshape(v + 1, 2)
+    uni[vocab.ids, 0] = tables.logprob[0]
+    uni[vocab.ids, 1] = kenlm_backoffs(tables.backoff[0])
+    used = np.zeros(order - 1, dtype=np.uint64)
+    table_offsets = offsets[1:-1].astype(np.uint64)
+    for n in range(2, order + 1):
+        ids = vocab.ids[tables.ids[n - 1]]
+        backoff = kenlm_backoffs(tables.backoff[n - 1]) if n < order else np.zeros(0, np.float32)
+        code, where = _write.probing_order(n, order, ids, np.ascontiguousarray(tables.logprob[n - 1]),
+                                           backoff, uni, search, table_offsets,
+                                           np.array(buckets, dtype=np.uint64), used)
+        if code == _write.NO_CONTEXT:
+            path, line = where(tables, n, where)
+            raise FormatError(f"the context of every {n}-gram should appear as a {n - 1}-gram",
+                              path, line)
+        if code == _write.FULL:
+            path, line = where(tables, n, where)
+            raise FormatError("a probing table is full: too many n-grams lack their suffixes "
+                              "(KenLM gives up here too); raise the multiplier (-p)", path, line)
+    if not vocab.saw_unk:
+        uni[0] = (opts.unknown_logprob, 0.0)
+    head = header_bytes(order, opts.model_type, 0, counts, opts.multiplier, opts.include_vocab)
+    parts = [head, vocab_region, search]
+    if opts.include_vocab:
+        parts.append(strings(words))
+    return parts
