@@ -222,23 +222,37 @@ static int kenlm_probing_order(int n, int order, int64_t count, const uint32_t *
 /* ---- trie ------------------------------------------------------------------ */
 
 /* Sort the rows of an n-column table of word ids (values < bound) by their
- * columns left to right: a least-significant-digit radix sort, one counting
- * pass per column.  perm (count) receives the order; tmp is scratch (count);
- * hist is scratch (bound + 1). */
+ * columns left to right: a least-significant-digit radix sort, one stable
+ * counting pass per column, moving whole records (the row and its index) so that
+ * every pass reads sequentially.  out_rows (count x n) receives the sorted rows,
+ * perm (count) their original indices; scratch holds 2 * count * (n + 2) values,
+ * hist bound + 1. */
 static void kenlm_sort_rows(const uint32_t *rows, int64_t count, int n, uint32_t bound,
-                            int64_t *perm, int64_t *tmp, int64_t *hist) {
+                            uint32_t *out_rows, int64_t *perm, uint32_t *scratch, int64_t *hist) {
+    const size_t w = (size_t)n + 2;
+    uint32_t *from = scratch, *to = scratch + (size_t)count * w, *swap;
     int64_t i;
     int c;
-    for (i = 0; i < count; ++i) perm[i] = i;
+    for (i = 0; i < count; ++i) {
+        memcpy(from + (size_t)i * w, rows + (size_t)i * n, sizeof(uint32_t) * (size_t)n);
+        uint64_t idx = (uint64_t)i;
+        memcpy(from + (size_t)i * w + n, &idx, 8);
+    }
     for (c = n - 1; c >= 0; --c) {
         memset(hist, 0, sizeof(int64_t) * ((size_t)bound + 1));
-        for (i = 0; i < count; ++i) ++hist[rows[(size_t)perm[i] * n + c] + 1];
+        for (i = 0; i < count; ++i) ++hist[from[(size_t)i * w + c] + 1];
         for (i = 0; i < (int64_t)bound; ++i) hist[i + 1] += hist[i];
         for (i = 0; i < count; ++i) {
-            int64_t p = perm[i];
-            tmp[hist[rows[(size_t)p * n + c]]++] = p;
+            const uint32_t *rec = from + (size_t)i * w;
+            memcpy(to + (size_t)(hist[rec[c]]++) * w, rec, sizeof(uint32_t) * w);
         }
-        memcpy(perm, tmp, sizeof(int64_t) * (size_t)count);
+        swap = from; from = to; to = swap;
+    }
+    for (i = 0; i < count; ++i) {
+        uint64_t idx;
+        memcpy(out_rows + (size_t)i * n, from + (size_t)i * w, sizeof(uint32_t) * (size_t)n);
+        memcpy(&idx, from + (size_t)i * w + n, 8);
+        perm[i] = (int64_t)idx;
     }
 }
 
@@ -280,13 +294,13 @@ static int64_t kenlm_child_ranges(const uint32_t *shorter, int64_t count_s, cons
 }
 
 /* Mark (+0.0 back-off) every row of sorted `rows` (m columns) that appears among
- * the contexts: ctx rows (m columns, in the order perm) sorted.  Returns the
- * position in perm of a context absent from rows, or -1. */
+ * the sorted contexts ctx (m columns).  Returns the index in ctx of a context
+ * absent from rows, or -1. */
 static int64_t kenlm_mark_contexts(const uint32_t *rows, int64_t count, int m, float *backoff,
-                                   const uint32_t *ctx, const int64_t *perm, int64_t count_c) {
+                                   const uint32_t *ctx, int64_t count_c) {
     int64_t i = 0, k;
     for (k = 0; k < count_c; ++k) {
-        const uint32_t *c = ctx + (size_t)perm[k] * m;
+        const uint32_t *c = ctx + (size_t)k * m;
         int cmp = -1;
         while (i < count && (cmp = kenlm_cmp_rows(rows + (size_t)i * m, c, m)) < 0) ++i;
         if (i == count || cmp != 0) return k;

@@ -34,12 +34,12 @@ cdef extern from "kenlm_write.h" nogil:
                             kenlm_mid_table *mids, kenlm_long_entry *long_table,
                             uint64_t long_buckets, uint64_t *long_used, int64_t *where)
     void kenlm_sort_rows(const uint32_t *rows, int64_t count, int n, uint32_t bound,
-                         int64_t *perm, int64_t *tmp, int64_t *hist)
+                         uint32_t *out_rows, int64_t *perm, uint32_t *scratch, int64_t *hist)
     int64_t kenlm_find_duplicate(const uint32_t *rows, int64_t count, int n)
     int64_t kenlm_child_ranges(const uint32_t *shorter, int64_t count_s, const uint32_t *longer,
                                int64_t count_l, int n, uint64_t *next)
     int64_t kenlm_mark_contexts(const uint32_t *rows, int64_t count, int m, float *backoff,
-                                const uint32_t *ctx, const int64_t *perm, int64_t count_c)
+                                const uint32_t *ctx, int64_t count_c)
     void kenlm_make_bins(const float *sorted, int64_t size, float *centers, uint32_t bins)
     void kenlm_pack_level(uint8_t *base, int64_t count, const uint32_t *word, const float *prob,
                           const float *backoff, const uint64_t *next, const kenlm_level_layout *L)
@@ -109,16 +109,21 @@ def probing_order(int n, int order, const uint32_t[:, ::1] ids, const float[::1]
 
 
 def sort_rows(const uint32_t[:, ::1] rows, uint32_t bound):
-    """The order that sorts the rows (all values < bound) column by column."""
+    """(sorted rows, perm): the rows (all values < bound) sorted column by column,
+    and the index each came from."""
     cdef int64_t count = rows.shape[0]
+    cdef int n = <int>rows.shape[1]
+    out = np.empty((count, n), dtype=np.uint32)
     perm = np.empty(count, dtype=np.int64)
-    tmp = np.empty(count, dtype=np.int64)
+    scratch = np.empty(2 * count * (n + 2), dtype=np.uint32)
     hist = np.empty(<Py_ssize_t>bound + 1, dtype=np.int64)
-    cdef int64_t[::1] p = perm, t = tmp, h = hist
-    if count:
+    cdef uint32_t[:, ::1] o = out
+    cdef uint32_t[::1] s = scratch
+    cdef int64_t[::1] p = perm, h = hist
+    if count and n:
         with nogil:
-            kenlm_sort_rows(&rows[0, 0], count, <int>rows.shape[1], bound, &p[0], &t[0], &h[0])
-    return perm
+            kenlm_sort_rows(&rows[0, 0], count, n, bound, &o[0, 0], &p[0], &s[0], &h[0])
+    return out, perm
 
 
 def find_duplicate(const uint32_t[:, ::1] rows):
@@ -146,22 +151,21 @@ def child_ranges(const uint32_t[:, ::1] shorter, const uint32_t[:, ::1] longer):
     return nxt, missing
 
 
-def mark_contexts(const uint32_t[:, ::1] rows, float[::1] backoff,
-                  const uint32_t[:, ::1] ctx, const int64_t[::1] perm):
-    """Give every row that is a context (a row of ctx; perm sorts ctx) an
-    extendable back-off (-0.0 -> +0.0).  Returns the index into ctx of a context
-    missing from rows, or -1."""
+def mark_contexts(const uint32_t[:, ::1] rows, float[::1] backoff, const uint32_t[:, ::1] ctx):
+    """Give every row that is a context (a row of the sorted ctx) an extendable
+    back-off (-0.0 -> +0.0).  Returns the index into ctx of a context missing from
+    rows, or -1."""
     cdef int64_t k
     if ctx.shape[0] == 0:
         return -1
     if rows.shape[0] == 0:
-        return perm[0]
+        return 0
     if ctx.shape[1] != rows.shape[1] or backoff.shape[0] != rows.shape[0]:
         raise ValueError("mark_contexts: shapes differ")
     with nogil:
         k = kenlm_mark_contexts(&rows[0, 0], rows.shape[0], <int>rows.shape[1], &backoff[0],
-                                &ctx[0, 0], &perm[0], perm.shape[0])
-    return -1 if k < 0 else perm[k]
+                                &ctx[0, 0], ctx.shape[0])
+    return k
 
 
 def make_bins(const float[::1] sorted_values, uint32_t bins):

@@ -33,9 +33,7 @@ class Level:
 
 def _sorted_level(tables, vocab, n, bound):
     ids = vocab.ids[tables.ids[n - 1]]
-    rows = np.ascontiguousarray(ids[:, ::-1])
-    perm = _write.sort_rows(rows, bound)
-    rows = rows[perm]
+    rows, perm = _write.sort_rows(np.ascontiguousarray(ids[:, ::-1]), bound)
     dup = _write.find_duplicate(rows)
     if dup >= 0:
         path, line = where(tables, n, perm[dup])
@@ -65,11 +63,10 @@ def _link(tables, levels, uni, n, perm):
         raise FormatError(f"this {n}-gram's suffix ({n - 1} newest words) is not in the model: "
                           "KenLM's trie fills such gaps with blank entries, which nplm's trie "
                           "writer does not make (the probing type does)", path, line)
-    ctx = np.ascontiguousarray(level.rows[:, 1:])
-    cperm = _write.sort_rows(ctx, np.uint32(len(uni) - 1))
-    bad = _write.mark_contexts(lower.rows, lower.backoff, ctx, cperm)
+    ctx, cperm = _write.sort_rows(np.ascontiguousarray(level.rows[:, 1:]), np.uint32(len(uni) - 1))
+    bad = _write.mark_contexts(lower.rows, lower.backoff, ctx)
     if bad >= 0:
-        path, line = where(tables, n, perm[bad])
+        path, line = where(tables, n, perm[cperm[bad]])
         raise FormatError(f"the context of this {n}-gram ({n - 1} oldest words) is not in the model",
                           path, line)
 

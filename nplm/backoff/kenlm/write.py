@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 
+from nplm.backoff import binary as nplm_binary
 from nplm.backoff.kenlm import _write, trie
 from nplm.backoff.kenlm.header import (DEFAULT_MULTIPLIER, DEFAULT_UNKNOWN_LOGPROB, PROBING, TRIE,
                                        model_type, header_bytes, probing_buckets)
@@ -16,7 +17,9 @@ from nplm.io.atomic import atomic_write
 
 
 class Options:
-    """build_binary's settings (its flags in brackets)."""
+    """build_binary's settings: type, -p multiplier, -q prob_bits, -b backoff_bits,
+    -a pointer_bits, -v include_vocab=False, -u unknown_logprob, -s
+    allow_missing_markers=True.  Checked as build_binary checks them."""
 
     def __init__(self, type=PROBING, multiplier=DEFAULT_MULTIPLIER, prob_bits=None,
                  backoff_bits=None, pointer_bits=None, include_vocab=True,
@@ -108,3 +111,53 @@ def _probing(tables, vocab, opts):
     if opts.include_vocab:
         parts.append(strings(words))
     return parts
+
+
+NPLM = "nplm"
+TYPES = (PROBING, TRIE, NPLM)
+
+
+def resolve_type(type, out):
+    """The format to write: ``type`` when given, else nplm's own for an output named
+    ``*.nplm`` and KenLM's probing (build_binary's default) for any other name."""
+    if type is None:
+        return NPLM if str(out).endswith(".nplm") else PROBING
+    if type not in TYPES:
+        raise ValueError(f"the binary type is one of {', '.join(TYPES)}, not {type!r}")
+    return type
+
+
+def check_options(kind, multiplier=None, prob_bits=None, backoff_bits=None, pointer_bits=None,
+                  include_vocab=True, unknown_logprob=DEFAULT_UNKNOWN_LOGPROB,
+                  allow_missing_markers=False):
+    """The Options for writing ``kind`` (None for nplm's format, whose multiplier its
+    own builder checks); ValueError for settings that do not apply or are out of range."""
+    if kind == NPLM:
+        kenlm_only = {"-q": prob_bits, "-b": backoff_bits, "-a": pointer_bits,
+                      "-v": None if include_vocab else True}
+        given = [flag for flag, value in kenlm_only.items() if value is not None]
+        if given:
+            raise ValueError(f"{'/'.join(given)} apply to KenLM's formats (probing, trie), not to "
+                             "nplm's binary")
+        return None
+    return Options(kind, DEFAULT_MULTIPLIER if multiplier is None else multiplier, prob_bits,
+                   backoff_bits, pointer_bits, include_vocab, unknown_logprob, allow_missing_markers)
+
+
+def build_binary(tables, out, type=None, *, messages=sys.stderr, **options):
+    """Write NGramTables as a binary model: KenLM's ``probing`` or ``trie`` file
+    exactly as build_binary writes it with the same settings (the keywords of
+    ``check_options``: multiplier=-p, prob_bits=-q, backoff_bits=-b,
+    pointer_bits=-a, include_vocab=False for -v, unknown_logprob=-u,
+    allow_missing_markers=True for -s), or nplm's own format (``nplm``).
+    ``type=None`` picks by the output's name (see ``resolve_type``).  Returns the
+    type written."""
+    kind = resolve_type(type, out)
+    opts = check_options(kind, **options)
+    if opts is None:
+        multiplier = options.get("multiplier")
+        nplm_binary.build_binary(tables, out, nplm_binary.PROBING_MULTIPLIER if multiplier is None
+                                 else multiplier)
+    else:
+        write_binary(tables, out, opts, messages)
+    return kind
