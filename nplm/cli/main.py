@@ -285,7 +285,14 @@ class Estimate:
         p.add_argument("--text", default="-", type=_input_file, help="training text, one sentence per line "
                        "(default stdin; plain, gzip, bz2 or xz)")
         p.add_argument("--arpa", help="write the ARPA file here (default stdout unless --binary)")
-        p.add_argument("--binary", help="write an nplm binary model here (a file, not '-')")
+        p.add_argument("--binary", help="write a binary model here (a file, not '-'): KenLM's probing "
+                       "file, or nplm's own format for a name ending in .nplm (see --type)")
+        p.add_argument("--type", dest="binary_type", choices=kenlm_write.TYPES,
+                       help="--binary's format, as build-binary's TYPE: probing or trie (KenLM's, "
+                       "exactly as its build_binary writes them from the ARPA) or nplm")
+        p.add_argument("-p", dest="multiplier", type=float, help="--binary: build-binary's -p")
+        p.add_argument("-b", dest="backoff_bits", type=int, help="--binary: build-binary's -b")
+        p.add_argument("-a", dest="pointer_bits", type=int, help="--binary: build-binary's -a")
         p.add_argument("--discount_fallback", "--discount-fallback", nargs="*", metavar="D",
                        help="when the data cannot give discounts, use these for adjusted counts "
                        "1, 2, 3+ (default 0.5 1 1.5)")
@@ -307,11 +314,27 @@ class Estimate:
                        "memory proportional to the distinct n-grams")
         p.add_argument("-T", "--temp_prefix", "--temp-prefix",
                        help="accepted for lmplz compatibility; nplm writes no temporary files")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+        p.add_argument("-q", dest="q", nargs="?", const=True, metavar="B",
+                       help="alone: no progress on stderr; with B: --binary's -q (quantise a trie's "
+                       "probabilities to B bits)")
+        p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     @staticmethod
     def run(args):
         refuse_stdout(args.binary)      # before the work
+        prob_bits = None
+        if args.q is True:
+            args.quiet = True
+        elif args.q is not None:
+            try:
+                prob_bits = int(args.q)
+            except ValueError:
+                raise ValueError(f"-q takes a number of bits (or nothing, for quiet), not {args.q!r}") from None
+        options = {k: v for k, v in (("multiplier", args.multiplier), ("prob_bits", prob_bits),
+                                      ("backoff_bits", args.backoff_bits),
+                                      ("pointer_bits", args.pointer_bits)) if v is not None}
+        if (options or args.binary_type) and args.binary is None:
+            raise ValueError("--type, -p, -q B, -b and -a set the format of --binary, which is not given")
         arpa = args.arpa if args.arpa is not None else (None if args.binary else "-")
         fallback = None
         if args.discount_fallback is not None:
@@ -322,7 +345,7 @@ class Estimate:
                      prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
                      limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
                      verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
-                     progress=not args.quiet)
+                     progress=not args.quiet, binary_type=args.binary_type, binary_options=options)
         return 0
 
 
