@@ -93,15 +93,15 @@ def _probing(tables, vocab, opts):
     for n in range(2, order + 1):
         ids = vocab.ids[tables.ids[n - 1]]
         backoff = kenlm_backoffs(tables.backoff[n - 1]) if n < order else np.zeros(0, np.float32)
-        code, where = _write.probing_order(n, order, ids, np.ascontiguousarray(tables.logprob[n - 1]),
+        code, index = _write.probing_order(n, order, ids, np.ascontiguousarray(tables.logprob[n - 1]),
                                            backoff, uni, search, table_offsets,
                                            np.array(buckets, dtype=np.uint64), used)
         if code == _write.NO_CONTEXT:
-            path, line = where(tables, n, where)
+            path, line = where(tables, n, index)
             raise FormatError(f"the context of every {n}-gram should appear as a {n - 1}-gram",
                               path, line)
         if code == _write.FULL:
-            path, line = where(tables, n, where)
+            path, line = where(tables, n, index)
             raise FormatError("a probing table is full: too many n-grams lack their suffixes "
                               "(KenLM gives up here too); raise the multiplier (-p)", path, line)
     if not vocab.saw_unk:
