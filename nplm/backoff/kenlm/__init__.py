@@ -1,1 +1,2 @@
-"""KenLM's own binary model files (build_binary's probing and trie layouts)."""
+"""KenLM's own binary model files (``build_binary`` output): the format
+description (``format``), and reading them as nplm models (``reader``)."""
