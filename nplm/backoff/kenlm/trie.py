@@ -9,17 +9,9 @@ where its children begin.  Word ids are the ranks of the words' hashes.
 import numpy as np
 
 from nplm.backoff.kenlm import _write
-from nplm.backoff.kenlm.header import header_bytes, header_size
+from nplm.backoff.kenlm.format import BHIKSHA_VERSION, QUANT_VERSION, SEARCH_VERSION, Header, pack_header, trie_layout
 from nplm.backoff.kenlm.prepare import kenlm_backoffs, strings, where
 from nplm.errors import FormatError
-
-QUANT_VERSION = 2
-ARRAY_VERSION = 0
-
-
-def required_bits(value):
-    return int(value).bit_length()
-
 
 class Level:
     """One order's sorted entries: rows (reversed n-grams), probabilities,
@@ -79,52 +71,6 @@ def _quantise(level, opts):
                                                 _write.make_bins(b, (1 << opts.backoff_bits) - 2)])
 
 
-def _chop_bits(max_offset, max_next, pointer_bits):
-    """How many high bits of the child pointers go to the offset array (bhiksha.cc)."""
-    required = required_bits(max_next)
-    best, lowest = 0, None
-    for chop in range(min(required, pointer_bits) + 1):
-        change = (max_next >> (required - chop)) * 64 - max_offset * chop
-        if lowest is None or change < lowest:
-            best, lowest = chop, change
-    return best
-
-
-class _Sizes:
-    """Where each part of the search goes and how its bits are laid out."""
-
-    def __init__(self, counts, opts, search_offset):
-        order = len(counts)
-        self.word_bits = required_bits(counts[0])
-        self.quant = opts.prob_bits is not None
-        if self.quant:
-            pb, bb = opts.prob_bits, opts.backoff_bits
-            self.quant_size = (order - 2) * ((1 << pb) + (1 << bb)) * 4 + (1 << pb) * 4 + 8
-            middle_bits, longest_bits = pb + bb, pb
-        else:
-            self.quant_size, middle_bits, longest_bits = 0, 63, 31
-        offset = search_offset + self.quant_size + (counts[0] + 2) * 16
-        self.middles = []
-        for n in range(2, order):
-            entries, max_next = counts[n - 1], counts[n]
-            array_count, inline = 0, required_bits(max_next)
-            if opts.pointer_bits is not None:
-                chop = _chop_bits(entries + 1, max_next, opts.pointer_bits)
-                inline = required_bits(max_next) - chop
-                array_count = (max_next >> inline) + 1
-                array_size = 8 * (1 + array_count) + 7
-            else:
-                array_size = 0
-            total = self.word_bits + middle_bits + inline
-            packed = ((1 + entries) * total + 7) // 8 + 8
-            self.middles.append(dict(offset=offset, array_count=array_count, array_size=array_size,
-                                     inline=inline, packed=packed))
-            offset += array_size + packed
-        longest_total = self.word_bits + longest_bits
-        self.longest = dict(offset=offset, packed=((1 + counts[-1]) * longest_total + 7) // 8 + 8)
-        self.end = offset + self.longest["packed"]
-
-
 def build(tables, vocab, opts):
     """The trie file's parts: header, sorted vocabulary hashes, search, strings."""
     order = tables.order
@@ -145,58 +91,43 @@ def build(tables, vocab, opts):
         for level in levels.values():
             _quantise(level, opts)
     counts = [unigrams] + [len(levels[n].rows) for n in range(2, order + 1)]
-    vocab_size = 8 + 8 * vocab.arpa_count
-    pad = 0 if vocab.saw_unk else 8
-    search_offset = header_size(order) + vocab_size + pad
-    sizes = _Sizes(counts, opts, search_offset)
-    vocab_region = np.zeros(vocab_size + pad, dtype=np.uint8)
-    vocab_region[:8].view(np.uint64)[0] = len(vocab.words)
-    vocab_region[8:8 + 8 * len(vocab.words)] = vocab.hashes.view(np.uint8)
-    search = np.zeros(sizes.end - search_offset, dtype=np.uint8)
-    _write_search(search, search_offset, sizes, levels, uni, opts)
-    head = header_bytes(order, opts.model_type, 1, counts, opts.multiplier, opts.include_vocab)
-    parts = [head, vocab_region, search]
-    if opts.include_vocab:
-        parts.append(strings(words))
-    return parts
+    header = Header(order, opts.multiplier, opts.model_type, opts.include_vocab,
+                    SEARCH_VERSION[opts.model_type], tuple(counts))
+    layout = trie_layout(header, opts.prob_bits or 0, opts.backoff_bits or 0, opts.pointer_bits or 0)
+    body = np.zeros(layout.end, dtype=np.uint8)
+    body[:header.size] = np.frombuffer(pack_header(header), np.uint8)
+    vocab_at = layout.vocab.offset
+    body[vocab_at:vocab_at + 8].view(np.uint64)[0] = len(vocab.words)
+    body[vocab_at + 8:vocab_at + 8 + 8 * len(vocab.words)] = vocab.hashes.view(np.uint8)
+    _write_search(body, layout, levels, uni, opts)
+    return [body, strings(words)] if opts.include_vocab else [body]
 
 
-def _write_search(search, base, sizes, levels, uni, opts):
+def _write_search(body, layout, levels, uni, opts):
     order = len(levels) + 1
-    if sizes.quant:
-        search[:3] = (QUANT_VERSION, opts.prob_bits, opts.backoff_bits)
+    if layout.quant is not None:
+        q = layout.quant.offset
+        body[q:q + 3] = (QUANT_VERSION, opts.prob_bits, opts.backoff_bits)
         tables = [t for n in range(2, order) for t in (levels[n].prob_centers, levels[n].backoff_centers)]
-        tables.append(levels[order].prob_centers)
-        centres = np.concatenate(tables).astype(np.float32)
-        search[8:8 + 4 * len(centres)] = centres.view(np.uint8)
-    start = sizes.quant_size
-    search[start:start + uni.nbytes] = uni.view(np.uint8)
-    pb = opts.prob_bits or 0
-    bb = opts.backoff_bits or 0
-    for n in range(2, order):
-        m, level = sizes.middles[n - 2], levels[n]
-        begin = m["offset"] - base
-        if opts.pointer_bits is not None:
-            _write_offsets(search, m["offset"], base, level.next, m, opts.pointer_bits)
-        region = search[begin + m["array_size"]:begin + m["array_size"] + m["packed"]]
-        _write.pack_level(region, np.ascontiguousarray(level.rows[:, -1]), level.prob, level.backoff,
-                          level.next, sizes.word_bits, m["inline"], level.prob_centers,
+        centres = np.concatenate(tables + [levels[order].prob_centers]).astype(np.float32)
+        body[q + 8:q + 8 + 4 * len(centres)] = centres.view(np.uint8)
+    u = layout.unigram.offset
+    body[u:u + uni.nbytes] = uni.view(np.uint8)
+    pb, bb = opts.prob_bits or 0, opts.backoff_bits or 0
+    for m, n in zip(layout.middle + (layout.longest,), range(2, order + 1)):
+        level = levels[n]
+        if m.array is not None:
+            _write_offsets(body, m, level.next, opts.pointer_bits)
+        _write.pack_level(body[m.base:m.end], np.ascontiguousarray(level.rows[:, -1]), level.prob,
+                          level.backoff, level.next, m.word_bits, m.next_bits, level.prob_centers,
                           level.backoff_centers, pb, bb)
-    level = levels[order]
-    begin = sizes.longest["offset"] - base
-    region = search[begin:begin + sizes.longest["packed"]]
-    _write.pack_level(region, np.ascontiguousarray(level.rows[:, -1]), level.prob, None, None,
-                      sizes.word_bits, 0, level.prob_centers, None, pb, bb)
 
 
-def _write_offsets(search, offset, base, nxt, m, pointer_bits):
+def _write_offsets(body, m, nxt, pointer_bits):
     """The array of -a: for each value k of a pointer's high bits, the first entry
-    whose pointer reaches it; a 2-byte header (version, bits) at the level's start
-    and the array from the next 8-byte boundary after an 8-byte header."""
-    begin = offset - base
-    search[begin:begin + 2] = (ARRAY_VERSION, pointer_bits)
-    aligned = (offset + 7) // 8 * 8 - base + 8
-    high = nxt >> np.uint64(m["inline"])
-    array = np.zeros(m["array_count"], dtype=np.uint64)
-    array[1:] = np.searchsorted(high, np.arange(1, m["array_count"], dtype=np.uint64), side="left")
-    search[aligned:aligned + 8 * len(array)] = array.view(np.uint8)
+    whose pointer reaches it, after a 2-byte header (version, bits) at the level's start."""
+    body[m.offset:m.offset + 2] = (BHIKSHA_VERSION, pointer_bits)
+    high = nxt >> np.uint64(m.next_bits)
+    array = np.zeros(m.array_count, dtype=np.uint64)
+    array[1:] = np.searchsorted(high, np.arange(1, m.array_count, dtype=np.uint64), side="left")
+    body[m.array:m.array + 8 * len(array)] = array.view(np.uint8)

@@ -9,11 +9,15 @@ import numpy as np
 
 from nplm.backoff import binary as nplm_binary
 from nplm.backoff.kenlm import _write, trie
-from nplm.backoff.kenlm.header import (DEFAULT_MULTIPLIER, DEFAULT_UNKNOWN_LOGPROB, PROBING, TRIE,
-                                       model_type, header_bytes, probing_buckets)
+from nplm.backoff.kenlm import format as kformat
+from nplm.backoff.kenlm.format import PROBING_VOCAB_VERSION, SEARCH_VERSION, Header, pack_header, probing_layout
 from nplm.backoff.kenlm.prepare import Vocab, check_probs, kenlm_backoffs, strings, where
 from nplm.errors import FormatError
 from nplm.io.atomic import atomic_write
+
+PROBING, TRIE = "probing", "trie"
+DEFAULT_MULTIPLIER = 1.5              # build_binary's -p
+DEFAULT_UNKNOWN_LOGPROB = -100.0      # build_binary's -u
 
 
 class Options:
@@ -51,7 +55,10 @@ class Options:
 
     @property
     def model_type(self):
-        return model_type(self.type, self.prob_bits is not None, self.pointer_bits is not None)
+        """The header's model type number (lm/model_type.hh)."""
+        if self.type == PROBING:
+            return kformat.PROBING
+        return kformat.TRIE + (1 if self.prob_bits is not None else 0) + (2 if self.pointer_bits is not None else 0)
 
 
 def write_binary(tables, path, opts=None, messages=sys.stderr):
@@ -72,30 +79,33 @@ def write_binary(tables, path, opts=None, messages=sys.stderr):
 
 
 def _probing(tables, vocab, opts):
-    """The probing file's parts: header, vocabulary table, search, strings."""
-    order, counts = tables.order, [int(c) for c in tables.counts]
+    """The probing file's parts: header, vocabulary table and search in one array,
+    then the strings."""
+    order, counts = tables.order, tuple(int(c) for c in tables.counts)
     words = vocab.number_in_arpa_order()
-    v = counts[0]
-    vocab_buckets = probing_buckets(v, opts.multiplier)
-    vocab_region = np.zeros(8 + 12 * vocab_buckets, dtype=np.uint8)
-    vocab_region[:8].view(np.uint32)[:] = (0, len(words) + 1)      # version, bound
-    if not _write.fill_vocab_table(vocab_region[8:], vocab.hashes, vocab_buckets):
+    header = Header(order, opts.multiplier, opts.model_type, opts.include_vocab,
+                    SEARCH_VERSION[opts.model_type], counts)
+    layout = probing_layout(header)
+    body = np.zeros(layout.end, dtype=np.uint8)
+    body[:header.size] = np.frombuffer(pack_header(header), np.uint8)
+    vh = layout.vocab_header.offset
+    body[vh:vh + 8].view(np.uint32)[:] = (PROBING_VOCAB_VERSION, len(words) + 1)   # version, bound
+    if not _write.fill_vocab_table(body[layout.vocab.offset:layout.vocab.end], vocab.hashes,
+                                   layout.vocab.buckets):
         raise FormatError("the vocabulary does not fit its probing table", tables.source)
-    buckets = [probing_buckets(c, opts.multiplier) for c in counts[1:]]
-    sizes = [(v + 1) * 8] + [b * 16 for b in buckets[:-1]] + [buckets[-1] * 12]
-    offsets = np.cumsum([0] + sizes)
-    search = np.zeros(int(offsets[-1]), dtype=np.uint8)
-    uni = search[:sizes[0]].view(np.float32).reshape(v + 1, 2)
+    uni = body[layout.unigram.offset:layout.unigram.end].view(np.float32).reshape(-1, 2)
     uni[vocab.ids, 0] = tables.logprob[0]
     uni[vocab.ids, 1] = kenlm_backoffs(tables.backoff[0])
+    search = body[layout.unigram.offset:]
+    ngram_tables = layout.middle + (layout.longest,)
+    offsets = np.array([t.offset - layout.unigram.offset for t in ngram_tables], dtype=np.uint64)
+    buckets = np.array([t.buckets for t in ngram_tables], dtype=np.uint64)
     used = np.zeros(order - 1, dtype=np.uint64)
-    table_offsets = offsets[1:-1].astype(np.uint64)
     for n in range(2, order + 1):
         ids = vocab.ids[tables.ids[n - 1]]
         backoff = kenlm_backoffs(tables.backoff[n - 1]) if n < order else np.zeros(0, np.float32)
         code, index = _write.probing_order(n, order, ids, np.ascontiguousarray(tables.logprob[n - 1]),
-                                           backoff, uni, search, table_offsets,
-                                           np.array(buckets, dtype=np.uint64), used)
+                                           backoff, uni, search, offsets, buckets, used)
         if code == _write.NO_CONTEXT:
             path, line = where(tables, n, index)
             raise FormatError(f"the context of every {n}-gram should appear as a {n - 1}-gram",
@@ -106,11 +116,7 @@ def _probing(tables, vocab, opts):
                               "(KenLM gives up here too); raise the multiplier (-p)", path, line)
     if not vocab.saw_unk:
         uni[0] = (opts.unknown_logprob, 0.0)
-    head = header_bytes(order, opts.model_type, 0, counts, opts.multiplier, opts.include_vocab)
-    parts = [head, vocab_region, search]
-    if opts.include_vocab:
-        parts.append(strings(words))
-    return parts
+    return [body, strings(words)] if opts.include_vocab else [body]
 
 
 NPLM = "nplm"
