@@ -165,6 +165,41 @@ static inline void kenlm_adjust_lower(float **between, int nb, int n, const uint
     for (i = 0; i < nb; ++i) *between[i] = kenlm_unset_sign(*between[i]);
 }
 
+/* The keys of row i's n-gram (keys[h]: its newest h + 2 words) and the key of its
+ * context (its oldest n - 1 words); v receives the words newest first. */
+static inline uint64_t kenlm_row_keys(const uint32_t *row, int n, uint32_t *v, uint64_t *keys) {
+    int h;
+    for (h = 0; h < n; ++h) v[h] = row[n - 1 - h];
+    keys[0] = kenlm_combine(v[0], v[1]);
+    for (h = 1; h < n - 1; ++h) keys[h] = kenlm_combine(keys[h - 1], v[h + 1]);
+    uint64_t context = v[1];
+    for (h = 2; h < n; ++h) context = kenlm_combine(context, v[h]);
+    return context;
+}
+
+/* Request the buckets row i will touch, some rows ahead: the tables are far bigger
+ * than the caches, and the insertion order (which fixes the layout) is sequential. */
+static inline void kenlm_prefetch_row(const uint32_t *row, int n, int order, const float *uni,
+                                      const kenlm_mid_table *mids, const kenlm_long_entry *long_table,
+                                      uint64_t long_buckets) {
+    uint32_t v[64];
+    uint64_t keys[64];
+    uint64_t context = kenlm_row_keys(row, n, v, keys);
+    uint64_t key = keys[n - 2];
+    if (n == order) __builtin_prefetch(long_table + key % long_buckets, 1);
+    else __builtin_prefetch(mids[n - 2].entries + key % mids[n - 2].buckets, 1);
+    if (n == 2) {
+        __builtin_prefetch(uni + 2 * (size_t)v[0], 1);
+        __builtin_prefetch(uni + 2 * (size_t)v[1], 1);
+    } else {
+        const kenlm_mid_table *lower = mids + (n - 3);
+        __builtin_prefetch(lower->entries + keys[n - 3] % lower->buckets, 1);
+        __builtin_prefetch(lower->entries + context % lower->buckets, 1);
+    }
+}
+
+enum { KENLM_PREFETCH_AHEAD = 12 };
+
 /* Insert the n-grams of one order (n >= 2) in the ARPA's order, as KenLM's
  * ReadNGrams does.  ids: count x n word ids, oldest first.  uni: (prob, backoff)
  * pairs by word id.  mids[k]: the table of order k + 2.  For the highest order
@@ -177,12 +212,13 @@ static int kenlm_probing_order(int n, int order, int64_t count, const uint32_t *
     uint64_t keys[64];
     float *between[64];
     int64_t i;
-    int h;
+    for (i = 0; i < count && i < KENLM_PREFETCH_AHEAD; ++i)
+        kenlm_prefetch_row(ids + (size_t)i * n, n, order, uni, mids, long_table, long_buckets);
     for (i = 0; i < count; ++i) {
-        const uint32_t *row = ids + (size_t)i * n;
-        for (h = 0; h < n; ++h) v[h] = row[n - 1 - h];     /* newest first */
-        keys[0] = kenlm_combine(v[0], v[1]);
-        for (h = 1; h < n - 1; ++h) keys[h] = kenlm_combine(keys[h - 1], v[h + 1]);
+        if (i + KENLM_PREFETCH_AHEAD < count)
+            kenlm_prefetch_row(ids + (size_t)(i + KENLM_PREFETCH_AHEAD) * n, n, order, uni, mids,
+                               long_table, long_buckets);
+        uint64_t context = kenlm_row_keys(ids + (size_t)i * n, n, v, keys);
         float p = kenlm_set_sign(prob[i]);                  /* "independent left" until shown otherwise */
         if (n == order) {
             if (kenlm_long_insert(long_table, long_buckets, long_used, keys[n - 2], p)) { *where = i; return KENLM_FULL; }
@@ -209,9 +245,7 @@ static int kenlm_probing_order(int n, int order, int64_t count, const uint32_t *
         if (n == 2) {
             kenlm_set_extension(uni + 2 * (size_t)v[1] + 1);
         } else {
-            uint64_t hash = v[1];
-            for (h = 2; h < n; ++h) hash = kenlm_combine(hash, v[h]);
-            kenlm_mid_entry *ctx = kenlm_mid_find(mids + (n - 3), hash);
+            kenlm_mid_entry *ctx = kenlm_mid_find(mids + (n - 3), context);
             if (!ctx) { *where = i; return KENLM_NO_CONTEXT; }
             kenlm_set_extension(&ctx->backoff);
         }
