@@ -327,6 +327,36 @@ static int64_t kenlm_child_ranges(const uint32_t *shorter, int64_t count_s, cons
     return missing;
 }
 
+/* present[j] = whether the first n - 1 words of sorted row j of `longer` (n
+ * columns) are a row of sorted `shorter` (n - 1 columns); returns how many are not. */
+static int64_t kenlm_prefix_present(const uint32_t *shorter, int64_t count_s, const uint32_t *longer,
+                                    int64_t count_l, int n, uint8_t *present) {
+    int64_t i = 0, j, absent = 0;
+    for (j = 0; j < count_l; ++j) {
+        const uint32_t *l = longer + (size_t)j * n;
+        int cmp = -1;
+        while (i < count_s && (cmp = kenlm_cmp_rows(shorter + (size_t)i * (n - 1), l, n - 1)) < 0) ++i;
+        present[j] = (i < count_s && cmp == 0);
+        absent += !present[j];
+    }
+    return absent;
+}
+
+/* For each query row (m columns), its index among the sorted rows, or -1. */
+static void kenlm_lookup_rows(const uint32_t *rows, int64_t count, int m, const uint32_t *queries,
+                              int64_t nq, int64_t *out) {
+    int64_t q;
+    for (q = 0; q < nq; ++q) {
+        const uint32_t *key = queries + (size_t)q * m;
+        int64_t lo = 0, hi = count;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (kenlm_cmp_rows(rows + (size_t)mid * m, key, m) < 0) lo = mid + 1; else hi = mid;
+        }
+        out[q] = (lo < count && !kenlm_cmp_rows(rows + (size_t)lo * m, key, m)) ? lo : -1;
+    }
+}
+
 /* Mark (+0.0 back-off) every row of sorted `rows` (m columns) that appears among
  * the sorted contexts ctx (m columns).  Returns the index in ctx of a context
  * absent from rows, or -1. */

@@ -40,6 +40,10 @@ cdef extern from "kenlm_write.h" nogil:
                                int64_t count_l, int n, uint64_t *next)
     int64_t kenlm_mark_contexts(const uint32_t *rows, int64_t count, int m, float *backoff,
                                 const uint32_t *ctx, int64_t count_c)
+    int64_t kenlm_prefix_present(const uint32_t *shorter, int64_t count_s, const uint32_t *longer,
+                                 int64_t count_l, int n, uint8_t *present)
+    void kenlm_lookup_rows(const uint32_t *rows, int64_t count, int m, const uint32_t *queries,
+                           int64_t nq, int64_t *out)
     void kenlm_make_bins(const float *sorted, int64_t size, float *centers, uint32_t bins)
     void kenlm_pack_level(uint8_t *base, int64_t count, const uint32_t *word, const float *prob,
                           const float *backoff, const uint64_t *next, const kenlm_level_layout *L)
@@ -166,6 +170,34 @@ def mark_contexts(const uint32_t[:, ::1] rows, float[::1] backoff, const uint32_
         k = kenlm_mark_contexts(&rows[0, 0], rows.shape[0], <int>rows.shape[1], &backoff[0],
                                 &ctx[0, 0], ctx.shape[0])
     return k
+
+
+def prefix_present(const uint32_t[:, ::1] shorter, const uint32_t[:, ::1] longer):
+    """Boolean array: whether each sorted row of ``longer`` has its first
+    ``shorter.shape[1]`` words among the sorted rows of ``shorter``."""
+    cdef int64_t cl = longer.shape[0]
+    out = np.zeros(cl, dtype=np.uint8)
+    cdef uint8_t[::1] o = out
+    if shorter.shape[1] != longer.shape[1] - 1:
+        raise ValueError("prefix_present: widths differ by other than one")
+    if cl and shorter.shape[0]:
+        with nogil:
+            kenlm_prefix_present(&shorter[0, 0], shorter.shape[0], &longer[0, 0], cl,
+                                 <int>longer.shape[1], &o[0])
+    return out.view(bool)
+
+
+def lookup_rows(const uint32_t[:, ::1] rows, const uint32_t[:, ::1] queries):
+    """Index of each query among the sorted rows (same width), -1 when absent."""
+    out = np.full(queries.shape[0], -1, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    if rows.shape[1] != queries.shape[1]:
+        raise ValueError("lookup_rows: widths differ")
+    if rows.shape[0] and queries.shape[0]:
+        with nogil:
+            kenlm_lookup_rows(&rows[0, 0], rows.shape[0], <int>rows.shape[1], &queries[0, 0],
+                              queries.shape[0], &o[0])
+    return out
 
 
 def make_bins(const float[::1] sorted_values, uint32_t bins):

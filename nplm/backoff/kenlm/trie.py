@@ -11,6 +11,7 @@ import numpy as np
 from nplm.backoff.kenlm import _write
 from nplm.backoff.kenlm.format import BHIKSHA_VERSION, QUANT_VERSION, SEARCH_VERSION, Header, pack_header, trie_layout
 from nplm.backoff.kenlm.prepare import kenlm_backoffs, strings, where
+from nplm.backoff.kenlm.trie_blanks import add_blanks
 from nplm.errors import FormatError
 
 class Level:
@@ -35,32 +36,36 @@ def _sorted_level(tables, vocab, n, bound):
     return Level(rows, prob, backoff), perm
 
 
-def _link(tables, levels, uni, n, perm):
-    """Point order n - 1 at its children in order n and mark the contexts of order
-    n's n-grams as extendable."""
+def _mark_contexts(tables, levels, uni, n, perm):
+    """Give the contexts of order n's n-grams an extendable back-off (-0.0 -> +0.0);
+    a context that is not an n-gram of the model is an error, as in KenLM."""
     level = levels[n]
     if n == 2:
-        first = level.rows[:, 0]
-        starts = np.searchsorted(first, np.arange(len(uni) - 1), side="left")
-        uni["next"][:len(uni) - 1] = starts
         ctx = np.unique(level.rows[:, 1])
         b = uni["backoff"][ctx]
-        b[b == 0] = 0.0                       # -0.0 -> +0.0: this unigram is extended
+        b[b == 0] = 0.0
         uni["backoff"][ctx] = b
         return
     lower = levels[n - 1]
-    lower.next, missing = _write.child_ranges(lower.rows, level.rows)
-    if missing >= 0:
-        path, line = where(tables, n, perm[missing])
-        raise FormatError(f"this {n}-gram's suffix ({n - 1} newest words) is not in the model: "
-                          "KenLM's trie fills such gaps with blank entries, which nplm's trie "
-                          "writer does not make (the probing type does)", path, line)
     ctx, cperm = _write.sort_rows(np.ascontiguousarray(level.rows[:, 1:]), np.uint32(len(uni) - 1))
     bad = _write.mark_contexts(lower.rows, lower.backoff, ctx)
     if bad >= 0:
         path, line = where(tables, n, perm[cperm[bad]])
         raise FormatError(f"the context of this {n}-gram ({n - 1} oldest words) is not in the model",
                           path, line)
+
+
+def _link_children(levels, uni, n):
+    """Point each entry of order n - 1 at the start of its children in order n."""
+    level = levels[n]
+    if n == 2:
+        uni["next"][:len(uni) - 1] = np.searchsorted(level.rows[:, 0], np.arange(len(uni) - 1), side="left")
+        uni["next"][len(uni) - 1] = len(level.rows)
+        return
+    lower = levels[n - 1]
+    lower.next, missing = _write.child_ranges(lower.rows, level.rows)
+    if missing >= 0:     # blanks were added for every missing suffix
+        raise AssertionError(f"a {n}-gram's suffix is missing from the trie after adding blanks")
 
 
 def _quantise(level, opts):
@@ -83,8 +88,10 @@ def build(tables, vocab, opts):
     uni["backoff"][vocab.ids] = kenlm_backoffs(tables.backoff[0])
     for n in range(2, order + 1):
         levels[n], perm = _sorted_level(tables, vocab, n, np.uint32(unigrams))
-        _link(tables, levels, uni[:unigrams + 1], n, perm)
-    uni["next"][unigrams] = len(levels[2].rows)
+        _mark_contexts(tables, levels, uni[:unigrams + 1], n, perm)
+    add_blanks(levels, uni[:unigrams + 1], order)
+    for n in range(2, order + 1):
+        _link_children(levels, uni[:unigrams + 1], n)
     if not vocab.saw_unk:
         uni[0]["prob"], uni[0]["backoff"] = opts.unknown_logprob, 0.0
     if opts.prob_bits is not None:
