@@ -1,7 +1,7 @@
 """Writing KenLM's binary model files from NGramTables: ``write_binary(tables, path,
 Options(...))`` with build_binary's settings.  The probing layout is built here,
 the trie in ``trie.py``; both come out byte-identical to KenLM's build_binary
-(see docs/kenlm-binary.md for the rules followed and the one case refused).
+(docs/kenlm-build-binary.md lists the rules followed).
 """
 import sys
 
