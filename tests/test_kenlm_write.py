@@ -261,3 +261,29 @@ def test_random_models_byte_equal_build_binarys(tmp_path_factory, case):
             continue
         nplm.build_binary(str(path), str(d / "m.bin"), kind, messages=None, **options)
         assert (d / "m.bin").read_bytes() == ref.read_bytes(), (kind, text)
+
+
+def test_missing_sentence_markers_need_s(tmp_path):
+    path = tmp_path / "m.arpa"
+    path.write_text(_arpa(["-1\t<unk>", "-1\t<s>\t-0.5", "-0.7\ta\t-0.2", "-1.2\tb"], ["-0.3\t<s> a", "-0.2\ta b"]))
+    for kind in ("probing", "trie"):
+        with pytest.raises(nplm.FormatError, match="missing </s>.*-s builds it"):
+            nplm.build_binary(str(path), str(tmp_path / "m.bin"), kind)
+        assert main(["build-binary", "-s", kind, str(path), str(tmp_path / "m.bin")]) == 0
+        m = kenlm.Model(str(tmp_path / "m.bin"), _kquiet())
+        assert [p for p, _, _ in m.full_scores("a b", eos=False)] == pytest.approx([-0.3, -0.2])
+        if os.access(BUILD_BINARY, os.X_OK):
+            ref = _build_binary_file(tmp_path, path, ["-s", kind])
+            assert (tmp_path / "m.bin").read_bytes() == ref.read_bytes()
+
+
+def test_nplm_serves_its_smallest_file_as_kenlm_does(tables, texts, tmp_path):
+    """nplm's smallest back-off file is KenLM's trie -a 22 -q 8 -b 8; nplm's own
+    query engine for KenLM files answers on it as kenlm does."""
+    pytest.importorskip("nplm.backoff.kenlm.reader")
+    out = tmp_path / "small.bin"
+    nplm.build_binary(str(REFERENCE / "ptb5k.o5.arpa.xz"), str(out), "trie", prob_bits=8, backoff_bits=8,
+                      pointer_bits=22)
+    km, nm = kenlm.Model(str(out), _kquiet()), nplm.Model(str(out))
+    for line in texts:
+        assert [tuple(x) for x in nm.full_scores(line)] == list(km.full_scores(line)), line
