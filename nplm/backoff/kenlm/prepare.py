@@ -27,7 +27,6 @@ class Vocab:
         if not self.saw_unk and messages is not None:
             print(f"The ARPA file is missing <unk>.  Substituting log10 probability "
                   f"{opts.unknown_logprob:g}.", file=messages)
-        self.arpa_count = len(words)
         self.ids = np.zeros(len(words), dtype=np.uint32)
 
     def number_in_arpa_order(self):
@@ -36,9 +35,10 @@ class Vocab:
 
     def number_by_hash(self):
         order = np.argsort(self.hashes, kind="stable")
-        self.ids[self.keep[order]] = np.arange(1, len(order) + 1, dtype=np.uint32)
-        self.hashes = self.hashes[order]
-        return [self.words[i] for i in order]
+        self.keep, self.hashes = self.keep[order], self.hashes[order]
+        self.words = [self.words[i] for i in order]
+        self.ids[self.keep] = np.arange(1, len(order) + 1, dtype=np.uint32)
+        return self.words
 
 
 def strings(words):
