@@ -4,8 +4,8 @@ A 5-gram Kneser-Ney model of the full PTB train set (lmplz when available, else
 nplm.estimate) becomes probing, trie, trie -q 8 -b 8 and trie -a 22 -q 8 -b 8 files,
 once by each tool per round; the rounds interleave the two (best wall time of each
 kept).  Both run as commands, as a user would run them (nplm's time includes starting
-Python); nplm's in-process time (nplm.build_binary, no interpreter start) is printed
-too.  Every file nplm writes is compared byte for byte with build_binary's.
+Python and importing the package, printed on its own); nplm's in-process time
+(nplm.build_binary, no interpreter start) is printed too.  Every file nplm writes is compared byte for byte with build_binary's.
 
     python tools/bench_build_binary.py [--repeat 3] [--build-binary PATH]
 """
@@ -60,6 +60,8 @@ def main():
     arpa = kn_arpa(5)
     print(f"PTB KN5: {arpa} ({os.path.getsize(arpa) / 2**20:.1f} MiB ARPA); best of {args.repeat} "
           "interleaved rounds")
+    startup = min(run_timed([sys.executable, "-m", "nplm", "--version"]) for _ in range(args.repeat))
+    print(f"starting the nplm command (python -m nplm --version): {startup:.2f} s")
     print(f"{'layout':<22}{'build_binary s':>15}{'nplm cmd s':>12}{'ratio':>7}{'in-process s':>14}"
           f"{'KenLM MiB':>11}{'nplm MiB':>10}  bytes")
     for name in LAYOUTS:

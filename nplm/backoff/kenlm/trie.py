@@ -6,6 +6,8 @@ Each order's n-grams are sorted by their words newest first (a reversed n-gram
 contiguous in the next order: an entry stores its oldest word, its weights and
 where its children begin.  Word ids are the ranks of the words' hashes.
 """
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from nplm.backoff.kenlm import _write
@@ -13,6 +15,7 @@ from nplm.backoff.kenlm.format import BHIKSHA_VERSION, QUANT_VERSION, SEARCH_VER
 from nplm.backoff.kenlm.prepare import kenlm_backoffs, strings, where
 from nplm.backoff.kenlm.trie_blanks import add_blanks
 from nplm.errors import FormatError
+
 
 class Level:
     """One order's sorted entries: rows (reversed n-grams), probabilities,
@@ -25,6 +28,8 @@ class Level:
 
 
 def _sorted_level(tables, vocab, n, bound):
+    """Order n's entries sorted, the permutation from the ARPA's order, and the
+    contexts of its n-grams (their n - 1 oldest words) sorted, with theirs."""
     ids = vocab.ids[tables.ids[n - 1]]
     rows, perm = _write.sort_rows(np.ascontiguousarray(ids[:, ::-1]), bound)
     dup = _write.find_duplicate(rows)
@@ -33,10 +38,20 @@ def _sorted_level(tables, vocab, n, bound):
         raise FormatError(f"duplicate {n}-gram", path, line)
     prob = np.ascontiguousarray(tables.logprob[n - 1][perm])
     backoff = None if n == tables.order else kenlm_backoffs(tables.backoff[n - 1][perm])
-    return Level(rows, prob, backoff), perm
+    contexts = None
+    if n > 2:
+        contexts = _write.sort_rows(np.ascontiguousarray(rows[:, 1:]), bound)
+    return Level(rows, prob, backoff), perm, contexts
 
 
-def _mark_contexts(tables, levels, uni, n, perm):
+def _sorted_levels(tables, vocab, bound):
+    """_sorted_level of every order, two orders at a time (the sorts release the GIL)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = {n: pool.submit(_sorted_level, tables, vocab, n, bound) for n in range(2, tables.order + 1)}
+        return {n: job.result() for n, job in jobs.items()}
+
+
+def _mark_contexts(tables, levels, uni, n, perm, contexts):
     """Give the contexts of order n's n-grams an extendable back-off (-0.0 -> +0.0);
     a context that is not an n-gram of the model is an error, as in KenLM."""
     level = levels[n]
@@ -47,7 +62,7 @@ def _mark_contexts(tables, levels, uni, n, perm):
         uni["backoff"][ctx] = b
         return
     lower = levels[n - 1]
-    ctx, cperm = _write.sort_rows(np.ascontiguousarray(level.rows[:, 1:]), np.uint32(len(uni) - 1))
+    ctx, cperm = contexts
     bad = _write.mark_contexts(lower.rows, lower.backoff, ctx)
     if bad >= 0:
         path, line = where(tables, n, perm[cperm[bad]])
@@ -86,9 +101,11 @@ def build(tables, vocab, opts):
                                         ("next", np.uint64)])
     uni["prob"][vocab.ids] = tables.logprob[0]
     uni["backoff"][vocab.ids] = kenlm_backoffs(tables.backoff[0])
+    sorted_levels = _sorted_levels(tables, vocab, np.uint32(unigrams))
     for n in range(2, order + 1):
-        levels[n], perm = _sorted_level(tables, vocab, n, np.uint32(unigrams))
-        _mark_contexts(tables, levels, uni[:unigrams + 1], n, perm)
+        levels[n] = sorted_levels[n][0]
+    for n in range(2, order + 1):
+        _mark_contexts(tables, levels, uni[:unigrams + 1], n, *sorted_levels[n][1:])
     add_blanks(levels, uni[:unigrams + 1], order)
     for n in range(2, order + 1):
         _link_children(levels, uni[:unigrams + 1], n)
