@@ -287,3 +287,13 @@ def test_nplm_serves_its_smallest_file_as_kenlm_does(tables, texts, tmp_path):
     km, nm = kenlm.Model(str(out), _kquiet()), nplm.Model(str(out))
     for line in texts:
         assert [tuple(x) for x in nm.full_scores(line)] == list(km.full_scores(line)), line
+
+
+@pytest.mark.parametrize("p, message", [("1e9", "of memory but only"), ("1e38", "would need about")])
+def test_huge_multiplier_fails_before_reading(tmp_path, capsys, p, message):
+    need_shared()
+    out = tmp_path / "m.bin"
+    assert main(["build-binary", "-p", p, str(REFERENCE / "ptb5k.o3.arpa.xz"), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "ptb5k.o3.arpa.xz: 100%" not in err, err
+    assert not list(tmp_path.iterdir())

@@ -224,7 +224,10 @@ class BuildBinary:
                        backoff_bits=args.backoff_bits, pointer_bits=args.pointer_bits,
                        include_vocab=args.include_vocab, unknown_logprob=args.unknown_logprob,
                        allow_missing_markers=args.allow_missing_markers)
-        kenlm_write.check_options(kind, **options)
+        opts = kenlm_write.check_options(kind, **options)
+        counts = arpa_header_counts(source)
+        if opts is not None and opts.type == kenlm_write.PROBING and counts and len(counts) >= 2:
+            kenlm_write.check_probing_memory(counts, opts)    # a huge -p fails now, not after reading
         tables = arpa.read_arpa(source, progress=True)
         kenlm_write.build_binary(tables, out, kind, **options)
         return 0

@@ -15,6 +15,7 @@ from nplm.backoff.kenlm.format import BHIKSHA_VERSION, QUANT_VERSION, SEARCH_VER
 from nplm.backoff.kenlm.prepare import kenlm_backoffs, strings, where
 from nplm.backoff.kenlm.trie_blanks import add_blanks
 from nplm.errors import FormatError
+from nplm.io.resources import check_available
 
 
 class Level:
@@ -118,6 +119,7 @@ def build(tables, vocab, opts):
     header = Header(order, opts.multiplier, opts.model_type, opts.include_vocab,
                     SEARCH_VERSION[opts.model_type], tuple(counts))
     layout = trie_layout(header, opts.prob_bits or 0, opts.backoff_bits or 0, opts.pointer_bits or 0)
+    check_available(layout.end, f"the KenLM trie file ({sum(counts):,} entries)", "use a machine with more memory")
     body = np.zeros(layout.end, dtype=np.uint8)
     body[:header.size] = np.frombuffer(pack_header(header), np.uint8)
     vocab_at = layout.vocab.offset

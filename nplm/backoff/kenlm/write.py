@@ -3,6 +3,7 @@ Options(...))`` with build_binary's settings.  The probing layout is built here,
 the trie in ``trie.py``; both come out byte-identical to KenLM's build_binary
 (docs/kenlm-build-binary.md lists the rules followed).
 """
+import errno
 import sys
 
 import numpy as np
@@ -14,6 +15,7 @@ from nplm.backoff.kenlm.format import PROBING_VOCAB_VERSION, SEARCH_VERSION, Hea
 from nplm.backoff.kenlm.prepare import Vocab, check_probs, kenlm_backoffs, strings, where
 from nplm.errors import FormatError
 from nplm.io.atomic import atomic_write
+from nplm.io.resources import check_available
 
 PROBING, TRIE = "probing", "trie"
 DEFAULT_MULTIPLIER = 1.5              # build_binary's -p
@@ -78,6 +80,22 @@ def write_binary(tables, path, opts=None, messages=sys.stderr):
             f.write(part)
 
 
+def check_probing_memory(counts, opts):
+    """Refuse, before any work, probing tables of ``counts`` n-grams that cannot fit in
+    memory (a huge -p): a clear error instead of a failed allocation or swapping."""
+    header = Header(len(counts), opts.multiplier, opts.model_type, opts.include_vocab, 0,
+                    tuple(int(c) for c in counts))
+    what = f"the KenLM probing file ({sum(counts):,} n-grams, -p {opts.multiplier:g})"
+    try:
+        with np.errstate(over="ignore"):
+            needed = probing_layout(header).end
+    except OverflowError:                   # multiplier x count is infinite in float32
+        needed = 2 ** 64
+    if needed >= 2 ** 60:
+        raise OSError(errno.ENOMEM, f"{what} would need about {needed / 2 ** 40:.3g} TiB; use a smaller -p")
+    check_available(needed, what, "use the trie type or a smaller -p")
+
+
 def _probing(tables, vocab, opts):
     """The probing file's parts: header, vocabulary table and search in one array,
     then the strings."""
@@ -85,6 +103,7 @@ def _probing(tables, vocab, opts):
     words = vocab.number_in_arpa_order()
     header = Header(order, opts.multiplier, opts.model_type, opts.include_vocab,
                     SEARCH_VERSION[opts.model_type], counts)
+    check_probing_memory(counts, opts)
     layout = probing_layout(header)
     body = np.zeros(layout.end, dtype=np.uint8)
     body[:header.size] = np.frombuffer(pack_header(header), np.uint8)
@@ -140,7 +159,9 @@ def check_options(kind, multiplier=None, prob_bits=None, backoff_bits=None, poin
     own builder checks); ValueError for settings that do not apply or are out of range."""
     if kind == NPLM:
         kenlm_only = {"-q": prob_bits, "-b": backoff_bits, "-a": pointer_bits,
-                      "-v": None if include_vocab else True}
+                      "-v": None if include_vocab else True,
+                      "-u": None if unknown_logprob == DEFAULT_UNKNOWN_LOGPROB else unknown_logprob,
+                      "-s": True if allow_missing_markers else None}
         given = [flag for flag, value in kenlm_only.items() if value is not None]
         if given:
             raise ValueError(f"{'/'.join(given)} apply to KenLM's formats (probing, trie), not to "
