@@ -186,16 +186,17 @@ class BuildBinary:
                        "writes them (they load in kenlm and nplm), or nplm, nplm's own probing format "
                        "(the default for an OUT named *.nplm); ARPA: plain/.gz/.bz2/.xz, '-' for "
                        "stdin; OUT: a file (it is memory-mapped, so not '-')")
-        p.add_argument("-p", dest="multiplier", type=float, default=None,
+        p.add_argument("-p", dest="multiplier", type=float, default=None, metavar="M",
                        help="probing hash table buckets per n-gram (> 1.0; default 1.5, nplm: 1.45)")
-        p.add_argument("-q", dest="prob_bits", type=int, help="trie: quantise probabilities to B bits")
-        p.add_argument("-b", dest="backoff_bits", type=int,
+        p.add_argument("-q", dest="prob_bits", type=int, metavar="B",
+                       help="trie: quantise probabilities to B bits")
+        p.add_argument("-b", dest="backoff_bits", type=int, metavar="B",
                        help="trie: quantise back-offs to B bits (needs -q; default the same as -q)")
-        p.add_argument("-a", dest="pointer_bits", type=int,
+        p.add_argument("-a", dest="pointer_bits", type=int, metavar="B",
                        help="trie: compress pointers with an array of offsets holding up to B bits")
         p.add_argument("-v", dest="include_vocab", action="store_false",
                        help="leave the vocabulary's strings out of a KenLM file (words then score by hash)")
-        p.add_argument("-u", dest="unknown_logprob", type=float, default=-100.0,
+        p.add_argument("-u", dest="unknown_logprob", type=float, default=-100.0, metavar="P",
                        help="log10 probability of <unk> when the ARPA lacks it (default -100)")
         p.add_argument("-s", dest="allow_missing_markers", action="store_true",
                        help="build even if the model lacks <s> or </s>")
