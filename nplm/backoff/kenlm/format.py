@@ -439,8 +439,7 @@ def read_trie_config(header, read):
         version, pointer_bits = read(at, 2)
         if version != BHIKSHA_VERSION:
             raise KenlmFormatError(f"array compression version {version}; this reader reads {BHIKSHA_VERSION}")
-        if pointer_bits > 57:
-            raise KenlmFormatError(f"corrupt array compression header ({pointer_bits} bits)")
+        # any byte is valid: build_binary -a 255 means "as many bits as save memory"
     return prob_bits, backoff_bits, pointer_bits
 
 
