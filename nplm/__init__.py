@@ -19,8 +19,8 @@ prepare_blas()
 
 from nplm import _compat
 from nplm._kernels import FullScoreReturn, State, Vocab
-from nplm.backoff import binary as _binary
 from nplm.backoff.arpa import read_arpa as _read_arpa
+from nplm.backoff.kenlm import write as _kenlm_write
 from nplm.backoff.kneser_ney import estimate
 from nplm.compose.interpolate import InterpolatedModel, interpolate
 from nplm.errors import FormatError, ModelLoadError
@@ -48,6 +48,12 @@ def __getattr__(name):
 _SUBPACKAGES = ("backoff", "cli", "compose", "convert", "evaluate", "io", "neural", "recipes", "verify")
 
 
-def build_binary(arpa_path, out_path):
-    """Convert an ARPA file (plain or compressed) to an nplm binary (atomically)."""
-    _binary.build_binary(_read_arpa(arpa_path), out_path)
+def build_binary(arpa_path, out_path, type=None, **options):
+    """Convert an ARPA file (plain or compressed) to a binary model, atomically:
+    ``type="probing"`` or ``"trie"`` writes KenLM's format exactly as its build_binary
+    does, with its options as keywords (multiplier=-p, prob_bits=-q, backoff_bits=-b,
+    pointer_bits=-a, include_vocab=False for -v, unknown_logprob=-u,
+    allow_missing_markers=True for -s); ``"nplm"`` writes nplm's own format.  With no
+    type, an output named ``*.nplm`` gets nplm's format and any other name KenLM's
+    probing format (build_binary's default).  Returns the type written."""
+    return _kenlm_write.build_binary(_read_arpa(arpa_path), out_path, type, **options)

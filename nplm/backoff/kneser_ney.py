@@ -31,6 +31,7 @@ import zlib
 import numpy as np
 
 from nplm._kernels import QUERY_MAX_ORDER
+from nplm.backoff.kenlm.write import build_binary, check_options, resolve_type
 from nplm.backoff.tables import NGramTables
 
 try:
@@ -39,7 +40,6 @@ except ImportError as e:  # pragma: no cover - depends on the build
     raise ImportError("nplm's Kneser-Ney kernel is not built; run "
                       "`python setup.py build_ext --inplace` (or pip install nplm)") from e
 from nplm.backoff.arpa import write_arpa
-from nplm.backoff.binary import build_binary
 from nplm.errors import CompressedDataError, FormatError
 from nplm.io.atomic import refuse_stdout, same_file
 from nplm.io.files import open_binary, open_text
@@ -322,14 +322,20 @@ def _limit_vocab(path, counter, name):
 
 def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, prune=None,  # noqa: C901 - runs the estimation stages in order, each optional step in its place
              interpolate_unigrams=True, limit_vocab_file=None, skip_symbols=False,
-             verbose_header=False, vocab_pad=0, progress=True):
+             verbose_header=False, vocab_pad=0, progress=True, binary_type=None,
+             binary_options=None):
     """Estimate an interpolated modified Kneser-Ney model the way lmplz does.
 
     text:    path of the training text ('-' = stdin; plain, gzip, bz2 or xz), or a
              readable file object; one sentence per line, words separated by spaces.
     order:   the model order (lmplz -o).
     arpa:    write an ARPA file there ('-' = stdout) (lmplz --arpa).
-    binary:  write an nplm binary model there.
+    binary:  write a binary model there, in one pass (no ARPA read back).
+    binary_type: its format, as nplm.build_binary's type: "probing" or "trie"
+             (KenLM's files, exactly as build_binary writes them from the ARPA) or
+             "nplm"; None: nplm's for a name ending in .nplm, else KenLM's probing.
+    binary_options: build_binary's settings for it, as a dict of
+             nplm.build_binary's keywords (prob_bits=8, pointer_bits=22, ...).
     discount_fallback: None, True (0.5 1 1.5) or up to three discounts, used for
              orders whose counts-of-counts cannot give discounts (lmplz
              --discount_fallback); without it such data raises DiscountError.
@@ -348,6 +354,8 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     t0 = time.perf_counter()
     order = _check_order(order)
     thresholds = _prune_thresholds(prune, order)
+    if binary is not None:      # bad binary settings fail now, not after the counting
+        check_options(resolve_type(binary_type, binary), **(binary_options or {}))
     fallback = _fallback(discount_fallback)
     vocab_pad = operator.index(vocab_pad)
     if vocab_pad < 0:
@@ -498,6 +506,6 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
             write_arpa(tables, arpa)
     if binary is not None:
         report.stage(5, "Writing binary model")
-        build_binary(tables, binary)
+        build_binary(tables, binary, binary_type, **(binary_options or {}))
     report.say(f"Name:nplm\tWall:{time.perf_counter() - t0:.3f} s")
     return tables

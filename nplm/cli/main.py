@@ -18,6 +18,7 @@ from nplm.backoff import arpa
 from nplm.backoff import binary as backoff
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
+from nplm.backoff.kenlm import write as kenlm_write
 from nplm.backoff.kneser_ney import estimate
 from nplm.compose.distil import distil_to_file
 from nplm.compose.interpolate import interpolate, is_spec
@@ -171,30 +172,67 @@ class Perplexity:
         return 0
 
 
-@command("build-binary", "Convert an ARPA file to an nplm binary (memory-mapped, loads in milliseconds)")
+@command("build-binary", "Write a binary model from an ARPA file: KenLM's probing or trie file "
+         "(exactly as its build_binary writes it) or nplm's own")
 class BuildBinary:
-    OUTPUTS = ("out",)
-    INPUTS = ("arpa",)
+    # [TYPE] ARPA OUT may be split by options, as build_binary's getopt allows
+    # ("trie -q 8 in.arpa out"): main hands the positionals argparse left over to "files"
+    EXTRA_POSITIONALS = "files"
 
     @staticmethod
     def add_arguments(p):
-        p.add_argument("arpa", help="input ARPA file (plain/.gz/.bz2/.xz; '-' for stdin)")
-        p.add_argument("out", help="output nplm binary (a file: it is memory-mapped, so not '-')")
-        p.add_argument("-p", dest="multiplier", type=float, default=1.45,
-                       help="probing hash table buckets per n-gram (> 1.0; default 1.45; KenLM: 1.5)")
+        p.usage = ("nplm build-binary [-p M] [-q B] [-b B] [-a B] [-v] [-u P] [-s] "
+                   "[probing|trie|nplm] in.arpa out")
+        p.add_argument("files", nargs="+", metavar="[TYPE] ARPA OUT",
+                       help="TYPE: probing (the default) or trie, KenLM's formats as its build_binary "
+                       "writes them (they load in kenlm and nplm), or nplm, nplm's own probing format "
+                       "(the default for an OUT named *.nplm); ARPA: plain/.gz/.bz2/.xz, '-' for "
+                       "stdin; OUT: a file (it is memory-mapped, so not '-')")
+        p.add_argument("-p", dest="multiplier", type=float, default=None, metavar="M",
+                       help="probing hash table buckets per n-gram (> 1.0; default 1.5, nplm: 1.45)")
+        p.add_argument("-q", dest="prob_bits", type=int, metavar="B",
+                       help="trie: quantise probabilities to B bits")
+        p.add_argument("-b", dest="backoff_bits", type=int, metavar="B",
+                       help="trie: quantise back-offs to B bits (needs -q; default the same as -q)")
+        p.add_argument("-a", dest="pointer_bits", type=int, metavar="B",
+                       help="trie: compress pointers with an array of offsets holding up to B bits")
+        p.add_argument("-v", dest="include_vocab", action="store_false",
+                       help="leave the vocabulary's strings out of a KenLM file (words then score by hash)")
+        p.add_argument("-u", dest="unknown_logprob", type=float, default=-100.0, metavar="P",
+                       help="log10 probability of <unk> when the ARPA lacks it (default -100)")
+        p.add_argument("-s", dest="allow_missing_markers", action="store_true",
+                       help="build even if the model lacks <s> or </s>")
+        for flag in ("-T", "-S", "-w"):
+            p.add_argument(flag, dest="ignored" + flag[1], metavar="X",
+                           help="accepted for build_binary compatibility; nplm builds in memory")
 
     @staticmethod
     def run(args):
-        refuse_stdout(args.out)
-        try:
-            # the ARPA header's counts give the tables' size before the file is read
-            backoff.check_multiplier(args.multiplier, arpa_header_counts(args.arpa))
-        except ValueError as e:
-            return _error(f"-p: {e}")
-        if same_file(args.arpa, args.out):
-            raise ValueError(f"refusing to overwrite the input {args.arpa}")
-        tables = arpa.read_arpa(args.arpa, progress=True)
-        backoff.build_binary(tables, args.out, args.multiplier)
+        if len(args.files) not in (2, 3):
+            raise ValueError("build-binary takes [TYPE] ARPA OUT (TYPE one of "
+                             f"{', '.join(kenlm_write.TYPES)})")
+        kind, source, out = ([None] + args.files)[-3:]
+        kind = kenlm_write.resolve_type(kind, out)
+        check_output(out)
+        refuse_stdout(out)
+        if kind == kenlm_write.NPLM and args.multiplier is not None:
+            try:
+                # the ARPA header's counts give the tables' size before the file is read
+                backoff.check_multiplier(args.multiplier, arpa_header_counts(source))
+            except ValueError as e:
+                return _error(f"-p: {e}")
+        if same_file(source, out):
+            raise ValueError(f"refusing to overwrite the input {source}")
+        options = dict(multiplier=args.multiplier, prob_bits=args.prob_bits,
+                       backoff_bits=args.backoff_bits, pointer_bits=args.pointer_bits,
+                       include_vocab=args.include_vocab, unknown_logprob=args.unknown_logprob,
+                       allow_missing_markers=args.allow_missing_markers)
+        opts = kenlm_write.check_options(kind, **options)
+        counts = arpa_header_counts(source)
+        if opts is not None and opts.type == kenlm_write.PROBING and counts and len(counts) >= 2:
+            kenlm_write.check_probing_memory(counts, opts)    # a huge -p fails now, not after reading
+        tables = arpa.read_arpa(source, progress=True)
+        kenlm_write.build_binary(tables, out, kind, **options)
         return 0
 
 
@@ -254,7 +292,14 @@ class Estimate:
         p.add_argument("--text", default="-", type=_input_file, help="training text, one sentence per line "
                        "(default stdin; plain, gzip, bz2 or xz)")
         p.add_argument("--arpa", help="write the ARPA file here (default stdout unless --binary)")
-        p.add_argument("--binary", help="write an nplm binary model here (a file, not '-')")
+        p.add_argument("--binary", help="write a binary model here (a file, not '-'): KenLM's probing "
+                       "file, or nplm's own format for a name ending in .nplm (see --type)")
+        p.add_argument("--type", dest="binary_type", choices=kenlm_write.TYPES,
+                       help="--binary's format, as build-binary's TYPE: probing or trie (KenLM's, "
+                       "exactly as its build_binary writes them from the ARPA) or nplm")
+        p.add_argument("-p", dest="multiplier", type=float, help="--binary: build-binary's -p")
+        p.add_argument("-b", dest="backoff_bits", type=int, help="--binary: build-binary's -b")
+        p.add_argument("-a", dest="pointer_bits", type=int, help="--binary: build-binary's -a")
         p.add_argument("--discount_fallback", "--discount-fallback", nargs="*", metavar="D",
                        help="when the data cannot give discounts, use these for adjusted counts "
                        "1, 2, 3+ (default 0.5 1 1.5)")
@@ -276,11 +321,27 @@ class Estimate:
                        "memory proportional to the distinct n-grams")
         p.add_argument("-T", "--temp_prefix", "--temp-prefix",
                        help="accepted for lmplz compatibility; nplm writes no temporary files")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+        p.add_argument("-q", dest="q", nargs="?", const=True, metavar="B",
+                       help="alone: no progress on stderr; with B: --binary's -q (quantise a trie's "
+                       "probabilities to B bits)")
+        p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     @staticmethod
     def run(args):
         refuse_stdout(args.binary)      # before the work
+        prob_bits = None
+        if args.q is True:
+            args.quiet = True
+        elif args.q is not None:
+            try:
+                prob_bits = int(args.q)
+            except ValueError:
+                raise ValueError(f"-q takes a number of bits (or nothing, for quiet), not {args.q!r}") from None
+        options = {k: v for k, v in (("multiplier", args.multiplier), ("prob_bits", prob_bits),
+                                      ("backoff_bits", args.backoff_bits),
+                                      ("pointer_bits", args.pointer_bits)) if v is not None}
+        if (options or args.binary_type) and args.binary is None:
+            raise ValueError("--type, -p, -q B, -b and -a set the format of --binary, which is not given")
         arpa = args.arpa if args.arpa is not None else (None if args.binary else "-")
         fallback = None
         if args.discount_fallback is not None:
@@ -291,7 +352,7 @@ class Estimate:
                      prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
                      limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
                      verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
-                     progress=not args.quiet)
+                     progress=not args.quiet, binary_type=args.binary_type, binary_options=options)
         return 0
 
 
@@ -426,7 +487,8 @@ def build_parser():
     for name, (help_text, cls) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         cls.add_arguments(p)
-        p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()), _inputs=getattr(cls, "INPUTS", ()))
+        p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()), _inputs=getattr(cls, "INPUTS", ()),
+                       _extra_positionals=getattr(cls, "EXTRA_POSITIONALS", None))
     return parser
 
 
@@ -475,6 +537,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     _check_command(parser, argv)
     args, extra = parser.parse_known_args(argv)
+    if getattr(args, "_extra_positionals", None):
+        words = [w for w in extra if w == "-" or not w.startswith("-")]
+        getattr(args, args._extra_positionals).extend(words)
+        extra = [w for w in extra if not (w == "-" or not w.startswith("-"))]
     _check_unknown(parser, args, extra)
     args._argv = argv
     if not getattr(args, "_run", None):

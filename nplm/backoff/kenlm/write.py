@@ -1,0 +1,190 @@
+"""Writing KenLM's binary model files from NGramTables: ``write_binary(tables, path,
+Options(...))`` with build_binary's settings.  The probing layout is built here,
+the trie in ``trie.py``; both come out byte-identical to KenLM's build_binary
+(docs/kenlm-build-binary.md lists the rules followed).
+"""
+import errno
+import sys
+
+import numpy as np
+
+from nplm.backoff import binary as nplm_binary
+from nplm.backoff.kenlm import _write, trie
+from nplm.backoff.kenlm import format as kformat
+from nplm.backoff.kenlm.format import PROBING_VOCAB_VERSION, SEARCH_VERSION, Header, pack_header, probing_layout
+from nplm.backoff.kenlm.prepare import Vocab, check_probs, kenlm_backoffs, strings, where
+from nplm.errors import FormatError
+from nplm.io.atomic import atomic_write
+from nplm.io.resources import check_available
+
+PROBING, TRIE = "probing", "trie"
+DEFAULT_MULTIPLIER = 1.5              # build_binary's -p
+DEFAULT_UNKNOWN_LOGPROB = -100.0      # build_binary's -u
+
+
+class Options:
+    """build_binary's settings: type, -p multiplier, -q prob_bits, -b backoff_bits,
+    -a pointer_bits, -v include_vocab=False, -u unknown_logprob, -s
+    allow_missing_markers=True.  Checked as build_binary checks them."""
+
+    def __init__(self, type=PROBING, multiplier=DEFAULT_MULTIPLIER, prob_bits=None,
+                 backoff_bits=None, pointer_bits=None, include_vocab=True,
+                 unknown_logprob=DEFAULT_UNKNOWN_LOGPROB, allow_missing_markers=False):
+        if type not in (PROBING, TRIE):
+            raise ValueError(f"the KenLM binary type is 'probing' or 'trie', not {type!r}")
+        multiplier = float(np.float32(multiplier))
+        if not (np.isfinite(multiplier) and multiplier > 1.0):
+            raise ValueError(f"the probing multiplier (-p) must be > 1.0, not {multiplier!r}")
+        if backoff_bits is not None and prob_bits is None:
+            raise ValueError("back-off quantisation (-b) needs probability quantisation (-q)")
+        if prob_bits is not None:
+            if type != TRIE:
+                raise ValueError("quantisation (-q/-b) is only implemented in the trie data structure")
+            backoff_bits = prob_bits if backoff_bits is None else backoff_bits
+            for flag, bits in (("-q", prob_bits), ("-b", backoff_bits)):
+                if not 1 <= int(bits) <= 25:
+                    raise ValueError(f"{flag}: quantisation takes 1 to 25 bits, not {bits}")
+        if pointer_bits is not None and not 0 <= int(pointer_bits) <= 255:
+            raise ValueError(f"-a: the pointer compression bits are 0 to 255, not {pointer_bits}")
+        self.type = type
+        self.multiplier = multiplier
+        self.prob_bits = None if prob_bits is None else int(prob_bits)
+        self.backoff_bits = None if backoff_bits is None else int(backoff_bits)
+        self.pointer_bits = None if pointer_bits is None or type != TRIE else int(pointer_bits)
+        self.include_vocab = bool(include_vocab)
+        self.unknown_logprob = float(unknown_logprob)
+        self.allow_missing_markers = bool(allow_missing_markers)
+
+    @property
+    def model_type(self):
+        """The header's model type number (lm/model_type.hh)."""
+        if self.type == PROBING:
+            return kformat.PROBING
+        return kformat.TRIE + (1 if self.prob_bits is not None else 0) + (2 if self.pointer_bits is not None else 0)
+
+
+def write_binary(tables, path, opts=None, messages=sys.stderr):
+    """Write ``tables`` (NGramTables) as a KenLM binary at ``path`` (atomically)."""
+    opts = opts or Options()
+    tables.validate()
+    if tables.order < 2:
+        raise FormatError("KenLM's binary formats need at least a bigram model", tables.source)
+    check_probs(tables)
+    vocab = Vocab(tables, opts, messages)
+    if opts.type == PROBING:
+        parts = _probing(tables, vocab, opts)
+    else:
+        parts = trie.build(tables, vocab, opts)
+    with atomic_write(path) as f:
+        for part in parts:
+            f.write(part)
+
+
+def check_probing_memory(counts, opts):
+    """Refuse, before any work, probing tables of ``counts`` n-grams that cannot fit in
+    memory (a huge -p): a clear error instead of a failed allocation or swapping."""
+    header = Header(len(counts), opts.multiplier, opts.model_type, opts.include_vocab, 0,
+                    tuple(int(c) for c in counts))
+    what = f"the KenLM probing file ({sum(counts):,} n-grams, -p {opts.multiplier:g})"
+    try:
+        with np.errstate(over="ignore"):
+            needed = probing_layout(header).end
+    except OverflowError:                   # multiplier x count is infinite in float32
+        needed = 2 ** 64
+    if needed >= 2 ** 60:
+        raise OSError(errno.ENOMEM, f"{what} would need about {needed / 2 ** 40:.3g} TiB; use a smaller -p")
+    check_available(needed, what, "use the trie type or a smaller -p")
+
+
+def _probing(tables, vocab, opts):
+    """The probing file's parts: header, vocabulary table and search in one array,
+    then the strings."""
+    order, counts = tables.order, tuple(int(c) for c in tables.counts)
+    words = vocab.number_in_arpa_order()
+    header = Header(order, opts.multiplier, opts.model_type, opts.include_vocab,
+                    SEARCH_VERSION[opts.model_type], counts)
+    check_probing_memory(counts, opts)
+    layout = probing_layout(header)
+    body = np.zeros(layout.end, dtype=np.uint8)
+    body[:header.size] = np.frombuffer(pack_header(header), np.uint8)
+    vh = layout.vocab_header.offset
+    body[vh:vh + 8].view(np.uint32)[:] = (PROBING_VOCAB_VERSION, len(words) + 1)   # version, bound
+    if not _write.fill_vocab_table(body[layout.vocab.offset:layout.vocab.end], vocab.hashes,
+                                   layout.vocab.buckets):
+        raise FormatError("the vocabulary does not fit its probing table", tables.source)
+    uni = body[layout.unigram.offset:layout.unigram.end].view(np.float32).reshape(-1, 2)
+    uni[vocab.ids, 0] = tables.logprob[0]
+    uni[vocab.ids, 1] = kenlm_backoffs(tables.backoff[0])
+    search = body[layout.unigram.offset:]
+    ngram_tables = layout.middle + (layout.longest,)
+    offsets = np.array([t.offset - layout.unigram.offset for t in ngram_tables], dtype=np.uint64)
+    buckets = np.array([t.buckets for t in ngram_tables], dtype=np.uint64)
+    used = np.zeros(order - 1, dtype=np.uint64)
+    for n in range(2, order + 1):
+        ids = vocab.ids[tables.ids[n - 1]]
+        backoff = kenlm_backoffs(tables.backoff[n - 1]) if n < order else np.zeros(0, np.float32)
+        code, index = _write.probing_order(n, order, ids, np.ascontiguousarray(tables.logprob[n - 1]),
+                                           backoff, uni, search, offsets, buckets, used)
+        if code == _write.NO_CONTEXT:
+            path, line = where(tables, n, index)
+            raise FormatError(f"the context of every {n}-gram should appear as a {n - 1}-gram",
+                              path, line)
+        if code == _write.FULL:
+            path, line = where(tables, n, index)
+            raise FormatError("a probing table is full: too many n-grams lack their suffixes "
+                              "(KenLM gives up here too); raise the multiplier (-p)", path, line)
+    if not vocab.saw_unk:
+        uni[0] = (opts.unknown_logprob, 0.0)
+    return [body, strings(words)] if opts.include_vocab else [body]
+
+
+NPLM = "nplm"
+TYPES = (PROBING, TRIE, NPLM)
+
+
+def resolve_type(type, out):
+    """The format to write: ``type`` when given, else nplm's own for an output named
+    ``*.nplm`` and KenLM's probing (build_binary's default) for any other name."""
+    if type is None:
+        return NPLM if str(out).endswith(".nplm") else PROBING
+    if type not in TYPES:
+        raise ValueError(f"the binary type is one of {', '.join(TYPES)}, not {type!r}")
+    return type
+
+
+def check_options(kind, multiplier=None, prob_bits=None, backoff_bits=None, pointer_bits=None,
+                  include_vocab=True, unknown_logprob=DEFAULT_UNKNOWN_LOGPROB,
+                  allow_missing_markers=False):
+    """The Options for writing ``kind`` (None for nplm's format, whose multiplier its
+    own builder checks); ValueError for settings that do not apply or are out of range."""
+    if kind == NPLM:
+        kenlm_only = {"-q": prob_bits, "-b": backoff_bits, "-a": pointer_bits,
+                      "-v": None if include_vocab else True,
+                      "-u": None if unknown_logprob == DEFAULT_UNKNOWN_LOGPROB else unknown_logprob,
+                      "-s": True if allow_missing_markers else None}
+        given = [flag for flag, value in kenlm_only.items() if value is not None]
+        if given:
+            raise ValueError(f"{'/'.join(given)} apply to KenLM's formats (probing, trie), not to "
+                             "nplm's binary")
+        return None
+    return Options(kind, DEFAULT_MULTIPLIER if multiplier is None else multiplier, prob_bits,
+                   backoff_bits, pointer_bits, include_vocab, unknown_logprob, allow_missing_markers)
+
+
+def build_binary(tables, out, type=None, *, messages=sys.stderr, **options):
+    """Write NGramTables as a binary model: KenLM's ``probing`` or ``trie`` file
+    exactly as build_binary writes it with the same settings (the keywords of
+    ``check_options``: multiplier=-p, prob_bits=-q, backoff_bits=-b,
+    pointer_bits=-a, include_vocab=False for -v, unknown_logprob=-u,
+    allow_missing_markers=True for -s), or nplm's own format (``nplm``).
+    ``type=None`` picks by the output's name (see ``resolve_type``).  Returns the
+    type written."""
+    kind = resolve_type(type, out)
+    opts = check_options(kind, **options)
+    if opts is None:
+        multiplier = options.get("multiplier")
+        nplm_binary.build_binary(tables, out, nplm_binary.PROBING_MULTIPLIER if multiplier is None
+                                 else multiplier)
+    else:
+        write_binary(tables, out, opts, messages)
+    return kind

@@ -1,0 +1,77 @@
+"""nplm build-binary against KenLM's build_binary writing the same KenLM file.
+
+A 5-gram Kneser-Ney model of the full PTB train set (lmplz when available, else
+nplm.estimate) becomes probing, trie, trie -q 8 -b 8 and trie -a 22 -q 8 -b 8 files,
+once by each tool per round; the rounds interleave the two (best wall time of each
+kept).  Both run as commands, as a user would run them (nplm's time includes starting
+Python and importing the package, printed on its own); nplm's in-process time
+(nplm.build_binary, no interpreter start) is printed too.  Every file nplm writes is compared byte for byte with build_binary's.
+
+    python tools/bench_build_binary.py [--repeat 3] [--build-binary PATH]
+"""
+import argparse
+import filecmp
+import os
+import subprocess
+import sys
+import time
+
+from _bench_common import CACHE, ROOT, kn_arpa, lmplz_path
+
+import nplm
+
+LAYOUTS = {"probing": ["probing"], "trie": ["trie"], "trie -q 8 -b 8": ["-q", "8", "-b", "8", "trie"],
+           "trie -a 22 -q 8 -b 8": ["-a", "22", "-q", "8", "-b", "8", "trie"]}
+OPTIONS = {"probing": ("probing", {}), "trie": ("trie", {}),
+           "trie -q 8 -b 8": ("trie", {"prob_bits": 8, "backoff_bits": 8}),
+           "trie -a 22 -q 8 -b 8": ("trie", {"prob_bits": 8, "backoff_bits": 8, "pointer_bits": 22})}
+
+
+def run_timed(argv):
+    t = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return time.perf_counter() - t
+
+
+def bench_layout(name, arpa, build_binary, repeat):
+    flags = LAYOUTS[name]
+    theirs, ours = CACHE / "bb-kenlm.bin", CACHE / "bb-nplm.bin"
+    kind, options = OPTIONS[name]
+    best = {"build_binary": float("inf"), "nplm build-binary": float("inf"), "nplm.build_binary": float("inf")}
+    for _ in range(repeat):
+        best["build_binary"] = min(best["build_binary"], run_timed([build_binary, *flags, str(arpa), str(theirs)]))
+        best["nplm build-binary"] = min(best["nplm build-binary"], run_timed(
+            [sys.executable, "-m", "nplm", "build-binary", *flags, str(arpa), str(ours)]))
+        t = time.perf_counter()
+        nplm.build_binary(str(arpa), str(ours), kind, messages=None, **options)
+        best["nplm.build_binary"] = min(best["nplm.build_binary"], time.perf_counter() - t)
+    same = filecmp.cmp(theirs, ours, shallow=False)
+    return best, os.path.getsize(theirs), os.path.getsize(ours), same
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--build-binary", default=os.path.join(os.path.dirname(lmplz_path() or
+                                                                         "/opt/kenlm-src/build/bin/lmplz"),
+                                                         "build_binary"))
+    args = ap.parse_args()
+    arpa = kn_arpa(5)
+    print(f"PTB KN5: {arpa} ({os.path.getsize(arpa) / 2**20:.1f} MiB ARPA); best of {args.repeat} "
+          "interleaved rounds")
+    startup = min(run_timed([sys.executable, "-m", "nplm", "--version"]) for _ in range(args.repeat))
+    print(f"starting the nplm command (python -m nplm --version): {startup:.2f} s")
+    print(f"{'layout':<22}{'build_binary s':>15}{'nplm cmd s':>12}{'ratio':>7}{'in-process s':>14}"
+          f"{'KenLM MiB':>11}{'nplm MiB':>10}  bytes")
+    for name in LAYOUTS:
+        best, size_k, size_n, same = bench_layout(name, arpa, args.build_binary, args.repeat)
+        ratio = best["build_binary"] / best["nplm build-binary"]
+        print(f"{name:<22}{best['build_binary']:>15.2f}{best['nplm build-binary']:>12.2f}{ratio:>7.2f}"
+              f"{best['nplm.build_binary']:>14.2f}{size_k / 2**20:>11.2f}{size_n / 2**20:>10.2f}  "
+              f"{'identical' if same else 'DIFFERENT'}")
+    print("ratio = build_binary time / nplm command time (> 1: nplm is faster)")
+
+
+if __name__ == "__main__":
+    main()
