@@ -16,6 +16,7 @@ from nplm.backoff import arpa
 from nplm.backoff import binary as backoff
 from nplm.backoff.kneser_ney import estimate
 from nplm.compose.interpolate import InterpolatedModel, interpolate
+from nplm.compose.rescore import rescore
 from nplm.errors import FormatError, ModelLoadError
 from nplm.model import ARPALoadComplain, Config, LanguageModel, LoadMethod, Model
 
@@ -23,7 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "LoadMethod",
            "ARPALoadComplain", "Vocab", "FormatError", "ModelLoadError", "build_binary", "estimate",
-           "interpolate", "InterpolatedModel"]
+           "interpolate", "InterpolatedModel", "rescore"]
 
 
 # The flat layout's module names (nplm.corpus, nplm.arpa, ...) keep working, deprecated.

@@ -19,6 +19,7 @@ from nplm.backoff import binary as backoff
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.kneser_ney import estimate
+from nplm.cli.combine import Ensemble, Rescore
 from nplm.compose.distil import distil_to_file
 from nplm.compose.interpolate import interpolate, is_spec
 from nplm.convert import convert, detect, tables_from_binary, target_format
@@ -868,3 +869,8 @@ class Verify:
                 print(f"{path}: DAMAGED: {e}", file=sys.stderr)
                 failed += 1
         return 1 if failed else 0
+
+
+# Commands defined in their own modules
+command("rescore", Rescore.HELP)(Rescore)
+command("ensemble", Ensemble.HELP)(Ensemble)

@@ -1,0 +1,404 @@
+"""N-best rescoring: one language-model feature per model added to every hypothesis
+of an n-best list, and optional re-ranking with given weights.
+
+Two list formats are read (``fmt="auto"`` tells them apart by the first line):
+
+* Moses: ``id ||| hypothesis ||| features ||| total[ ||| more fields]``.  Each
+  model's feature is appended to the feature field as ``NAME= value`` (``LM0=
+  -42.1``); every other byte of the line is kept as it was.
+* plain: ``id<TAB>hypothesis[<TAB>score]...``, the same number of fields on every
+  line.  Each model's value is appended as one more tab-separated column.
+
+A feature is the model's ``score(hypothesis)`` (sentence start and end on, as
+``Model.score``) in log10, or in natural log with ``base="e"``, written with the
+shortest digits that read back as the same float32.  Hypotheses are scored in
+chunks of ``batch`` lines through the models' batch scorers, so a list of any
+length runs in memory for one chunk.
+
+With ``weights`` the hypotheses of each sentence id are ranked by the weighted sum
+of all their features (the list's own, then the added ones) and the best one's text
+is written, one line per id in the order the ids first appear (the first of equal
+scores wins).  Weights are named, as in a Moses configuration (``"Distortion0= 0.3
+LM0= 0.5 0.2"``, a dict, or a file holding such lines), or a plain sequence of
+numbers, one per feature value in the order the line lists them.
+"""
+import contextlib
+import itertools
+import math
+import os
+import sys
+
+import numpy as np
+
+from nplm.backoff._arpa import format_floats
+from nplm.errors import FormatError
+from nplm.io.atomic import text_output
+from nplm.io.files import open_binary
+from nplm.model import ARPALoadComplain, Config, Model
+
+FORMATS = ("auto", "moses", "plain")
+BASES = {"10": 1.0, "e": math.log(10.0)}
+MOSES_SEP = b"|||"
+
+
+class RescoreResult:
+    """What a rescoring run read: ``hypotheses`` (lines), ``sentences`` (distinct
+    ids) and the list's ``format``."""
+
+    def __init__(self, hypotheses, sentences, fmt):
+        self.hypotheses, self.sentences, self.format = hypotheses, sentences, fmt
+
+    def __repr__(self):
+        return f"<RescoreResult {self.hypotheses} hypotheses of {self.sentences} sentences ({self.format})>"
+
+
+# --- arguments --------------------------------------------------------------------
+
+def load_models(models, normalization=None):
+    """Each entry as a model: a path is loaded quietly with nplm.Model; an object with
+    ``score_sentences`` (any nplm model) is used as it is."""
+    cfg = Config()
+    cfg.show_progress = False
+    cfg.arpa_complain = ARPALoadComplain.NONE
+    out = []
+    for m in models:
+        if isinstance(m, (str, bytes, os.PathLike)):
+            m = Model(m, cfg, normalization=normalization) if normalization else Model(m, cfg)
+        elif not hasattr(m, "score_sentences"):
+            raise TypeError(f"expected a model or a model path, not {type(m).__name__}")
+        out.append(m)
+    if not out:
+        raise ValueError("rescoring needs at least one model")
+    return out
+
+
+def feature_names(names, n):
+    """The features' names: LM0, LM1, ... by default; given names lose a trailing '='."""
+    if names is None:
+        return [f"LM{i}" for i in range(n)]
+    names = [str(x)[:-1] if str(x).endswith("=") else str(x) for x in names]
+    if len(names) != n:
+        raise ValueError(f"{len(names)} feature names for {n} models")
+    for x in names:
+        if not x or any(c.isspace() for c in x) or "|" in x or "=" in x:
+            raise ValueError(f"feature name {x!r}: expected a non-empty name without white space, "
+                             "'|' or '='")
+    if len(set(names)) != len(names):
+        raise ValueError(f"feature names repeat: {names}")
+    return names
+
+
+def log_scale(base):
+    key = str(base).lower()
+    key = {"ln": "e", "natural": "e"}.get(key, key)
+    if key not in BASES:
+        raise ValueError(f"base={base!r}: expected 10 or 'e' (natural log)")
+    return BASES[key]
+
+
+def _weight_text(spec):
+    if os.path.isfile(spec):
+        with open(spec, encoding="utf-8") as f:
+            lines = [line.split("#", 1)[0] for line in f]
+        return " ".join(line for line in lines if not line.strip().startswith("["))
+    return spec
+
+
+def parse_weights(spec):
+    """Weights as ``dict name -> float array`` (named) or a float array (positional)."""
+    if spec is None:
+        return None
+    if isinstance(spec, dict):
+        return {str(k).rstrip("=:"): np.atleast_1d(np.asarray(v, dtype=np.float64)) for k, v in spec.items()}
+    if not isinstance(spec, str):
+        return np.asarray(spec, dtype=np.float64).ravel()
+    tokens = _weight_text(spec).replace(",", " ").split()
+    if not any(t.endswith(("=", ":")) for t in tokens):
+        try:
+            return np.array([float(t) for t in tokens], dtype=np.float64)
+        except ValueError:
+            raise ValueError(f"weights {spec!r}: expected numbers, or 'NAME= w ...' groups") from None
+    named, name = {}, None
+    for t in tokens:
+        if t.endswith(("=", ":")):
+            name = t[:-1]
+            named.setdefault(name, [])
+        elif name is None:
+            raise ValueError(f"weights: {t!r} comes before any 'NAME='")
+        else:
+            try:
+                named[name].append(float(t))
+            except ValueError:
+                raise ValueError(f"weights: {t!r} (for {name}) is not a number") from None
+    return {k: np.array(v, dtype=np.float64) for k, v in named.items()}
+
+
+# --- parsing ------------------------------------------------------------------------
+
+class _Reader:
+    """Chunks of parsed lines of one n-best list, with the checks that name the file
+    and line of anything malformed."""
+
+    def __init__(self, f, name, fmt):
+        self.f, self.name, self.fmt = f, name, fmt
+        self.line_no = 0
+        self.fields = None      # the first line's field count
+
+    def chunks(self, size):
+        while True:
+            raw = list(itertools.islice(self.f, size))
+            if not raw:
+                return
+            first = self.line_no + 1
+            self.line_no += len(raw)
+            yield first, raw, [self.parse(line, first + i) for i, line in enumerate(raw)]
+
+    def error(self, message, line_no):
+        return FormatError(message, self.name, line_no)
+
+    def parse(self, raw, line_no):
+        """(id, hypothesis bytes, fields) of one line."""
+        if not raw.strip():
+            raise self.error("empty line: expected a hypothesis", line_no)
+        if self.fmt == "moses":
+            fields = raw.split(MOSES_SEP)
+            if len(fields) < 4:
+                raise self.error(f"not a Moses n-best line (found {len(fields)} '|||'-separated field"
+                                 f"{'s' if len(fields) != 1 else ''}; expected 'id ||| hypothesis ||| "
+                                 "features ||| total')", line_no)
+            hyp = fields[1]
+        else:
+            fields = raw.rstrip(b"\r\n").split(b"\t")
+            if len(fields) < 2:
+                raise self.error("not a plain n-best line (expected 'id<TAB>hypothesis[<TAB>score]...', "
+                                 "found no tab)", line_no)
+            hyp = fields[1]
+        if self.fields is None:
+            self.fields = len(fields)
+        elif len(fields) != self.fields:
+            raise self.error(f"{len(fields)} fields where line 1 has {self.fields}", line_no)
+        sid = fields[0].strip()
+        if not sid:
+            raise self.error("no sentence id (the first field is empty)", line_no)
+        if len(sid.split()) != 1:
+            raise self.error(f"sentence id {sid.decode('utf-8', 'replace')!r} has white space in it",
+                             line_no)
+        return sid, hyp, fields
+
+
+def detect_format(head):
+    """'moses' when the first line has '|||', else 'plain'."""
+    return "moses" if MOSES_SEP in head.split(b"\n", 1)[0] else "plain"
+
+
+# --- output -------------------------------------------------------------------------
+
+def _augmented(fmt, raw, fields, added):
+    """The line with the new features appended; every other byte as read."""
+    if fmt == "moses":
+        feats = fields[2]
+        body = feats.rstrip()
+        fields = list(fields)
+        fields[2] = body + b" " + added + feats[len(body):]
+        return MOSES_SEP.join(fields)
+    stripped = raw.rstrip(b"\r\n")
+    return stripped + added + raw[len(stripped):]
+
+
+def _feature_text(fmt, names, columns):
+    """Per line, the bytes to append: ``NAME= v`` pairs (Moses) or ``<TAB>v`` columns."""
+    if fmt == "moses":
+        parts = [[f"{n}= ".encode() + v.encode() for v in col] for n, col in zip(names, columns)]
+        return [b" ".join(p) for p in zip(*parts)]
+    parts = [[b"\t" + v.encode() for v in col] for col in columns]
+    return [b"".join(p) for p in zip(*parts)]
+
+
+class _Ranker:
+    """The best hypothesis of each sentence id, written when the id changes."""
+
+    def __init__(self, fmt, weights, names, out, name):
+        self.fmt, self.weights, self.names, self.out, self.name = fmt, weights, names, out, name
+        self.current, self.best, self.best_text = None, -math.inf, None
+        self.done = set()
+        self._layouts = {}
+
+    def add(self, sid, fields, values, line_no):
+        score = float(np.dot(self._weights_for(fields, line_no), self._vector(fields, values, line_no)))
+        if sid != self.current:
+            self.finish()
+            if sid in self.done:
+                raise FormatError(f"sentence id {sid.decode('utf-8', 'replace')!r} appears again after "
+                                  "other ids: re-ranking needs each sentence's hypotheses together",
+                                  self.name, line_no)
+            self.current, self.best, self.best_text = sid, -math.inf, None
+        if self.best_text is None or score > self.best:
+            self.best = score
+            self.best_text = fields[1].strip() if self.fmt == "moses" else fields[1]
+
+    def finish(self):
+        if self.current is not None:
+            self.out.write(self.best_text + b"\n")
+            self.done.add(self.current)
+            self.current = None
+
+    def _tokens(self, fields):
+        return fields[2].split() if self.fmt == "moses" else fields[2:]
+
+    def _vector(self, fields, values, line_no):
+        toks = [t for t in self._tokens(fields) if not t.endswith((b"=", b":"))]
+        try:
+            own = [float(t) for t in toks]
+        except ValueError:
+            bad = next(t for t in toks if not _is_number(t))
+            raise FormatError(f"feature value {bad.decode('utf-8', 'replace')!r} is not a number",
+                              self.name, line_no) from None
+        return np.array(own + list(values), dtype=np.float64)
+
+    def _weights_for(self, fields, line_no):
+        """The weight of every feature value of this line (cached per name layout)."""
+        toks = self._tokens(fields)
+        if self.fmt == "moses":
+            layout, name = [], None
+            for t in toks:
+                if t.endswith((b"=", b":")):
+                    name = t[:-1].decode("utf-8", "replace")
+                    layout.append([name, 0])
+                elif layout:
+                    layout[-1][1] += 1
+                else:
+                    raise FormatError(f"feature value {t.decode('utf-8', 'replace')!r} before any "
+                                      "feature name", self.name, line_no)
+            key = tuple(map(tuple, layout))
+        else:
+            key = len(toks)
+        if key not in self._layouts:
+            self._layouts[key] = self._resolve(key, line_no)
+        return self._layouts[key]
+
+    def _resolve(self, key, line_no):
+        n_added = len(self.names)
+        if isinstance(self.weights, dict):
+            if self.fmt != "moses":
+                raise ValueError("named weights need a Moses list (a plain list's scores have no "
+                                 "names): give one number per score column")
+            groups = list(key) + [(n, 1) for n in self.names]
+            out = []
+            for name, count in groups:
+                if name not in self.weights:
+                    raise ValueError(f"no weight for feature {name!r} (line {line_no} of {self.name})")
+                w = self.weights[name]
+                if len(w) != count:
+                    raise ValueError(f"feature {name!r} has {count} value(s) on line {line_no} of "
+                                     f"{self.name} but {len(w)} weight(s)")
+                out.extend(w)
+            return np.array(out, dtype=np.float64)
+        own = sum(c for _, c in key) if self.fmt == "moses" else key
+        if len(self.weights) != own + n_added:
+            raise ValueError(f"{len(self.weights)} weights for {own + n_added} feature values "
+                             f"({own} in the list on line {line_no} of {self.name}, {n_added} added)")
+        return self.weights
+
+
+def _is_number(t):
+    try:
+        float(t)
+        return True
+    except ValueError:
+        return False
+
+
+# --- the run ------------------------------------------------------------------------
+
+def _progress_bar(path, enabled):
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    size = None
+    if isinstance(path, (str, os.PathLike)) and os.fspath(path) != "-" and os.path.isfile(path):
+        size = os.path.getsize(path)
+    return tqdm(total=size, unit="B", unit_scale=True, desc="rescore", file=sys.stderr)
+
+
+def _writer(stack, out):
+    if out is None:
+        return None
+    if hasattr(out, "write"):
+        return out
+    return stack.enter_context(text_output(out))
+
+
+def _scores(models, hyps, scale, threads):
+    """Per model, the float32 feature values of ``hyps`` as strings."""
+    cols = []
+    for m in models:
+        s = m.score_sentences(hyps, threads=threads) if threads is not None else m.score_sentences(hyps)
+        cols.append(np.asarray(s, dtype=np.float64))
+    if scale != 1.0:
+        cols = [c * scale for c in cols]
+    return [np.asarray(c, dtype=np.float32) for c in cols]
+
+
+def rescore(nbest, models, out="-", *, names=None, base=10, fmt="auto", weights=None, nbest_out=None,
+            normalization=None, batch=4096, threads=None, progress=None):
+    """Add each model's score to every hypothesis of the n-best list ``nbest`` (a path,
+    '-' for stdin, plain or compressed) and write the list to ``out`` (a path written
+    atomically, '-' for stdout, or a binary file object).  ``models``: nplm models or
+    model paths (ARPA, nplm binary, neural, interpolation spec); ``names`` their
+    features' names (LM0, LM1, ... by default); ``base`` 10 or 'e'.  With ``weights``
+    (see the module docstring) ``out`` receives the best hypothesis of each sentence
+    instead, and ``nbest_out`` (optional) the list with the features added.
+    Returns a RescoreResult."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt={fmt!r}: expected one of {', '.join(FORMATS)}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch={batch!r}: expected a positive number of lines")
+    scale = log_scale(base)
+    models = load_models(models, normalization)
+    names = feature_names(names, len(models))
+    weights = parse_weights(weights)
+    if weights is None and nbest_out is not None:
+        raise ValueError("nbest_out is for re-ranking (with weights); without weights the list goes to out")
+    name = "-" if nbest is None or (isinstance(nbest, str) and nbest == "-") else os.fspath(nbest)
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(open_binary(name))
+        head = f.peek(1 << 16) if hasattr(f, "peek") else b""
+        fmt = detect_format(head) if fmt == "auto" else fmt
+        reader = _Reader(f, name, fmt)
+        bar = _progress_bar(name, progress)
+        if bar is not None:
+            stack.callback(bar.close)
+        if weights is None:
+            listing, ranker = _writer(stack, out), None
+        else:
+            listing = _writer(stack, nbest_out)
+            ranker = _Ranker(fmt, weights, names, _writer(stack, out), name)
+        n, ids, last = 0, 0, None
+        for first, raw, parsed in reader.chunks(batch):
+            if fmt == "moses" and n == 0:
+                _check_clash(parsed[0][2][2], names, name)
+            cols = _scores(models, [p[1] for p in parsed], scale, threads)
+            added = _feature_text(fmt, names, [format_floats(c) for c in cols])
+            if listing is not None:
+                listing.write(b"".join(_augmented(fmt, r, p[2], a) for r, p, a in zip(raw, parsed, added)))
+            for i, (sid, _, fields) in enumerate(parsed):
+                if sid != last:
+                    ids, last = ids + 1, sid
+                if ranker is not None:
+                    ranker.add(sid, fields, [c[i] for c in cols], first + i)
+            n += len(raw)
+            if bar is not None:
+                bar.update(sum(map(len, raw)))
+        if ranker is not None:
+            ranker.finish()
+    return RescoreResult(n, ids, fmt)
+
+
+def _check_clash(features, names, path):
+    have = {t[:-1].decode("utf-8", "replace") for t in features.split() if t.endswith(b"=")}
+    clash = sorted(have & set(names))
+    if clash:
+        raise ValueError(f"{path} already has feature(s) {', '.join(clash)}: choose other names "
+                         "for the added ones")
