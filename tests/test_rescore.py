@@ -272,3 +272,45 @@ def test_cli_adds_features_and_reranks(models, reference_binaries, tmp_path, cap
     (tmp_path / "bad").write_bytes(b"0 ||| a ||| F= 1 ||| 0\nbroken line\n")
     assert cli_main(["rescore", model, "--nbest", str(tmp_path / "bad"), "-q"]) == 1
     assert f"{tmp_path / 'bad'}:2: not a Moses n-best line" in capsys.readouterr().err
+
+
+def _edited_lists(seed, n_ids=5, per_id=40):
+    """Lists whose hypotheses differ by a few edits (as real n-best lists do), with
+    exact duplicates: the prefixes and suffixes the scorer shares."""
+    rng = random.Random(seed)
+    hyps = []
+    for i in range(n_ids):
+        base = [rng.choice(POOL) for _ in range(rng.randrange(3, 15))]
+        for _ in range(per_id):
+            words = list(base)
+            for _ in range(rng.randrange(0, 3)):
+                op = rng.random()
+                pos = rng.randrange(len(words) + 1)
+                if op < 0.5 and pos < len(words):
+                    words[pos] = rng.choice(POOL)
+                elif op < 0.75 and pos < len(words):
+                    del words[pos]
+                else:
+                    words.insert(pos, rng.choice(POOL))
+            hyps.append((str(i), words))
+    return hyps
+
+
+@pytest.mark.parametrize("bos,eos", [(True, True), (False, True), (True, False), (False, False)])
+def test_shared_scorer_equals_score_bit_for_bit_and_shares_work(models, bos, eos):
+    from nplm.compose._rescore import SharedScorer, scan
+    hyps = _edited_lists(3)
+    data = "".join(f"{sid} ||| {' '.join(w)} ||| F= 0 ||| 0\n" for sid, w in hyps).encode()
+    starts, a, b, ins, groups = scan(data, 0, 0, None)[:5]
+    assert groups.tolist() == [0, 40, 80, 120, 160, 200]
+    for model in (models[0], models[2]):
+        sc = SharedScorer(model.core, model.vocab, bos, eos)
+        got = sc.score(data, a, b, groups)
+        want = [model.score(" ".join(w), bos=bos, eos=eos) for _, w in hyps]
+        assert got.tolist() == want
+        words = sum(len(w) + eos for _, w in hyps)
+        assert sc.lookups < words / 2, (sc.lookups, words)
+        # one group per line: nothing shared, the same totals
+        sc = SharedScorer(model.core, model.vocab, bos, eos)
+        assert sc.score(data, a, b, np.arange(len(hyps) + 1, dtype=np.int64)).tolist() == want
+        assert sc.lookups == words

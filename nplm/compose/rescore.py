@@ -30,7 +30,9 @@ import sys
 
 import numpy as np
 
+from nplm import _kernels
 from nplm.backoff._arpa import format_floats
+from nplm.compose import _rescore
 from nplm.errors import FormatError
 from nplm.io.atomic import text_output
 from nplm.io.files import open_binary
@@ -159,7 +161,7 @@ class _Reader:
     def parse(self, raw, line_no):
         """(id, hypothesis bytes, fields) of one line."""
         if not raw.strip():
-            raise self.error("empty line: expected a hypothesis", line_no)
+            raise self.error(_SCAN_MESSAGES["empty"], line_no)
         if self.fmt == "moses":
             fields = raw.split(MOSES_SEP)
             if len(fields) < 4:
@@ -330,17 +332,6 @@ def _writer(stack, out):
     return stack.enter_context(text_output(out))
 
 
-def _scores(models, hyps, scale, threads):
-    """Per model, the float32 feature values of ``hyps`` as strings."""
-    cols = []
-    for m in models:
-        s = m.score_sentences(hyps, threads=threads) if threads is not None else m.score_sentences(hyps)
-        cols.append(np.asarray(s, dtype=np.float64))
-    if scale != 1.0:
-        cols = [c * scale for c in cols]
-    return [np.asarray(c, dtype=np.float32) for c in cols]
-
-
 def rescore(nbest, models, out="-", *, names=None, base=10, fmt="auto", weights=None, nbest_out=None,
             normalization=None, batch=4096, threads=None, progress=None):
     """Add each model's score to every hypothesis of the n-best list ``nbest`` (a path,
@@ -350,7 +341,8 @@ def rescore(nbest, models, out="-", *, names=None, base=10, fmt="auto", weights=
     features' names (LM0, LM1, ... by default); ``base`` 10 or 'e'.  With ``weights``
     (see the module docstring) ``out`` receives the best hypothesis of each sentence
     instead, and ``nbest_out`` (optional) the list with the features added.
-    Returns a RescoreResult."""
+    ``batch``: lines a chunk (the list is read in chunks of about that many lines'
+    bytes).  Returns a RescoreResult."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt={fmt!r}: expected one of {', '.join(FORMATS)}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -366,38 +358,129 @@ def rescore(nbest, models, out="-", *, names=None, base=10, fmt="auto", weights=
         f = stack.enter_context(open_binary(name))
         head = f.peek(1 << 16) if hasattr(f, "peek") else b""
         fmt = detect_format(head) if fmt == "auto" else fmt
-        reader = _Reader(f, name, fmt)
+        if fmt == "moses" and head.strip():
+            _check_clash(head.split(b"\n", 1)[0].split(MOSES_SEP)[2:3], names, name)
         bar = _progress_bar(name, progress)
         if bar is not None:
             stack.callback(bar.close)
+        run = _Run(models, names, fmt, scale, threads, name, bar)
         if weights is None:
-            listing, ranker = _writer(stack, out), None
+            run.listing(f, _writer(stack, out), batch)
         else:
-            listing = _writer(stack, nbest_out)
             ranker = _Ranker(fmt, weights, names, _writer(stack, out), name)
-        n, ids, last = 0, 0, None
-        for first, raw, parsed in reader.chunks(batch):
-            if fmt == "moses" and n == 0:
-                _check_clash(parsed[0][2][2], names, name)
-            cols = _scores(models, [p[1] for p in parsed], scale, threads)
-            added = _feature_text(fmt, names, [format_floats(c) for c in cols])
-            if listing is not None:
-                listing.write(b"".join(_augmented(fmt, r, p[2], a) for r, p, a in zip(raw, parsed, added)))
-            for i, (sid, _, fields) in enumerate(parsed):
-                if sid != last:
-                    ids, last = ids + 1, sid
-                if ranker is not None:
-                    ranker.add(sid, fields, [c[i] for c in cols], first + i)
-            n += len(raw)
-            if bar is not None:
-                bar.update(sum(map(len, raw)))
-        if ranker is not None:
+            run.reranking(f, _writer(stack, nbest_out), ranker, batch)
             ranker.finish()
-    return RescoreResult(n, ids, fmt)
+    return RescoreResult(run.lines, run.runs, fmt)
+
+
+class _Run:
+    """One pass over a list: its chunks scored by every model and written."""
+
+    def __init__(self, models, names, fmt, scale, threads, name, bar):
+        self.models, self.names, self.fmt, self.scale = models, names, fmt, scale
+        self.threads, self.name, self.bar = threads, name, bar
+        self.lines, self.runs = 0, 0
+        self.scorers = [_shared_scorer(m) for m in models]
+
+    def listing(self, f, out, batch):
+        """The list with the features added, chunk by chunk through the kernels."""
+        code = _rescore.FORMAT_CODES[self.fmt]
+        labels = ([f" {n}= ".encode() for n in self.names] if self.fmt == "moses"
+                  else [b"\t"] * len(self.names))
+        fields, last_id = 0, None
+        for chunk in _chunks(f, batch * 64):
+            (starts, hyp_a, hyp_b, ins, groups, fields, runs, last_id, err, index,
+             found) = _rescore.scan(chunk, code, fields, last_id)
+            if err:
+                raise FormatError(_scan_message(self.fmt, err, found, fields),
+                                  self.name, self.lines + index + 1)
+            values = np.empty((len(self.models), len(hyp_a)), np.float32)
+            for j, (m, sc) in enumerate(zip(self.models, self.scorers)):
+                if sc is not None:
+                    totals = sc.score(chunk, hyp_a, hyp_b, groups)
+                else:
+                    totals = _batch_scores(m, [chunk[a:b] for a, b in zip(hyp_a.tolist(), hyp_b.tolist())],
+                                           self.threads)
+                values[j] = totals * self.scale if self.scale != 1.0 else totals
+            out.write(_rescore.assemble(chunk, starts, ins, labels, values))
+            self._advance(len(hyp_a), runs, len(chunk))
+
+    def reranking(self, f, listing, ranker, batch):
+        """Lines parsed one by one (their features are needed), scored in batches."""
+        reader = _Reader(f, self.name, self.fmt)
+        last = None
+        for first, raw, parsed in reader.chunks(batch):
+            cols = [_batch_scores(m, [p[1] for p in parsed], self.threads) for m in self.models]
+            cols = [np.asarray(c * self.scale if self.scale != 1.0 else c, np.float32) for c in cols]
+            if listing is not None:
+                added = _feature_text(self.fmt, self.names, [format_floats(c) for c in cols])
+                listing.write(b"".join(_augmented(self.fmt, r, p[2], a)
+                                       for r, p, a in zip(raw, parsed, added)))
+            runs = 0
+            for i, (sid, _, fields) in enumerate(parsed):
+                runs += sid != last
+                last = sid
+                ranker.add(sid, fields, [c[i] for c in cols], first + i)
+            self._advance(len(raw), runs, sum(map(len, raw)))
+
+    def _advance(self, lines, runs, size):
+        self.lines += lines
+        self.runs += runs
+        if self.bar is not None:
+            self.bar.update(size)
+
+
+def _shared_scorer(model):
+    """The kernel scorer of a model scored word by word (back-off, interpolated, any
+    LMCore); None for a neural model, whose batch scorer computes in GEMM blocks."""
+    if getattr(model, "normalization", None) is not None or not isinstance(model, _kernels.ModelBase):
+        return None
+    return _rescore.SharedScorer(model.core, model.vocab, True, True)
+
+
+def _batch_scores(model, hyps, threads):
+    if threads is None:
+        return np.asarray(model.score_sentences(hyps), np.float64)
+    return np.asarray(model.score_sentences(hyps, threads=threads), np.float64)
+
+
+def _chunks(f, size):
+    """Complete lines of ``f`` in chunks of about ``size`` bytes (the last one may
+    lack its newline; a longer line is one chunk)."""
+    carry = b""
+    while True:
+        block = f.read(size)
+        if not block:
+            if carry:
+                yield carry
+            return
+        data = carry + block if carry else block
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            carry = data
+            continue
+        carry = data[cut:]
+        yield data[:cut]
+
+
+_SCAN_MESSAGES = {
+    "empty": "empty line: expected a hypothesis",
+    "moses_fields": "not a Moses n-best line (found {found} '|||'-separated field{s}; expected "
+                    "'id ||| hypothesis ||| features ||| total')",
+    "plain_fields": "not a plain n-best line (expected 'id<TAB>hypothesis[<TAB>score]...', found no tab)",
+    "count": "{found} fields where line 1 has {fields}",
+    "no_id": "no sentence id (the first field is empty)",
+    "id_space": "the sentence id has white space in it",
+}
+
+
+def _scan_message(fmt, err, found, fields):
+    key = {1: "empty", 2: f"{fmt}_fields", 3: "count", 4: "no_id", 5: "id_space"}[err]
+    return _SCAN_MESSAGES[key].format(found=found, fields=fields, s="s" if found != 1 else "")
 
 
 def _check_clash(features, names, path):
-    have = {t[:-1].decode("utf-8", "replace") for t in features.split() if t.endswith(b"=")}
+    have = {t[:-1].decode("utf-8", "replace") for f in features for t in f.split() if t.endswith(b"=")}
     clash = sorted(have & set(names))
     if clash:
         raise ValueError(f"{path} already has feature(s) {', '.join(clash)}: choose other names "
