@@ -24,6 +24,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy, memset
+from cython.parallel cimport prange, threadid
 
 import numpy as np
 
@@ -235,7 +236,7 @@ cdef inline uint64_t _state_hash(const NState *s) noexcept nogil:
     cdef uint64_t h = s.length
     cdef int i
     for i in range(s.length):
-        h = fmix64(h * 0x9E3779B97F4A7C15ULL + s.words[i])
+        h = h * 0x9E3779B97F4A7C15ULL + s.words[i]
     return h
 
 
@@ -243,254 +244,305 @@ cdef inline bint _state_eq(const NState *a, const NState *b) noexcept nogil:
     return a.length == b.length and memcmp(a.words, b.words, a.length * sizeof(WordId)) == 0
 
 
+cdef struct Work:
+    # One thread's tables for the group of hypotheses it is scoring.
+    uint64_t mask               # hash table size - 1
+    Py_ssize_t cap              # prefix nodes the arrays hold
+    uint64_t slots              # hash slots allocated
+    NState *pstate              # prefix node -> state after it
+    float *ptotal               # prefix node -> float32 running total
+    uint64_t *pkeys             # (parent node, word) -> prefix node
+    int32_t *pvals
+    uint64_t *ckeys             # (state, suffix) cache: hash, suffix length,
+    int32_t *clen               # prefix node holding the state, where the
+    int32_t *cpnode             # suffix's probabilities are stored
+    int64_t *cpos
+    int32_t n_pnodes
+    int64_t lookups
+
+
+cdef void _work_free(Work *w) noexcept nogil:
+    free(w.pstate)
+    free(w.ptotal)
+    free(w.pkeys)
+    free(w.pvals)
+    free(w.ckeys)
+    free(w.clen)
+    free(w.cpnode)
+    free(w.cpos)
+    memset(w, 0, sizeof(Work))
+
+
+cdef int _work_alloc(Work *w, Py_ssize_t tokens) noexcept nogil:
+    """Tables for groups of up to ``tokens`` words; -1 when out of memory."""
+    cdef uint64_t slots = 64
+    while slots < 2 * <uint64_t>(tokens + 2):
+        slots <<= 1
+    _work_free(w)
+    w.pstate = <NState *>malloc((tokens + 2) * sizeof(NState))
+    w.ptotal = <float *>malloc((tokens + 2) * sizeof(float))
+    w.pkeys = <uint64_t *>malloc(slots * sizeof(uint64_t))
+    w.pvals = <int32_t *>malloc(slots * sizeof(int32_t))
+    w.ckeys = <uint64_t *>malloc(slots * sizeof(uint64_t))
+    w.clen = <int32_t *>malloc(slots * sizeof(int32_t))
+    w.cpnode = <int32_t *>malloc(slots * sizeof(int32_t))
+    w.cpos = <int64_t *>malloc(slots * sizeof(int64_t))
+    if (w.pstate == NULL or w.ptotal == NULL or w.pkeys == NULL or w.pvals == NULL
+            or w.ckeys == NULL or w.clen == NULL or w.cpnode == NULL or w.cpos == NULL):
+        _work_free(w)
+        return -1
+    w.cap = tokens + 2
+    w.slots = slots
+    return 0
+
+
 cdef class SharedScorer:
     """Totals of many hypotheses under one model (its LMCore and Vocab), sharing the
-    prefixes and suffixes they have in common (module docstring).  The tables are
-    kept between calls and grown as needed."""
+    prefixes and suffixes the hypotheses of a group have in common (module
+    docstring).  Groups are scored in parallel, each thread with its own tables;
+    buffers are kept between calls and grown as needed."""
     cdef LMCore core
     cdef Vocab vocab
     cdef bint bos, eos
-    cdef Py_ssize_t cap          # tokens the buffers hold
-    cdef uint64_t mask           # hash table size - 1
-    cdef WordId *tok
-    cdef int64_t *off
-    cdef Py_ssize_t off_cap
-    cdef float *probs
-    cdef int32_t *sn             # suffix node of each position
-    cdef NState *pstate          # prefix node -> state after it
-    cdef float *ptotal           # prefix node -> float32 total
-    cdef int32_t n_pnodes, n_snodes
-    cdef public int64_t lookups      # words scored by the model (the rest were shared)
-    cdef uint64_t *pkeys
-    cdef int32_t *pvals
-    cdef uint64_t *skeys
-    cdef int32_t *svals
-    cdef uint64_t *ckeys
-    cdef int32_t *csnode
-    cdef int32_t *cpnode
-    cdef int64_t *cpos
+    cdef Py_ssize_t cap          # words the flat buffers hold
+    cdef WordId *tok             # hypothesis i's words at tok[off[i]:off[i] + cnt[i]]
+    cdef float *probs            # their probabilities, same places
+    cdef uint64_t *sh            # hash of the words from each place to the end
+    cdef Work *work
+    cdef int n_work
+    cdef public int64_t lookups  # words scored by the model (the rest were shared)
 
     def __init__(self, LMCore core not None, Vocab vocab not None, bint bos=True, bint eos=True):
         self.core, self.vocab, self.bos, self.eos = core, vocab, bos, eos
 
     def __dealloc__(self):
         self._free()
-        free(self.off)
 
     cdef void _free(self) noexcept:
+        cdef int i
         free(self.tok)
         free(self.probs)
-        free(self.sn)
-        free(self.pstate)
-        free(self.ptotal)
-        free(self.pkeys)
-        free(self.pvals)
-        free(self.skeys)
-        free(self.svals)
-        free(self.ckeys)
-        free(self.csnode)
-        free(self.cpnode)
-        free(self.cpos)
+        free(self.sh)
         self.tok = NULL
         self.probs = NULL
-        self.sn = NULL
-        self.pstate = NULL
-        self.ptotal = NULL
-        self.pkeys = self.skeys = self.ckeys = NULL
-        self.pvals = self.svals = self.csnode = self.cpnode = NULL
-        self.cpos = NULL
+        self.sh = NULL
         self.cap = 0
+        for i in range(self.n_work):
+            _work_free(&self.work[i])
+        free(self.work)
+        self.work = NULL
+        self.n_work = 0
 
-    cdef int _reserve(self, Py_ssize_t tokens, Py_ssize_t lines) except -1:
-        cdef Py_ssize_t slots = 1, need = tokens + 2
-        if lines + 1 > self.off_cap:
-            free(self.off)
-            self.off = <int64_t *>malloc((lines + 1) * sizeof(int64_t))
-            if self.off == NULL:
-                self.off_cap = 0
-                raise MemoryError(f"cannot allocate offsets of {lines} hypotheses")
-            self.off_cap = lines + 1
-        if need <= self.cap:
-            return 0
-        self._free()
-        need = max(need, 2 * self.cap)
-        while slots < 2 * need or slots < 64:
-            slots <<= 1
-        self.tok = <WordId *>malloc(need * sizeof(WordId))
-        self.probs = <float *>malloc(need * sizeof(float))
-        self.sn = <int32_t *>malloc(need * sizeof(int32_t))
-        self.pstate = <NState *>malloc(need * sizeof(NState))
-        self.ptotal = <float *>malloc(need * sizeof(float))
-        self.pkeys = <uint64_t *>malloc(slots * sizeof(uint64_t))
-        self.pvals = <int32_t *>malloc(slots * sizeof(int32_t))
-        self.skeys = <uint64_t *>malloc(slots * sizeof(uint64_t))
-        self.svals = <int32_t *>malloc(slots * sizeof(int32_t))
-        self.ckeys = <uint64_t *>malloc(slots * sizeof(uint64_t))
-        self.csnode = <int32_t *>malloc(slots * sizeof(int32_t))
-        self.cpnode = <int32_t *>malloc(slots * sizeof(int32_t))
-        self.cpos = <int64_t *>malloc(slots * sizeof(int64_t))
-        if (self.tok == NULL or self.probs == NULL or self.sn == NULL
-                or self.pstate == NULL or self.ptotal == NULL or self.pkeys == NULL
-                or self.pvals == NULL or self.skeys == NULL or self.svals == NULL
-                or self.ckeys == NULL or self.csnode == NULL or self.cpnode == NULL or self.cpos == NULL):
-            self._free()
-            raise MemoryError(f"cannot allocate rescoring tables for {tokens} words")
-        self.cap = need
+    cdef int _reserve(self, Py_ssize_t words, Py_ssize_t group_words, int threads) except -1:
+        cdef int i
+        if words > self.cap:
+            free(self.tok)
+            free(self.probs)
+            free(self.sh)
+            self.cap = max(words, 2 * self.cap)
+            self.tok = <WordId *>malloc(self.cap * sizeof(WordId))
+            self.probs = <float *>malloc(self.cap * sizeof(float))
+            self.sh = <uint64_t *>malloc(self.cap * sizeof(uint64_t))
+            if self.tok == NULL or self.probs == NULL or self.sh == NULL:
+                self._free()
+                raise MemoryError(f"cannot allocate rescoring buffers for {words} words")
+        if threads > self.n_work:
+            for i in range(self.n_work):
+                _work_free(&self.work[i])
+            free(self.work)
+            self.work = <Work *>malloc(threads * sizeof(Work))
+            self.n_work = 0
+            if self.work == NULL:
+                raise MemoryError("cannot allocate rescoring tables")
+            memset(self.work, 0, threads * sizeof(Work))
+            self.n_work = threads
+        for i in range(threads):
+            if self.work[i].cap < group_words + 2 and _work_alloc(&self.work[i], group_words) < 0:
+                raise MemoryError(f"cannot allocate rescoring tables for {group_words} words")
         return 0
 
     @cython.boundscheck(False)
     def score(self, const uint8_t[::1] buf, const int64_t[::1] hyp_a, const int64_t[::1] hyp_b,
-              const int64_t[::1] groups):
+              const int64_t[::1] groups, int threads=1):
         """float64 totals of the hypotheses buf[hyp_a[i]:hyp_b[i]], each equal to
         the model's score() of it (sentence start and end as set at construction).
         Work is shared within each group of lines groups[g]:groups[g + 1] (the
-        hypotheses of one sentence: small tables that stay in cache)."""
-        cdef Py_ssize_t m = hyp_a.shape[0], i, k, tokens = 0, ng = groups.shape[0] - 1
+        hypotheses of one sentence: small tables that stay in cache); ``threads``
+        score groups in parallel."""
+        cdef Py_ssize_t m = hyp_a.shape[0], i, g, ng = groups.shape[0] - 1, words = 0, most = 0, gw
         cdef const uint8_t *p = &buf[0] if buf.shape[0] else NULL
         if hyp_b.shape[0] != m:
             raise ValueError("score: hyp_a and hyp_b differ in length")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, not {threads}")
         for i in range(m):
             if not 0 <= hyp_a[i] <= hyp_b[i] <= buf.shape[0]:
                 raise ValueError(f"score: hypothesis {i} outside the buffer")
         if ng < 0 or (m and (groups[0] != 0 or groups[ng] != m)):
             raise ValueError("score: groups must run from 0 to the number of hypotheses")
-        for i in range(ng):
-            if groups[i + 1] <= groups[i] and m:
+        for g in range(ng):
+            if groups[g + 1] <= groups[g] and m:
                 raise ValueError("score: groups must increase")
-        with nogil:
-            for i in range(m):
-                tokens += 1
-                for k in range(hyp_a[i], hyp_b[i]):
-                    tokens += (not _space(p[k])) and (k == hyp_a[i] or _space(p[k - 1]))
-        self._reserve(tokens, m)
+        offsets = np.empty(m + 1, np.int64)
+        counts = np.empty(max(m, 1), np.int64)
+        cdef int64_t[::1] off = offsets
+        cdef int64_t[::1] cnt = counts
+        for g in range(ng if m else 0):
+            gw = 0
+            for i in range(groups[g], groups[g + 1]):
+                off[i] = words
+                words += (hyp_b[i] - hyp_a[i] + 1) // 2 + 1     # most words it can hold, + </s>
+                gw += (hyp_b[i] - hyp_a[i] + 1) // 2 + 1
+            most = max(most, gw)
+        off[m] = words
+        threads = min(threads, max(ng, 1))
+        self._reserve(words + 1, most, threads)
         out = np.empty(m, np.float64)
         cdef double[::1] o = out
-        with nogil:
-            self._tokenise(p, &hyp_a[0] if m else NULL, &hyp_b[0] if m else NULL, m)
-            for i in range(ng if m else 0):
-                self._reset(self.off[groups[i + 1]] - self.off[groups[i]])
-                self._run(groups[i], groups[i + 1], &o[0])
+        if m:
+            self._parallel(p, &hyp_a[0], &hyp_b[0], &groups[0], ng, &off[0], &cnt[0], &o[0], threads)
+        for i in range(threads):
+            self.lookups += self.work[i].lookups
+            self.work[i].lookups = 0
         return out
 
-    cdef void _tokenise(self, const uint8_t *p, const int64_t *a, const int64_t *b,
-                        Py_ssize_t m) noexcept nogil:
-        cdef Py_ssize_t i, k, start, t = 0
-        for i in range(m):
-            self.off[i] = t
-            k = a[i]
-            while True:
-                while k < b[i] and _space(p[k]):
-                    k += 1
-                if k >= b[i]:
-                    break
-                start = k
-                while k < b[i] and not _space(p[k]):
-                    k += 1
-                self.tok[t] = self.vocab.index(<const char *>p + start, k - start)
-                t += 1
-            if self.eos:
-                self.tok[t] = self.core.eos_id
-                t += 1
-        self.off[m] = t
+    cdef int _parallel(self, const uint8_t *p, const int64_t *a, const int64_t *b, const int64_t *groups,
+                       Py_ssize_t ng, const int64_t *off, int64_t *cnt, double *out, int threads) except -1:
+        cdef Py_ssize_t g
+        cdef int err = 0
+        if threads == 1:
+            with nogil:
+                for g in range(ng):
+                    self._group(&self.work[0], p, a, b, groups[g], groups[g + 1], off, cnt, out)
+            return 0
+        for g in prange(ng, nogil=True, schedule="dynamic", num_threads=threads):
+            if self._group(&self.work[threadid()], p, a, b, groups[g], groups[g + 1], off, cnt, out) < 0:
+                err = 1
+        if err:
+            raise RuntimeError("scoring failed in a thread")
+        return 0
 
-    cdef void _reset(self, Py_ssize_t tokens) noexcept nogil:
-        """Empty tables sized for a group of ``tokens`` words."""
-        cdef uint64_t slots = 64
-        while slots < 2 * <uint64_t>(tokens + 2):
-            slots <<= 1
-        self.mask = slots - 1
-        memset(self.pkeys, 0xFF, slots * sizeof(uint64_t))
-        memset(self.skeys, 0xFF, slots * sizeof(uint64_t))
-        memset(self.ckeys, 0xFF, slots * sizeof(uint64_t))
-        if self.bos:
-            self.core.begin_state(&self.pstate[0])
-        else:
-            self.core.null_state(&self.pstate[0])
-        self.ptotal[0] = 0
-        self.n_pnodes = 1
-        self.n_snodes = 1
-
-    cdef inline int32_t _child(self, uint64_t *keys, int32_t *vals, int32_t parent, WordId w,
-                               int32_t *count) noexcept nogil:
-        """Child of ``parent`` by ``w``; with ``count``, created (numbered
-        count[0]++) when absent, else -1 when absent."""
-        cdef uint64_t key = _trie_key(parent, w)
-        cdef uint64_t b = fmix64(key) & self.mask
-        while keys[b] != EMPTY:
-            if keys[b] == key:
-                return vals[b]
-            b = (b + 1) & self.mask
-        if count == NULL:
-            return -1
-        keys[b] = key
-        vals[b] = count[0]
-        count[0] += 1
-        return vals[b]
-
-    cdef inline uint64_t _cache_slot(self, int32_t snode, const NState *st, bint *found) noexcept nogil:
-        cdef uint64_t h = fmix64(_state_hash(st) ^ (<uint64_t>snode * 0xC2B2AE3D27D4EB4FULL))
-        cdef uint64_t b
-        if h == EMPTY:
-            h -= 1
-        b = h & self.mask
-        while self.ckeys[b] != EMPTY:
-            if self.ckeys[b] == h and self.csnode[b] == snode and _state_eq(&self.pstate[self.cpnode[b]], st):
-                found[0] = True
-                return b
-            b = (b + 1) & self.mask
-        found[0] = False
-        self.ckeys[b] = h       # claimed; the caller fills it or gives it back
-        return b
-
-    cdef int _run(self, Py_ssize_t first, Py_ssize_t end, double *out) except -1 nogil:
-        cdef Py_ssize_t h
+    cdef int _group(self, Work *w, const uint8_t *p, const int64_t *a, const int64_t *b,
+                    Py_ssize_t first, Py_ssize_t end, const int64_t *off, int64_t *cnt,
+                    double *out) except -1 nogil:
+        cdef Py_ssize_t h, words = 0
         cdef float total
         for h in range(first, end):
+            cnt[h] = self._tokenise(p + a[h], b[h] - a[h], self.tok + off[h])
+            words += cnt[h]
+        _reset(w, words, self.core, self.bos)
+        for h in range(first, end):
             total = 0
-            self._one(self.tok + self.off[h], self.off[h + 1] - self.off[h], self.off[h], &total)
+            self._one(w, self.tok + off[h], cnt[h], off[h], &total)
             out[h] = total
         return 0
 
-    cdef int _one(self, const WordId *t, Py_ssize_t n, int64_t base, float *total) except -1 nogil:
-        cdef int32_t *sn = self.sn + base
+    cdef Py_ssize_t _tokenise(self, const uint8_t *p, Py_ssize_t n, WordId *t) noexcept nogil:
+        cdef Py_ssize_t k = 0, start, count = 0
+        while True:
+            while k < n and _space(p[k]):
+                k += 1
+            if k >= n:
+                break
+            start = k
+            while k < n and not _space(p[k]):
+                k += 1
+            t[count] = self.vocab.index(<const char *>p + start, k - start)
+            count += 1
+        if self.eos:
+            t[count] = self.core.eos_id
+            count += 1
+        return count
+
+    cdef int _one(self, Work *w, const WordId *t, Py_ssize_t n, int64_t base, float *total) except -1 nogil:
+        cdef uint64_t *sh = self.sh + base
         cdef float *P = self.probs + base
-        cdef int32_t s = 0, node = 0, c
+        cdef int32_t node = 0, c
         cdef Py_ssize_t j, hit = n
-        cdef NState st, nxt
+        cdef uint64_t h = 0xCBF29CE484222325ULL
         cdef Ret ret
         cdef bint found
         cdef uint64_t slot
-        for j in range(n - 1, -1, -1):
-            s = self._child(self.skeys, self.svals, s, t[j], &self.n_snodes)
-            sn[j] = s
+        for j in range(n - 1, -1, -1):        # hashes of the suffixes t[j:n] (FNV-1a)
+            h = (h ^ t[j]) * 0x100000001B3ULL
+            sh[j] = h
         j = 0
-        while j < n:
-            c = self._child(self.pkeys, self.pvals, node, t[j], NULL)
+        while j < n:                            # the longest prefix already scored
+            c = _child(w, node, t[j], False)
             if c < 0:
                 break
             node = c
             j += 1
-        st = self.pstate[node]
         while j < n:
-            slot = self._cache_slot(sn[j], &st, &found)
-            if found:
-                memcpy(P + j, self.probs + self.cpos[slot], (n - j) * sizeof(float))
+            slot = self._cache_slot(w, sh[j], t + j, n - j, &w.pstate[node], &found)
+            if found:                           # a known state before known words
+                memcpy(P + j, self.probs + w.cpos[slot], (n - j) * sizeof(float))
                 hit = j
                 break
-            self.csnode[slot], self.cpnode[slot], self.cpos[slot] = sn[j], node, base + j
-            self.core.score_word(&st, t[j], &nxt, &ret)
-            self.lookups += 1
+            w.cpnode[slot], w.cpos[slot], w.clen[slot] = node, base + j, <int32_t>(n - j)
+            c = _child(w, node, t[j], True)
+            self.core.score_word(&w.pstate[node], t[j], &w.pstate[c], &ret)
+            w.lookups += 1
             P[j] = ret.prob
-            c = self._child(self.pkeys, self.pvals, node, t[j], &self.n_pnodes)
-            self.pstate[c] = nxt
-            self.ptotal[c] = self.ptotal[node] + ret.prob
+            w.ptotal[c] = w.ptotal[node] + ret.prob
             node = c
-            st = nxt
             j += 1
-        total[0] = self.ptotal[node]
+        total[0] = w.ptotal[node]
         for j in range(hit, n):
             total[0] += P[j]
         return 0
+
+    cdef inline uint64_t _cache_slot(self, Work *w, uint64_t suffix, const WordId *t, Py_ssize_t n,
+                                     const NState *st, bint *found) noexcept nogil:
+        """The cache slot of (state ``st``, the words t[:n]), whose hash is ``suffix``:
+        found, or claimed for the caller to fill."""
+        cdef uint64_t h = fmix64(suffix ^ (_state_hash(st) * 0xC2B2AE3D27D4EB4FULL))
+        cdef uint64_t b
+        if h == EMPTY:
+            h -= 1
+        b = h & w.mask
+        while w.ckeys[b] != EMPTY:
+            if (w.ckeys[b] == h and w.clen[b] == n and _state_eq(&w.pstate[w.cpnode[b]], st)
+                    and memcmp(self.tok + w.cpos[b], t, n * sizeof(WordId)) == 0):
+                found[0] = True
+                return b
+            b = (b + 1) & w.mask
+        found[0] = False
+        w.ckeys[b] = h          # claimed; the caller fills it
+        return b
+
+
+cdef void _reset(Work *w, Py_ssize_t words, LMCore core, bint bos) noexcept nogil:
+    """Empty tables sized for a group of ``words`` words; node 0 is the start."""
+    cdef uint64_t slots = 64
+    while slots < 2 * <uint64_t>(words + 2):
+        slots <<= 1
+    w.mask = slots - 1
+    memset(w.pkeys, 0xFF, slots * sizeof(uint64_t))
+    memset(w.ckeys, 0xFF, slots * sizeof(uint64_t))
+    if bos:
+        core.begin_state(&w.pstate[0])
+    else:
+        core.null_state(&w.pstate[0])
+    w.ptotal[0] = 0
+    w.n_pnodes = 1
+
+
+cdef inline int32_t _child(Work *w, int32_t parent, WordId word, bint add) noexcept nogil:
+    """The prefix node after ``parent`` then ``word``: -1 when absent, or with
+    ``add`` a new node."""
+    cdef uint64_t key = _trie_key(parent, word)
+    cdef uint64_t b = fmix64(key) & w.mask
+    while w.pkeys[b] != EMPTY:
+        if w.pkeys[b] == key:
+            return w.pvals[b]
+        b = (b + 1) & w.mask
+    if not add:
+        return -1
+    w.pkeys[b] = key
+    w.pvals[b] = w.n_pnodes
+    w.n_pnodes += 1
+    return w.pvals[b]
 
 
 FORMAT_CODES = {"moses": FMT_MOSES, "plain": FMT_PLAIN}

@@ -397,7 +397,7 @@ class _Run:
             values = np.empty((len(self.models), len(hyp_a)), np.float32)
             for j, (m, sc) in enumerate(zip(self.models, self.scorers)):
                 if sc is not None:
-                    totals = sc.score(chunk, hyp_a, hyp_b, groups)
+                    totals = sc.score(chunk, hyp_a, hyp_b, groups, self.threads or 1)
                 else:
                     totals = _batch_scores(m, [chunk[a:b] for a, b in zip(hyp_a.tolist(), hyp_b.tolist())],
                                            self.threads)
