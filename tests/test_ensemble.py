@@ -85,3 +85,25 @@ def test_cli_refuses_one_member_and_mismatched_weights(members, capsys):
     assert "at least two models" in capsys.readouterr().err
     assert cli_main(["ensemble", *paths, "--weight", "1", "-o", str(tmp / "x.json")]) == 1
     assert "1 --weight for 3 models" in capsys.readouterr().err
+
+
+def test_train_ensemble_trains_members_by_seed_and_writes_the_tuned_spec(members, capsys):
+    _, valid, tmp = members
+    out = tmp / "trained.json"
+    assert cli_main(["train", "--train", str(tmp / "train.txt"), "--valid", valid, "--out", str(out),
+                     "--ensemble", "2", "--order", "3", "--embedding-dim", "8", "--hidden", "16",
+                     "--output", "softmax", "--objective", "mle", "--epochs", "1", "--minibatch", "16",
+                     "--threads", "1", "--seed", "4", "--dropout", "0", "--input-dropout", "0",
+                     "--quiet"]) == 0
+    assert "ensemble weights" in capsys.readouterr().err
+    paths = [str(tmp / "trained.m0.nplm"), str(tmp / "trained.m1.nplm")]
+    a, b = (open(p, "rb").read() for p in paths)
+    assert a != b                       # other seeds, other networks
+    spec = json.loads(out.read_text())
+    assert spec["ensemble"] is True and len(spec["models"]) == 2
+    model = nplm.Model(str(out))
+    ens = _perplexity(model, valid)
+    assert ens <= min(_perplexity(nplm.Model(p), valid) for p in paths) + 1e-9
+    assert cli_main(["train", "--train", str(tmp / "train.txt"), "--out", str(tmp / "x.json"),
+                     "--ensemble", "2", "--epochs", "1", "--quiet"]) == 1
+    assert "validation text" in capsys.readouterr().err

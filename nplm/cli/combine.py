@@ -46,7 +46,7 @@ class Rescore:
                        help="with --weights: also write the list with the features added here")
         p.add_argument("--normalization", choices=["exact", "class", "tree", "unnormalized", "fallback"],
                        help="neural models: how probabilities are normalised")
-        p.add_argument("--batch", type=int, default=4096, help="lines scored per batch (default 4096)")
+        p.add_argument("--batch", type=int, default=4096, help="about this many lines are read and scored at a time (default 4096)")
         p.add_argument("--threads", type=int, help="scoring threads (default: each model kind's)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 

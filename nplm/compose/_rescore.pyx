@@ -11,10 +11,16 @@ n-best list differ from each other by a few words:
 
 * a prefix trie keeps, for every word prefix already scored, the state after it and
   the float32 running total, so a hypothesis starts where it leaves the known ones;
-* a suffix trie numbers every distinct word suffix, and a cache maps (state before
-  position j, suffix from j) to where those words' probabilities were stored: equal
-  states and equal remaining words have equal futures (the protocol's contract), so
-  once a hypothesis's state after an edit meets a known one, the rest is copied.
+* a cache maps (state before position j, the words from j to the end) to where those
+  words' probabilities were stored (keyed by hashes, checked word for word on a
+  hit): equal states and equal remaining words have equal futures (the protocol's
+  contract), so once a hypothesis's state after an edit meets a known one, the rest
+  is copied.
+
+The hypotheses of one sentence (a run of equal ids) share tables small enough to
+stay in cache; sentences are scored in parallel, each thread with its own tables.
+The model is still consulted for most of the time: the lookups sharing saves are
+the cheap ones (n-grams the sentence's other hypotheses just brought into cache).
 
 Totals are added word by word in float32 from the left, the same additions as
 ``Model.score``, so every total is bit-identical to it.

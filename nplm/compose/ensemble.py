@@ -7,9 +7,12 @@ ensemble and the validation perplexity of each member and of the mixture.
 """
 import os
 
+import dataclasses
+
 from nplm.compose.interpolate import interpolate
 from nplm.io.text import split_words, utf8_lines
 from nplm.model import ARPALoadComplain, Config, Model
+from nplm.neural.train import train
 
 
 def _quiet_config():
@@ -59,3 +62,35 @@ def _sentences(dev):
     if isinstance(dev, (str, bytes, os.PathLike)):
         return [line.rstrip("\n") for line in utf8_lines(os.fsdecode(dev)) if split_words(line)]
     return [s.decode("utf-8") if isinstance(s, bytes) else s for s in dev]
+
+
+def member_paths(out, k):
+    """Where ``train_ensemble`` writes member i of the ensemble ``out``: OUT.m{i}.nplm
+    (beside the spec, without its .json)."""
+    stem = os.fspath(out)
+    if stem.endswith(".json"):
+        stem = stem[:-len(".json")]
+    return [f"{stem}.m{i}.nplm" for i in range(k)]
+
+
+def train_ensemble(train_path, valid_path, out, k, config=None, tconfig=None, resume=False,
+                   log=print, progress=True):
+    """Train ``k`` networks that differ only by seed (tconfig.seed, + 1, ...), each
+    saved as :func:`member_paths`, and write their ensemble, tuned on
+    ``valid_path``, to ``out``.  ``resume`` goes on from each member's checkpoint
+    (members already finished are kept).  Returns (model, report) as ``ensemble``."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ValueError(f"an ensemble needs at least two networks, not {k!r}")
+    if valid_path is None:
+        raise ValueError("an ensemble's weights are tuned on the validation text: give one")
+    paths = member_paths(out, k)
+    base_seed = tconfig.seed if tconfig is not None else None
+    for i, path in enumerate(paths):
+        if resume and os.path.exists(path) and not os.path.exists(path + ".ckpt"):
+            log(f"member {i + 1}/{k}: {path} is finished")
+            continue
+        tc = tconfig if tconfig is None else dataclasses.replace(tconfig, seed=base_seed + i)
+        log(f"member {i + 1}/{k}: seed {tc.seed if tc is not None else 'default'} -> {path}")
+        train(train_path, valid_path, path, config, tc,
+              resume=resume and os.path.exists(path + ".ckpt"), log=log, progress=progress)
+    return ensemble(paths, dev=valid_path, out=out)
