@@ -125,11 +125,11 @@ def test_batches_and_compression_change_nothing(models, tmp_path):
     with gzip.open(tmp_path / "a.gz", "wb") as f:
         f.write(data)
     outs = []
-    for src, batch in (("a", 4096), ("a", 3), ("a.gz", 1)):
+    for src, batch, threads in (("a", 4096, None), ("a", 3, None), ("a.gz", 1, None), ("a", 4096, 2)):
         out = tmp_path / f"out{len(outs)}"
-        nplm.rescore(str(tmp_path / src), models[:2], str(out), batch=batch)
+        nplm.rescore(str(tmp_path / src), models, str(out), batch=batch, threads=threads)
         outs.append(out.read_bytes())
-    assert outs[0] == outs[1] == outs[2]
+    assert outs[0] == outs[1] == outs[2] == outs[3]
 
 
 def test_features_from_model_paths_equal_those_from_loaded_models(models, reference_binaries, tmp_path):

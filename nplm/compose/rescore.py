@@ -44,8 +44,9 @@ MOSES_SEP = b"|||"
 
 
 class RescoreResult:
-    """What a rescoring run read: ``hypotheses`` (lines), ``sentences`` (distinct
-    ids) and the list's ``format``."""
+    """What a rescoring run read: ``hypotheses`` (lines), ``sentences`` (runs of
+    equal sentence ids: the number of sentences of a list that keeps each one's
+    hypotheses together) and the list's ``format``."""
 
     def __init__(self, hypotheses, sentences, fmt):
         self.hypotheses, self.sentences, self.format = hypotheses, sentences, fmt
