@@ -314,3 +314,29 @@ def test_shared_scorer_equals_score_bit_for_bit_and_shares_work(models, bos, eos
         sc = SharedScorer(model.core, model.vocab, bos, eos)
         assert sc.score(data, a, b, np.arange(len(hyps) + 1, dtype=np.int64)).tolist() == want
         assert sc.lookups == words
+
+
+def test_cli_nbest_out_plain_lists_and_refusals(models, reference_binaries, tmp_path, capsys):
+    hyps = _hypotheses(3, 4, seed=13)
+    src = tmp_path / "l.tsv"
+    src.write_bytes(_plain_list(hyps, seed=13))
+    model = reference_binaries["ptb5k.o3"]
+    args = ["rescore", model, "--nbest", str(src), "--base", "e", "-q"]
+    assert cli_main(args + ["-o", str(tmp_path / "feat")]) == 0
+    assert cli_main(args + ["-o", str(tmp_path / "best"), "--weights", "0 0 1",
+                            "--nbest-out", str(tmp_path / "feat2")]) == 0
+    assert (tmp_path / "feat").read_bytes() == (tmp_path / "feat2").read_bytes()
+    for (_, words), line in zip(hyps, (tmp_path / "feat").read_bytes().splitlines()):
+        want = np.float32(models[0].score(" ".join(words)) * math.log(10.0))
+        assert np.float32(line.split(b"\t")[-1].decode()) == want
+    assert len((tmp_path / "best").read_bytes().splitlines()) == 3
+    assert cli_main(args + ["-o", str(src)]) == 1
+    assert "refusing to overwrite the n-best list" in capsys.readouterr().err
+    assert cli_main(args + ["--nbest-out", str(tmp_path / "x")]) == 1
+    assert "--nbest-out goes with --weights" in capsys.readouterr().err
+
+
+def test_no_progress_bar_off_a_terminal(models, tmp_path, capsys):
+    (tmp_path / "l").write_bytes(_plain_list(_hypotheses(2, 3)))
+    nplm.rescore(str(tmp_path / "l"), models[:1], str(tmp_path / "o"))
+    assert capsys.readouterr().err == ""
