@@ -186,7 +186,7 @@ def build_models(neural_epochs):
         nplm.build_binary(str(arpa), str(kn))
     models = {"KN5": str(kn)}
     if neural_epochs > 0:
-        nn = cache / f"ptb.rescore-nn{neural_epochs}.nplm"
+        nn = cache / f"ptb.quick-nn{neural_epochs}-s1.nplm"      # bench_ensemble's seed-1 network
         valid = cache / "ptb.valid.UNK.txt"
         if not valid.exists():
             valid.write_text("\n".join(common.ptb_lines("valid")) + "\n")
@@ -196,7 +196,7 @@ def build_models(neural_epochs):
             cfg = NeuralConfig(order=5, embedding_dim=150, hidden=(), context="diagonal", output="class",
                                objective="nce", noise_samples=10, clustering="frequency")
             tc = TrainConfig(epochs=neural_epochs, minibatch=128, learning_rate=0.05, dropout=0.0,
-                             input_dropout=0.0, threads=2)
+                             input_dropout=0.0, threads=2, seed=1)
             train(str(common.ptb_train_unk()), str(valid), str(nn), cfg, tc, log=lambda s: None,
                   progress=False)
         models["NN"] = str(nn)

@@ -11,9 +11,17 @@ Two list formats are read (``fmt="auto"`` tells them apart by the first line):
 
 A feature is the model's ``score(hypothesis)`` (sentence start and end on, as
 ``Model.score``) in log10, or in natural log with ``base="e"``, written with the
-shortest digits that read back as the same float32.  Hypotheses are scored in
-chunks of ``batch`` lines through the models' batch scorers, so a list of any
-length runs in memory for one chunk.
+shortest digits that read back as the same float32.
+
+The list is read in chunks of complete lines, so a list of any length runs in the
+memory of one chunk.  Without weights no Python runs per line: ``_rescore.scan``
+checks and splits a chunk's lines, each model scores all its hypotheses at once
+(a neural model through its batch scorer; back-off and interpolated models through
+``_rescore.SharedScorer``, which shares the work of hypotheses with common prefixes
+and suffixes, sentences in parallel with ``threads``), and ``_rescore.assemble``
+writes the lines back with the features.  Back-off and interpolated features are
+bit-identical to ``score()``; a neural batch's may differ from a single query's in
+the last bits (GEMM blocks, as ``score_sentences``).
 
 With ``weights`` the hypotheses of each sentence id are ranked by the weighted sum
 of all their features (the list's own, then the added ones) and the best one's text
