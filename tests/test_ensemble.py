@@ -6,10 +6,10 @@ import json
 import math
 
 import pytest
+from conftest import REFERENCE, need_shared
 
 import nplm
-from conftest import REFERENCE, need_shared
-from nplm.cli import main as cli_main
+from nplm.cli.main import main as cli_main
 from nplm.compose.ensemble import ensemble
 from nplm.neural.network import NeuralConfig
 from nplm.neural.train import TrainConfig, train

@@ -9,11 +9,12 @@ import re
 
 import numpy as np
 import pytest
+from conftest import REFERENCE, need_shared, quiet_config
 from neural_fixtures import WORDS, make_net
 
 import nplm
-from conftest import REFERENCE, need_shared, quiet_config
-from nplm.cli import main as cli_main
+from nplm.cli.main import main as cli_main
+from nplm.compose._rescore import SharedScorer, scan
 from nplm.errors import FormatError
 
 PTB_WORDS = ("the company said it expects to report a loss UNK shares rose N cents of new year "
@@ -102,7 +103,7 @@ def test_each_feature_is_the_models_score_and_the_rest_is_kept(models, tmp_path,
     got = out.read_bytes().splitlines(keepends=True)
     want = data.splitlines(keepends=True)
     assert len(got) == len(want)
-    for (sid, words), line, orig in zip(hyps, got, want):
+    for (_, words), line, orig in zip(hyps, got, want):
         kept, values = (_split_moses_output(line, NAMES) if fmt == "moses"
                         else _split_plain_output(line, len(NAMES)))
         assert kept == orig
@@ -136,7 +137,7 @@ def test_features_from_model_paths_equal_those_from_loaded_models(models, refere
     hyps = _hypotheses(3, 4, seed=5)
     (tmp_path / "l").write_bytes(_plain_list(hyps))
     nplm.rescore(str(tmp_path / "l"), [reference_binaries["ptb5k.o3"]], str(tmp_path / "o"))
-    for (sid, words), line in zip(hyps, (tmp_path / "o").read_bytes().splitlines()):
+    for (_, words), line in zip(hyps, (tmp_path / "o").read_bytes().splitlines()):
         assert np.float32(line.split(b"\t")[-1].decode()) == np.float32(models[0].score(" ".join(words)))
 
 
@@ -298,7 +299,6 @@ def _edited_lists(seed, n_ids=5, per_id=40):
 
 @pytest.mark.parametrize("bos,eos", [(True, True), (False, True), (True, False), (False, False)])
 def test_shared_scorer_equals_score_bit_for_bit_and_shares_work(models, bos, eos):
-    from nplm.compose._rescore import SharedScorer, scan
     hyps = _edited_lists(3)
     data = "".join(f"{sid} ||| {' '.join(w)} ||| F= 0 ||| 0\n" for sid, w in hyps).encode()
     starts, a, b, ins, groups = scan(data, 0, 0, None)[:5]
@@ -340,3 +340,23 @@ def test_no_progress_bar_off_a_terminal(models, tmp_path, capsys):
     (tmp_path / "l").write_bytes(_plain_list(_hypotheses(2, 3)))
     nplm.rescore(str(tmp_path / "l"), models[:1], str(tmp_path / "o"))
     assert capsys.readouterr().err == ""
+
+
+def test_an_error_after_many_chunks_names_its_line(models, tmp_path):
+    lines = [f"{i // 4} ||| w{i % 7} the ||| F= 1 ||| 0\n" for i in range(60)]
+    lines[47] = "11 ||| the company ||| F= 1\n"
+    (tmp_path / "l").write_text("".join(lines))
+    with pytest.raises(FormatError) as e:
+        nplm.rescore(str(tmp_path / "l"), models[:1], str(tmp_path / "out"), batch=1)
+    assert str(e.value).startswith(f"{tmp_path / 'l'}:48: not a Moses n-best line")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_line_longer_than_a_chunk(models, tmp_path):
+    words = [POOL[i % len(POOL)] for i in range(3000)]
+    data = f"0 ||| a b ||| F= 1 ||| 0\n1 ||| {' '.join(words)} ||| F= 2 ||| 0\n2 ||| c ||| F= 3 ||| 0"
+    (tmp_path / "l").write_text(data)
+    nplm.rescore(str(tmp_path / "l"), models[:1], str(tmp_path / "o"), batch=1)
+    got = (tmp_path / "o").read_text().split("\n")
+    assert len(got) == 3
+    assert np.float32(got[1].split("LM0= ")[1].split()[0]) == np.float32(models[0].score(" ".join(words)))

@@ -34,7 +34,6 @@ read and write the same files.  Rounds alternate, the best of each is kept.
 """
 import argparse
 import math
-import os
 import sys
 import tempfile
 import time

@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from nplm.compose.ensemble import ensemble
+from nplm.compose.ensemble import ensemble, train_ensemble
 from nplm.compose.rescore import rescore
 from nplm.io.atomic import same_file
 
@@ -46,7 +46,8 @@ class Rescore:
                        help="with --weights: also write the list with the features added here")
         p.add_argument("--normalization", choices=["exact", "class", "tree", "unnormalized", "fallback"],
                        help="neural models: how probabilities are normalised")
-        p.add_argument("--batch", type=int, default=4096, help="about this many lines are read and scored at a time (default 4096)")
+        p.add_argument("--batch", type=int, default=4096,
+                       help="about this many lines are read and scored at a time (default 4096)")
         p.add_argument("--threads", type=int, help="scoring threads (default: each model kind's)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
@@ -98,3 +99,14 @@ class Ensemble:
             print(f"weights {weights}: dev perplexity {report['dev_perplexity']:.3f} "
                   f"(members: {members})", file=sys.stderr)
         return 0
+
+
+def train_members(args, config, tconfig):
+    """``nplm train --ensemble K``: the members, then their tuned ensemble in --out."""
+    _, report = train_ensemble(args.train, args.valid, args.out, args.ensemble, config, tconfig,
+                               resume=args.resume, log=lambda s: print(s, file=sys.stderr),
+                               progress=not args.quiet)
+    print(f"ensemble weights {' '.join(f'{w:.4g}' for w in report['weights'])}: validation "
+          f"perplexity {report['dev_perplexity']:.3f} (members: "
+          f"{', '.join(f'{p:.3f}' for p in report['members_dev_perplexity'])})", file=sys.stderr)
+    return 0

@@ -19,9 +19,8 @@ from nplm.backoff import binary as backoff
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.kneser_ney import estimate
-from nplm.cli.combine import Ensemble, Rescore
+from nplm.cli.combine import Ensemble, Rescore, train_members
 from nplm.compose.distil import distil_to_file
-from nplm.compose.ensemble import train_ensemble
 from nplm.compose.interpolate import interpolate, is_spec
 from nplm.convert import convert, detect, tables_from_binary, target_format
 from nplm.evaluate import evaluate, kenlm_floats
@@ -636,13 +635,7 @@ class Train:
             tc = dataclasses.replace(old_tc, **{f.name: getattr(tc, f.name)
                                                 for f in dataclasses.fields(tc) if f.name in given})
         if args.ensemble > 1:
-            _, report = train_ensemble(args.train, args.valid, args.out, args.ensemble, config, tc,
-                                       resume=args.resume, log=lambda s: print(s, file=sys.stderr),
-                                       progress=not args.quiet)
-            print(f"ensemble weights {' '.join(f'{w:.4g}' for w in report['weights'])}: validation "
-                  f"perplexity {report['dev_perplexity']:.3f} (members: "
-                  f"{', '.join(f'{p:.3f}' for p in report['members_dev_perplexity'])})", file=sys.stderr)
-            return 0
+            return train_members(args, config, tc)
         train(args.train, args.valid, args.out, config, tc, resume=args.resume,
               log=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
         return 0

@@ -5,9 +5,8 @@ EM on a validation text.  An ensemble is a linear interpolation
 loads it with the kenlm API like any other model; the spec records that it is an
 ensemble and the validation perplexity of each member and of the mixture.
 """
-import os
-
 import dataclasses
+import os
 
 from nplm.compose.interpolate import interpolate
 from nplm.io.text import split_words, utf8_lines

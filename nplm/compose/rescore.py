@@ -37,6 +37,7 @@ import os
 import sys
 
 import numpy as np
+from tqdm import tqdm
 
 from nplm import _kernels
 from nplm.backoff._arpa import format_floats
@@ -326,7 +327,6 @@ def _progress_bar(path, enabled):
         enabled = sys.stderr.isatty()
     if not enabled:
         return None
-    from tqdm import tqdm
     size = None
     if isinstance(path, (str, os.PathLike)) and os.fspath(path) != "-" and os.path.isfile(path):
         size = os.path.getsize(path)
@@ -455,21 +455,21 @@ def _batch_scores(model, hyps, threads):
 
 def _chunks(f, size):
     """Complete lines of ``f`` in chunks of about ``size`` bytes (the last one may
-    lack its newline; a longer line is one chunk)."""
-    carry = b""
+    lack its newline; a longer line is one chunk, gathered without recopying)."""
+    carry = []
     while True:
         block = f.read(size)
         if not block:
             if carry:
-                yield carry
+                yield b"".join(carry)
             return
-        data = carry + block if carry else block
-        cut = data.rfind(b"\n") + 1
+        cut = block.rfind(b"\n") + 1
         if cut == 0:
-            carry = data
+            carry.append(block)
             continue
-        carry = data[cut:]
-        yield data[:cut]
+        carry.append(block[:cut])
+        yield b"".join(carry)
+        carry = [block[cut:]] if cut < len(block) else []
 
 
 _SCAN_MESSAGES = {
