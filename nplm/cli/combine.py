@@ -48,7 +48,7 @@ class Rescore:
                        help="neural models: how probabilities are normalised")
         p.add_argument("--batch", type=int, default=4096,
                        help="about this many lines are read and scored at a time (default 4096)")
-        p.add_argument("--threads", type=int, help="scoring threads (default: each model kind's)")
+        p.add_argument("--threads", type=int, help="threads scoring sentences in parallel (default 1)")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     @staticmethod

@@ -16,19 +16,10 @@ shortest digits that read back as the same float32.
 The list is read in chunks of complete lines, so a list of any length runs in the
 memory of one chunk.  Without weights no Python runs per line: ``_rescore.scan``
 checks and splits a chunk's lines, each model scores all its hypotheses at once
-(a neural model through its batch scorer; back-off and interpolated models through
-``_rescore.SharedScorer``, which shares the work of hypotheses with common prefixes
-and suffixes, sentences in parallel with ``threads``), and ``_rescore.assemble``
-writes the lines back with the features.  Back-off and interpolated features are
-bit-identical to ``score()``; a neural batch's may differ from a single query's in
-the last bits (GEMM blocks, as ``score_sentences``).
-
-With ``weights`` the hypotheses of each sentence id are ranked by the weighted sum
-of all their features (the list's own, then the added ones) and the best one's text
-is written, one line per id in the order the ids first appear (the first of equal
-scores wins).  Weights are named, as in a Moses configuration (``"Distortion0= 0.3
-LM0= 0.5 0.2"``, a dict, or a file holding such lines), or a plain sequence of
-numbers, one per feature value in the order the line lists them.
+through ``_rescore.SharedScorer`` (its word-by-word protocol, sharing the work of
+hypotheses with common prefixes and suffixes; sentences in parallel with
+``threads``), and ``_rescore.assemble`` writes the lines back with the features.
+Every feature is bit-identical to ``score()``, for every model kind.
 """
 import contextlib
 import itertools
@@ -419,7 +410,8 @@ class _Run:
         reader = _Reader(f, self.name, self.fmt)
         last = None
         for first, raw, parsed in reader.chunks(batch):
-            cols = [_batch_scores(m, [p[1] for p in parsed], self.threads) for m in self.models]
+            cols = [self._scores(j, [p[0] for p in parsed], [p[1] for p in parsed])
+                    for j in range(len(self.models))]
             cols = [np.asarray(c * self.scale if self.scale != 1.0 else c, np.float32) for c in cols]
             if listing is not None:
                 added = _feature_text(self.fmt, self.names, [format_floats(c) for c in cols])
@@ -432,6 +424,18 @@ class _Run:
                 ranker.add(sid, fields, [c[i] for c in cols], first + i)
             self._advance(len(raw), runs, sum(map(len, raw)))
 
+    def _scores(self, j, sids, hyps):
+        """float64 totals of model j for parsed lines (ids ``sids``, hypotheses ``hyps``)."""
+        sc = self.scorers[j]
+        if sc is None:
+            return _batch_scores(self.models[j], hyps, self.threads)
+        lengths = np.fromiter(map(len, hyps), np.int64, count=len(hyps))
+        ends = np.cumsum(lengths + 1) - 1
+        starts = ends - lengths
+        runs = [i for i in range(len(sids)) if i == 0 or sids[i] != sids[i - 1]]
+        groups = np.array(runs + [len(sids)], np.int64)
+        return sc.score(b"\n".join(hyps), starts, ends, groups, self.threads or 1)
+
     def _advance(self, lines, runs, size):
         self.lines += lines
         self.runs += runs
@@ -440,9 +444,9 @@ class _Run:
 
 
 def _shared_scorer(model):
-    """The kernel scorer of a model scored word by word (back-off, interpolated, any
-    LMCore); None for a neural model, whose batch scorer computes in GEMM blocks."""
-    if getattr(model, "normalization", None) is not None or not isinstance(model, _kernels.ModelBase):
+    """The kernel scorer of any nplm model (its LMCore, word by word: the same numbers
+    as score()); None for another object with score_sentences."""
+    if not isinstance(model, _kernels.ModelBase):
         return None
     return _rescore.SharedScorer(model.core, model.vocab, True, True)
 
