@@ -23,6 +23,7 @@ from nplm.backoff.arpa import read_arpa as _read_arpa
 from nplm.backoff.kenlm import write as _kenlm_write
 from nplm.backoff.kneser_ney import estimate
 from nplm.compose.interpolate import InterpolatedModel, interpolate
+from nplm.compose.rescore import rescore
 from nplm.errors import FormatError, ModelLoadError
 from nplm.model import ARPALoadComplain, Config, LanguageModel, LoadMethod, Model
 
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "LoadMethod",
            "ARPALoadComplain", "Vocab", "FormatError", "ModelLoadError", "build_binary", "estimate",
-           "interpolate", "InterpolatedModel"]
+           "interpolate", "InterpolatedModel", "rescore"]
 
 
 # The flat layout's module names (nplm.corpus, nplm.arpa, ...) keep working, deprecated.

@@ -20,6 +20,7 @@ from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.kenlm import write as kenlm_write
 from nplm.backoff.kneser_ney import estimate
+from nplm.cli.combine import Ensemble, Rescore, train_members
 from nplm.compose.distil import distil_to_file
 from nplm.compose.interpolate import interpolate, is_spec
 from nplm.convert import backoff_tables, convert, detect, target_format
@@ -671,6 +672,9 @@ class Train:
                        help="random seed; with --threads 1 the same seed gives the same model bytes")
         g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt")
         g.add_argument("--quiet", action="store_true", help="no progress bar")
+        g.add_argument("--ensemble", type=_positive_int, default=1, metavar="K",
+                       help="train K networks with seeds SEED, SEED+1, ... (saved as OUT.m0.nplm, ...) and "
+                            "write their linear ensemble, tuned on --valid, to OUT (a JSON spec)")
 
     @staticmethod
     def run(args):
@@ -708,7 +712,7 @@ class Train:
                        "noise_samples": "without --objective nce",
                        "variable_history": "at order 2 (every context is one word already)"}[dest]
                 print(f"nplm: warning: {option} has no effect {why}", file=sys.stderr)
-        if args.resume:
+        if args.resume and args.ensemble == 1:
             # the checkpoint's settings, but for the options given (which train() then
             # compares with it): resuming needs no repeat of the options it was made with
             old_config, old_tc = checkpoint_settings(args.out)
@@ -716,6 +720,8 @@ class Train:
                                                         for f in dataclasses.fields(config) if f.name in given})
             tc = dataclasses.replace(old_tc, **{f.name: getattr(tc, f.name)
                                                 for f in dataclasses.fields(tc) if f.name in given})
+        if args.ensemble > 1:
+            return train_members(args, config, tc)
         train(args.train, args.valid, args.out, config, tc, resume=args.resume,
               log=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
         return 0
@@ -959,3 +965,8 @@ class Verify:
                 print(f"{path}: DAMAGED: {e}", file=sys.stderr)
                 failed += 1
         return 1 if failed else 0
+
+
+# Commands defined in their own modules
+command("rescore", Rescore.HELP)(Rescore)
+command("ensemble", Ensemble.HELP)(Ensemble)
