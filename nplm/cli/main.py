@@ -36,6 +36,8 @@ from nplm.neural.train import TrainConfig, checkpoint_settings, train
 from nplm.recipes.ptb import PTB_FILES, Settings, reproduce
 from nplm.verify import Unreadable, verify
 
+from nplm.cli import output
+
 _COMMANDS = {}
 
 
@@ -190,7 +192,7 @@ class BuildBinary:
             return _error(f"-p: {e}")
         if same_file(args.arpa, args.out):
             raise ValueError(f"refusing to overwrite the input {args.arpa}")
-        tables = arpa.read_arpa(args.arpa, progress=True)
+        tables = arpa.read_arpa(args.arpa, progress=args.progress)
         backoff.build_binary(tables, args.out, args.multiplier)
         return 0
 
@@ -272,7 +274,6 @@ class Estimate:
                        "memory proportional to the distinct n-grams")
         p.add_argument("-T", "--temp_prefix", "--temp-prefix",
                        help="accepted for lmplz compatibility; nplm writes no temporary files")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     @staticmethod
     def run(args):
@@ -308,7 +309,6 @@ class Cluster:
                        "frequency: sqrt-frequency bins")
         p.add_argument("--iterations", type=int, default=20, help="most exchange passes (default 20)")
         p.add_argument("--seed", type=_nonneg_int, default=0, help="tie-breaking seed (default 0)")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     @staticmethod
     def run(args):
@@ -317,7 +317,7 @@ class Cluster:
             wc = clusters.frequency_bins(counts, args.classes)
         else:
             wc = clusters.brown_clusters(ids, len(words), args.classes, seed=args.seed,
-                                         iterations=args.iterations, progress=not args.quiet)
+                                         iterations=args.iterations, progress=args.progress)
         if not args.quiet:
             st = clusters.class_bigram_stats(ids, wc)
             print(f"{len(words)} words, {args.classes} classes: class-bigram perplexity "
@@ -393,7 +393,7 @@ class Interpolate:
                 raise ValueError("refusing to tune a mixture that is not normalised (above); "
                                  "--unknown split keeps it normalised, --allow-unnormalised tunes it anyway")
             res = mix.tune(args.tune, max_contexts=args.max_contexts, threads=args.threads,
-                           progress=True, allow_unnormalised=args.allow_unnormalised)
+                           progress=args.progress, allow_unnormalised=args.allow_unnormalised)
             extra = {"tuned_on": os.path.abspath(args.tune), "dev_perplexity": res.perplexity,
                      "dev_tokens": res.tokens}
             rows = np.atleast_2d(res.weights)
@@ -420,6 +420,7 @@ def build_parser():
     for name, (help_text, cls) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         cls.add_arguments(p)
+        output.add_options(p)
         p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()))
     return parser
 
@@ -471,6 +472,7 @@ def main(argv=None):
     args, extra = parser.parse_known_args(argv)
     _check_unknown(parser, args, extra)
     args._argv = argv
+    output.configure(args)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
@@ -529,7 +531,7 @@ class Train:
                        help="training text, one sentence per line (plain/gz/bz2/xz)")
         g.add_argument("--valid", type=_input_file, help="validation text: perplexity per epoch, learning-rate halving, "
                        "early stopping (recommended)")
-        g.add_argument("--out", required=True, help="output model file (a checkpoint OUT.ckpt is kept per epoch)")
+        g.add_argument("--out", required=True, help="output model file (a checkpoint OUT.ckpt is written after every epoch)")
         g.add_argument("--min-count", type=int, default=t.min_count,
                        help=f"words seen fewer times become <unk> (default {t.min_count})")
         g.add_argument("--vocab-size", type=int, default=t.vocab_size,
@@ -584,7 +586,8 @@ class Train:
         g.add_argument("--seed", type=_nonneg_int, default=t.seed,
                        help="random seed; with --threads 1 the same seed gives the same model bytes")
         g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt")
-        g.add_argument("--quiet", action="store_true", help="no progress bar")
+        g.add_argument("--keep-checkpoint", action="store_true",
+                       help="keep OUT.ckpt after training succeeds (default: removed)")
 
     @staticmethod
     def run(args):
@@ -631,7 +634,7 @@ class Train:
             tc = dataclasses.replace(old_tc, **{f.name: getattr(tc, f.name)
                                                 for f in dataclasses.fields(tc) if f.name in given})
         train(args.train, args.valid, args.out, config, tc, resume=args.resume,
-              log=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
+              log=output.log.info, progress=args.progress, keep_checkpoint=args.keep_checkpoint)
         return 0
 
 
@@ -651,14 +654,13 @@ class Sample:
         p.add_argument("--seed", type=_nonneg_int, default=1, help="random seed (default 1)")
         p.add_argument("--max-length", type=int, default=100,
                        help="cut a sentence after this many words (default 100)")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     @staticmethod
     def run(args):
         if same_file(args.model, args.out):
             return _error(f"--out {args.out} would overwrite the model")
         n_sent, n_tok = sample_to_file(args.model, args.out, args.tokens, seed=args.seed,
-                                       max_len=args.max_length, progress=not args.quiet)
+                                       max_len=args.max_length, progress=args.progress)
         print(f"{n_sent} sentences, {n_tok} tokens written to {'stdout' if args.out == '-' else args.out}",
               file=sys.stderr)
         return 0
@@ -718,7 +720,6 @@ class Distil:
                             "teacher); pays with --sample-text; K > 1 measured worse on PTB")
         p.add_argument("--threads", type=int, default=1,
                        help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     @staticmethod
     def run(args):
@@ -733,7 +734,7 @@ class Distil:
                                     sample_min_count=args.sample_min_count, top_k=args.top_k,
                                     top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
                                     prune_to=args.prune_to, threads=args.threads,
-                                    continuation=args.continuation, progress=not args.quiet)
+                                    continuation=args.continuation, progress=args.progress)
         print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)
         return 0
 
