@@ -2,11 +2,14 @@
 gets none of their carriage-return updates), -q/--quiet and --verbose on every command,
 and the end of training: the saved model, its validation perplexity, the checkpoint
 removed, --time-limit honoured within an epoch."""
+import fcntl
 import os
 import pty
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -33,6 +36,8 @@ def run_piped(*args):
 def run_on_terminal(*args):
     """``nplm ARGS`` with stderr on a pseudo-terminal: (exit code, what the terminal got)."""
     master, slave = pty.openpty()
+    # a terminal 100 columns wide (a new pseudo-terminal has 0, where tqdm draws nothing)
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     p = subprocess.Popen([sys.executable, "-m", "nplm", *map(str, args)], cwd=ROOT, env=_env(),
                          stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
@@ -132,7 +137,8 @@ def test_estimate_into_a_pipe_keeps_banners_without_bars(tmp_path):
 
 
 def test_estimate_on_a_terminal_draws_tqdm_bars(tmp_path, corpus):
-    code, screen = run_on_terminal("estimate", "-o", "3", "--text", corpus, "--arpa", tmp_path / "t.arpa")
+    code, screen = run_on_terminal("estimate", "-o", "3", "--discount_fallback", "--text", corpus,
+                                   "--arpa", tmp_path / "t.arpa")
     assert code == 0, screen
     assert "=== 1/5 Counting" in screen and "\r" in screen and "*" * 20 not in screen
 
