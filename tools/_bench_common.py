@@ -122,6 +122,7 @@ def save_results(path, title, tables, description=""):
         "title": title, "description": description,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _commit(), "cpu": _cpu_name(), "cpus": os.cpu_count(),
+        "load_average": round(os.getloadavg()[0], 1),
         "command": " ".join(["python", os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
         "tables": tables,
     }

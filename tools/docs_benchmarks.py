@@ -43,8 +43,9 @@ def table_markdown(result):
     out = [f"## {result['title']}", ""]
     if result.get("description"):
         out += [result["description"], ""]
+    load = f", load average {result['load_average']} at the end" if "load_average" in result else ""
     out += [f"*Measured {result['date']} on commit `{result['commit']}`, {result['cpu']} "
-            f"({result['cpus']} CPUs), by `{result['command']}`.*", ""]
+            f"({result['cpus']} CPUs{load}), by `{result['command']}`.*", ""]
     for table in result["tables"]:
         if table.get("title"):
             out += [f"**{table['title']}**", ""]
