@@ -67,7 +67,7 @@ def corpus(tmp_path_factory):
     words = [f"w{i}" for i in range(400)]
     p = 1.0 / np.arange(1, 401)
     p /= p.sum()
-    lines = [" ".join(rng.choice(words, size=rng.integers(5, 20), p=p)) for _ in range(6000)]
+    lines = [" ".join(rng.choice(words, size=rng.integers(5, 20), p=p)) for _ in range(30000)]
     path = tmp_path_factory.mktemp("progress") / "text.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
