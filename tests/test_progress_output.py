@@ -118,9 +118,12 @@ def test_quiet_on_a_terminal_draws_no_bar(tmp_path):
 
 def test_time_limit_stops_within_an_epoch(tmp_path, corpus):
     out = tmp_path / "m.nplm"
-    # 0.002 minutes: far less than one epoch of this text
-    code, err = run_piped(*train_args(corpus, out, "--epochs", "50", "--time-limit", "0.002",
-                                      "--output", "softmax"))
+    # 0.002 minutes: far less than one epoch of this text through a hidden layer
+    valid = tmp_path / "valid.txt"
+    valid.write_text("".join(corpus.read_text().splitlines(keepends=True)[:200]))
+    code, err = run_piped("train", "--train", corpus, "--valid", valid, "--order", "4", "--embedding-dim", "32",
+                          "--context", "full", "--hidden", "128", "--output", "softmax", "--threads", "1",
+                          "--epochs", "50", "--time-limit", "0.002", "--out", out)
     assert code == 0, err
     epochs = [line for line in err.splitlines() if line.startswith("epoch ")]
     assert len(epochs) == 1, err
