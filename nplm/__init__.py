@@ -5,6 +5,7 @@ All probabilities are log10.
 """
 import importlib
 import os as _os
+import sys as _sys
 
 # Idle OpenMP threads of the kernels should sleep, not spin on the other core; this
 # must be set before the first kernel loads the OpenMP runtime.
@@ -31,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "LoadMethod",
            "ARPALoadComplain", "Vocab", "FormatError", "ModelLoadError", "build_binary", "estimate",
-           "interpolate", "InterpolatedModel", "rescore"]
+           "interpolate", "InterpolatedModel", "rescore", "install_as_kenlm"]
 
 
 # The flat layout's module names (nplm.corpus, nplm.arpa, ...) keep working, deprecated.
@@ -58,3 +59,22 @@ def build_binary(arpa_path, out_path, type=None, **options):
     type, an output named ``*.nplm`` gets nplm's format and any other name KenLM's
     probing format (build_binary's default).  Returns the type written."""
     return _kenlm_write.build_binary(_read_arpa(arpa_path), out_path, type, **options)
+
+
+def install_as_kenlm():
+    """Register nplm as the ``kenlm`` module, for programs that import kenlm themselves.
+
+    After the call, ``import kenlm`` anywhere in the process gives nplm, so libraries
+    such as pyctcdecode or datatrove use nplm's models (the convention of
+    ``pymysql.install_as_MySQLdb()``). Call it before importing such a library: a
+    module that imported the real ``kenlm`` earlier keeps it.
+
+    Examples
+    --------
+    >>> import nplm
+    >>> nplm.install_as_kenlm()
+    >>> import kenlm
+    >>> kenlm is nplm
+    True
+    """
+    _sys.modules["kenlm"] = _sys.modules[__name__]

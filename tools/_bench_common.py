@@ -87,3 +87,44 @@ def rss_mib_of(code):
         "\nprint(after - before)\n")
     res = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, check=True)
     return float(res.stdout.strip().splitlines()[-1])
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def _commit():
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return sha + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def save_results(path, title, tables, description=""):
+    """Save a benchmark's tables for tools/docs_benchmarks.py, with the date, commit,
+    CPU and command line that produced them.  ``tables``: a list of dicts with
+    ``columns`` (names), ``rows`` (lists of cells) and optionally ``title``, ``notes``."""
+    import datetime
+    import json
+    result = {
+        "title": title, "description": description,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _commit(), "cpu": _cpu_name(), "cpus": os.cpu_count(),
+        "load_average": round(os.getloadavg()[0], 1),
+        "command": " ".join(["python", os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
+        "tables": tables,
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=1, default=float) + "\n", encoding="utf-8")

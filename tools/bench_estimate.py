@@ -5,8 +5,8 @@ For PTB train and WikiText-2 train (``<unk>`` written as ``UNK``, since lmplz re
 5: process wall time (best of --repeat runs, interpreter start included, ARPA written
 to a temporary file), CPU time (user + sys, less sensitive to a busy machine) and
 peak resident memory of the estimating process, nplm and lmplz runs interleaved.  lmplz runs
-the same way when it is installed (env NPLM_LMPLZ or PATH); otherwise the figures
-measured on this machine when the task was set are used as the reference.  Finally
+the same way when it is installed (env NPLM_LMPLZ or PATH); otherwise figures
+of lmplz measured earlier on a 2-core machine are used as the reference.  Finally
 the PTB 5-gram's test perplexity by the real ``kenlm`` module, to compare with
 lmplz's model (141.186 by KenLM's query).
 
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import CACHE, ROOT, SHARED, lmplz_path  # noqa: E402
+from _bench_common import CACHE, ROOT, SHARED, lmplz_path, save_results  # noqa: E402
 
-# lmplz -o 5 -S 1G on full PTB train, measured on this machine (task statement)
+# lmplz -o 5 -S 1G on full PTB train, measured earlier on a 2-core machine
 LMPLZ_PTB5_WALL = (1.6, 2.2)       # seconds
 LMPLZ_PTB5_RSS = (230, 420)        # MB, depending on -S
 LMPLZ_PTB5_PPL = 141.186
@@ -98,6 +98,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--orders", type=int, nargs="+", default=[3, 5])
     ap.add_argument("--corpora", nargs="+", default=["ptb", "wiki2"], choices=["ptb", "wiki2"])
+    ap.add_argument("--json", help="also save the table here, for tools/docs_benchmarks.py")
     args = ap.parse_args()
     if not SHARED.is_dir():
         raise SystemExit("../shared (corpora) is absent")
@@ -105,6 +106,7 @@ def main():
     print(f"lmplz: {lmplz or 'not installed; reference figures from this machine are used'}")
     print(f"{'corpus':8} {'order':>5} {'nplm s':>7} {'cpu s':>6} {'MB':>5} {'lmplz s':>9} {'cpu s':>6}"
           f" {'MB':>9} {'wall ratio':>11} {'cpu ratio':>9} {'mem ratio':>10}")
+    table = []
     with tempfile.TemporaryDirectory() as tmp:
         ptb5 = None
         for name in args.corpora:
@@ -134,6 +136,15 @@ def main():
                     ref_t = ref_c = ref_m = ratio_t = ratio_m = "-"
                 print(f"{name:8} {order:>5} {wall:7.2f} {cpu:6.2f} {rss:5.0f} {ref_t:>9} {ref_c:>6} {ref_m:>9}"
                       f" {ratio_t:>11} {ratio_c:>9} {ratio_m:>10}", flush=True)
+                table.append([name, order, wall, cpu, rss, ref_t, ref_c, ref_m, ratio_t, ratio_c, ratio_m])
+        if args.json:
+            save_results(args.json, "Kneser-Ney estimation against lmplz", [{
+                "columns": ["corpus", "order", "nplm wall s", "nplm CPU s", "nplm peak MB", "lmplz wall s",
+                            "lmplz CPU s", "lmplz peak MB", "wall nplm/lmplz", "CPU nplm/lmplz",
+                            "memory nplm/lmplz"],
+                "rows": table,
+                "notes": (f"Best of {args.repeat} interleaved runs each, interpreter start included; "
+                          "below 1 means nplm is ahead. lmplz runs with -S 1G.")}])
         if ptb5 is not None:
             try:
                 import kenlm  # noqa: F401

@@ -84,7 +84,7 @@ def main():
     tokens = sum(len(l.split()) + 1 for l in test)
     print(f"components: {', '.join(names)}; dev ptb.valid ({len(dev)} lines), "
           f"test ptb.test ({len(test)} lines, {tokens} tokens incl. </s>)")
-    print("(machine shared with other engineers: speeds are noisy)\n")
+    print("(on a shared machine speeds are noisy)\n")
 
     # The reference speed: the real kenlm module on the KN ARPA.
     arpa = CACHE / f"ptb.unk.o{args.order}.arpa"

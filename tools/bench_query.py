@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import kenlm
-from _bench_common import CACHE, best_time, best_times, kn_arpa, ptb_lines, rss_mib_of
+from _bench_common import CACHE, best_time, best_times, kn_arpa, ptb_lines, rss_mib_of, save_results
 
 import nplm
 
@@ -33,6 +33,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--order", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=7, help="interleaved rounds of the query loops (best kept)")
+    ap.add_argument("--json", help="also save the table here, for tools/docs_benchmarks.py")
     args = ap.parse_args()
 
     arpa = str(kn_arpa(args.order))
@@ -117,6 +118,12 @@ def main():
     print(f"\n{'measure':<62} {'kenlm':>10} {'nplm':>10} {'ratio':>7}")
     for name, k, n, r in rows:
         print(f"{name:<62} {k:>10.4g} {n:>10.4g} {r:>7.2f}")
+    if args.json:
+        save_results(args.json, "Back-off queries against the kenlm module", [{
+            "columns": ["measure", "kenlm", "nplm", "ratio"], "rows": [list(r) for r in rows],
+            "notes": (f"KN{args.order} of PTB train; ptb.test.txt, {tokens} tokens. Ratio: kenlm time / nplm "
+                      "time (or nplm throughput / kenlm), and kenlm size / nplm size: above 1 means nplm "
+                      "is ahead.")}])
     print("\nratio: kenlm time / nplm time (or nplm throughput / kenlm), and kenlm size / nplm size:"
           " above 1 means nplm is ahead.")
 

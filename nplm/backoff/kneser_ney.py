@@ -29,6 +29,7 @@ import warnings
 import zlib
 
 import numpy as np
+from tqdm import tqdm
 
 from nplm._kernels import QUERY_MAX_ORDER
 from nplm.backoff.kenlm.write import build_binary, check_options, resolve_type
@@ -57,15 +58,14 @@ class DiscountError(ValueError):
 
 
 class _Report:
-    """lmplz-style stage headers and 100-star progress bars on stderr."""
-
-    RULER = "".join(f"{p:->5}" for p in range(5, 101, 5))
+    """lmplz-style stage headers and statistics on stderr, and a progress bar for each
+    stage, in the tqdm style of every nplm command, drawn only when stderr is a terminal
+    (a pipe or a log gets the headers and statistics alone)."""
 
     def __init__(self, enabled, stages):
         self.enabled = enabled
         self.stages = stages
-        self.stars = 0
-        self.total = 0
+        self.bar = None
 
     def say(self, message):
         if self.enabled:
@@ -83,27 +83,19 @@ class _Report:
 
     def start(self, total):
         """A bar for ``total`` units of work; none when the total is unknown (0)."""
-        self.total = max(int(total), 0)
-        self.stars = 0
-        if self.enabled and self.total:
-            sys.stderr.write(self.RULER + "\n")
-            sys.stderr.flush()
+        self.finish()
+        if self.enabled and int(total) > 0:
+            self.bar = tqdm(total=int(total), unit="", unit_scale=True, file=sys.stderr, leave=False,
+                            disable=None, mininterval=0.5)
 
     def update(self, done):
-        if not self.enabled or not self.total:
-            return
-        want = min(100, int(100 * done / self.total))
-        if want > self.stars:
-            sys.stderr.write("*" * (want - self.stars))
-            sys.stderr.flush()
-            self.stars = want
+        if self.bar is not None and not self.bar.disable:
+            self.bar.update(min(int(done), self.bar.total) - self.bar.n)
 
     def finish(self):
-        if self.enabled and self.total:
-            self.update(self.total)
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-        self.total = 0
+        if self.bar is not None:
+            self.bar.close()
+        self.bar = None
 
 
 def _check_order(order):
@@ -326,30 +318,49 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
              binary_options=None):
     """Estimate an interpolated modified Kneser-Ney model the way lmplz does.
 
-    text:    path of the training text ('-' = stdin; plain, gzip, bz2 or xz), or a
-             readable file object; one sentence per line, words separated by spaces.
-    order:   the model order (lmplz -o).
-    arpa:    write an ARPA file there ('-' = stdout) (lmplz --arpa).
-    binary:  write a binary model there, in one pass (no ARPA read back).
-    binary_type: its format, as nplm.build_binary's type: "probing" or "trie"
-             (KenLM's files, exactly as build_binary writes them from the ARPA) or
-             "nplm"; None: nplm's for a name ending in .nplm, else KenLM's probing.
-    binary_options: build_binary's settings for it, as a dict of
-             nplm.build_binary's keywords (prob_bits=8, pointer_bits=22, ...).
-    discount_fallback: None, True (0.5 1 1.5) or up to three discounts, used for
-             orders whose counts-of-counts cannot give discounts (lmplz
-             --discount_fallback); without it such data raises DiscountError.
-    prune:   per-order count thresholds, non-decreasing, first one 0 (lmplz --prune).
-    interpolate_unigrams: False gives the unigram interpolation mass to <unk>.
-    limit_vocab_file: prune every n-gram with a word not listed in this file.
-    skip_symbols: treat <s>, </s> and <unk> in the text as whitespace.
-    verbose_header: put lmplz's "# Input file / Token count / Smoothing" comments in
-             the ARPA output.
-    vocab_pad: spread the unigram interpolation mass as if the vocabulary had at
-             least this many words (lmplz --vocab_pad).
-    progress: stage headers, progress bars and statistics on stderr.
+    Parameters
+    ----------
+    text : str, path or file
+        The training text ('-' = stdin; plain, gzip, bz2 or xz), or a readable file
+        object; one sentence per line, words separated by spaces.
+    order : int
+        The model order (lmplz ``-o``).
+    arpa : str, optional
+        Write an ARPA file there ('-' = stdout; lmplz ``--arpa``).
+    binary : str, optional
+        Write a binary model there, in one pass (no ARPA read back).
+    binary_type : str, optional
+        Its format, as ``nplm.build_binary``'s type: "probing" or "trie" (KenLM's
+        files, exactly as build_binary writes them from the ARPA) or "nplm"; None:
+        nplm's for a name ending in .nplm, else KenLM's probing.
+    binary_options : dict, optional
+        build_binary's settings for it, as ``nplm.build_binary``'s keywords
+        (prob_bits=8, pointer_bits=22, ...).
+    discount_fallback : None, True or sequence of float
+        True (0.5 1 1.5) or up to three discounts, used for orders whose
+        counts-of-counts cannot give discounts (lmplz ``--discount_fallback``); without
+        it such data raises ``DiscountError``.
+    prune : sequence of int, optional
+        Per-order count thresholds, non-decreasing, the first one 0 (lmplz ``--prune``).
+    interpolate_unigrams : bool
+        False gives the unigram interpolation mass to ``<unk>``.
+    limit_vocab_file : str, optional
+        Prune every n-gram with a word not listed in this file.
+    skip_symbols : bool
+        Treat ``<s>``, ``</s>`` and ``<unk>`` in the text as whitespace.
+    verbose_header : bool
+        Put lmplz's "# Input file / Token count / Smoothing" comments in the ARPA output.
+    vocab_pad : int
+        Spread the unigram interpolation mass as if the vocabulary had at least this
+        many words (lmplz ``--vocab_pad``).
+    progress : bool
+        Stage headers and statistics on stderr, and progress bars when stderr is a
+        terminal.
 
-    Returns the model as NGramTables (log10 values; n-grams in lmplz's order).
+    Returns
+    -------
+    NGramTables
+        The model (log10 values; n-grams in lmplz's order).
     """
     t0 = time.perf_counter()
     order = _check_order(order)

@@ -12,14 +12,19 @@ import numpy as np
 class NGramTables:
     """A back-off model as plain arrays, in ARPA order.
 
-    vocab:   the unigram words in the order of the ARPA's 1-gram section.  Word ids
-             elsewhere index this list.  It holds ``<s>`` and ``</s>`` and normally
-             ``<unk>``.
-    ids:     ids[k] is an int32 array of shape (count_{k+1}, k+1): the words of each
-             (k+1)-gram, oldest first.  ids[0] is ``arange(len(vocab))[:, None]``.
-    logprob: logprob[k] float32 (count_{k+1},): log10 p(w_n | w_1..w_{n-1}).
-    backoff: backoff[k] float32 (count_{k+1},): log10 back-off weight; zeros for the
-             highest order (which has no back-off column in ARPA).
+    Attributes
+    ----------
+    vocab : list of str
+        The unigram words in the order of the ARPA's 1-gram section. Word ids elsewhere
+        index this list. It holds ``<s>`` and ``</s>`` and normally ``<unk>``.
+    ids : list of numpy.ndarray
+        ``ids[k]`` is an int32 array of shape (count_{k+1}, k+1): the words of each
+        (k+1)-gram, oldest first. ``ids[0]`` is ``arange(len(vocab))[:, None]``.
+    logprob : list of numpy.ndarray
+        ``logprob[k]``, float32 (count_{k+1},): log10 p(w_n | w_1..w_{n-1}).
+    backoff : list of numpy.ndarray
+        ``backoff[k]``, float32 (count_{k+1},): log10 back-off weights; zeros for the
+        highest order (which has no back-off column in ARPA).
     """
     vocab: List[str]
     ids: List[np.ndarray]

@@ -20,6 +20,7 @@ from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.kenlm import write as kenlm_write
 from nplm.backoff.kneser_ney import estimate
+from nplm.cli import output
 from nplm.cli.combine import Ensemble, Rescore, train_members
 from nplm.compose.distil import distil_to_file
 from nplm.compose.interpolate import interpolate, is_spec
@@ -232,7 +233,7 @@ class BuildBinary:
         counts = arpa_header_counts(source)
         if opts is not None and opts.type == kenlm_write.PROBING and counts and len(counts) >= 2:
             kenlm_write.check_probing_memory(counts, opts)    # a huge -p fails now, not after reading
-        tables = arpa.read_arpa(source, progress=True)
+        tables = arpa.read_arpa(source, progress=args.progress)
         kenlm_write.build_binary(tables, out, kind, **options)
         return 0
 
@@ -375,7 +376,6 @@ class Cluster:
                        "frequency: sqrt-frequency bins")
         p.add_argument("--iterations", type=int, default=20, help="most exchange passes (default 20)")
         p.add_argument("--seed", type=_nonneg_int, default=0, help="tie-breaking seed (default 0)")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     @staticmethod
     def run(args):
@@ -384,7 +384,7 @@ class Cluster:
             wc = clusters.frequency_bins(counts, args.classes)
         else:
             wc = clusters.brown_clusters(ids, len(words), args.classes, seed=args.seed,
-                                         iterations=args.iterations, progress=not args.quiet)
+                                         iterations=args.iterations, progress=args.progress)
         if not args.quiet:
             st = clusters.class_bigram_stats(ids, wc)
             print(f"{len(words)} words, {args.classes} classes: class-bigram perplexity "
@@ -461,7 +461,7 @@ class Interpolate:
                 raise ValueError("refusing to tune a mixture that is not normalised (above); "
                                  "--unknown split keeps it normalised, --allow-unnormalised tunes it anyway")
             res = mix.tune(args.tune, max_contexts=args.max_contexts, threads=args.threads,
-                           progress=True, allow_unnormalised=args.allow_unnormalised)
+                           progress=args.progress, allow_unnormalised=args.allow_unnormalised)
             extra = {"tuned_on": os.path.abspath(args.tune), "dev_perplexity": res.perplexity,
                      "dev_tokens": res.tokens}
             rows = np.atleast_2d(res.weights)
@@ -488,6 +488,7 @@ def build_parser():
     for name, (help_text, cls) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         cls.add_arguments(p)
+        output.add_options(p)
         p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()), _inputs=getattr(cls, "INPUTS", ()),
                        _extra_positionals=getattr(cls, "EXTRA_POSITIONALS", None))
     return parser
@@ -544,6 +545,7 @@ def main(argv=None):
         extra = [w for w in extra if not (w == "-" or not w.startswith("-"))]
     _check_unknown(parser, args, extra)
     args._argv = argv
+    output.configure(args)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
@@ -616,7 +618,7 @@ class Train:
                        help="training text, one sentence per line (plain/gz/bz2/xz)")
         g.add_argument("--valid", type=_input_file, help="validation text: perplexity per epoch, learning-rate halving, "
                        "early stopping (recommended)")
-        g.add_argument("--out", required=True, help="output model file (a checkpoint OUT.ckpt is kept per epoch)")
+        g.add_argument("--out", required=True, help="output model file (a checkpoint OUT.ckpt is written after every epoch)")
         g.add_argument("--min-count", type=int, default=t.min_count,
                        help=f"words seen fewer times become <unk> (default {t.min_count})")
         g.add_argument("--vocab-size", type=int, default=t.vocab_size,
@@ -671,10 +673,11 @@ class Train:
         g.add_argument("--seed", type=_nonneg_int, default=t.seed,
                        help="random seed; with --threads 1 the same seed gives the same model bytes")
         g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt")
-        g.add_argument("--quiet", action="store_true", help="no progress bar")
         g.add_argument("--ensemble", type=_positive_int, default=1, metavar="K",
                        help="train K networks with seeds SEED, SEED+1, ... (saved as OUT.m0.nplm, ...) and "
                             "write their linear ensemble, tuned on --valid, to OUT (a JSON spec)")
+        g.add_argument("--keep-checkpoint", action="store_true",
+                       help="keep OUT.ckpt after training succeeds (default: removed)")
 
     @staticmethod
     def run(args):
@@ -723,7 +726,7 @@ class Train:
         if args.ensemble > 1:
             return train_members(args, config, tc)
         train(args.train, args.valid, args.out, config, tc, resume=args.resume,
-              log=lambda s: print(s, file=sys.stderr), progress=not args.quiet)
+              log=output.log.info, progress=args.progress, keep_checkpoint=args.keep_checkpoint)
         return 0
 
 
@@ -744,14 +747,13 @@ class Sample:
         p.add_argument("--seed", type=_nonneg_int, default=1, help="random seed (default 1)")
         p.add_argument("--max-length", type=int, default=100,
                        help="cut a sentence after this many words (default 100)")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     @staticmethod
     def run(args):
         if same_file(args.model, args.out):
             return _error(f"--out {args.out} would overwrite the model")
         n_sent, n_tok = sample_to_file(args.model, args.out, args.tokens, seed=args.seed,
-                                       max_len=args.max_length, progress=not args.quiet)
+                                       max_len=args.max_length, progress=args.progress)
         print(f"{n_sent} sentences, {n_tok} tokens written to {'stdout' if args.out == '-' else args.out}",
               file=sys.stderr)
         return 0
@@ -813,7 +815,6 @@ class Distil:
                             "teacher); pays with --sample-text; K > 1 measured worse on PTB")
         p.add_argument("--threads", type=int, default=1,
                        help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     @staticmethod
     def run(args):
@@ -828,7 +829,7 @@ class Distil:
                                     sample_min_count=args.sample_min_count, top_k=args.top_k,
                                     top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
                                     prune_to=args.prune_to, threads=args.threads,
-                                    continuation=args.continuation, progress=not args.quiet)
+                                    continuation=args.continuation, progress=args.progress)
         print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)
         return 0
 

@@ -469,26 +469,53 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
            continuation=False, threads=1, progress=False):
     """Distil ``teacher`` (an nplm.Model or a model path) into NGramTables of ``order``.
 
-    text:       training text whose n-grams are listed (one sentence per line);
-    ngrams:     or/and a back-off model (NGramTables or ARPA path) whose n-grams are listed;
-    min_count:  per-order count thresholds for the text's n-grams (int, or list for
-                orders 2..N, the last repeated);
-    sample_text: text sampled from the teacher (``nplm sample``), whose n-grams are
-                listed too, with their own thresholds ``sample_min_count`` (default 1):
-                the unseen n-grams a neural teacher finds likely, which the training
-                text cannot list (Deoras et al. 2011);
-    top_k:      also list each text context's k most probable continuations (contexts
-                seen at least ``top_k_min_count`` times; candidates: every word after a
-                one-word context, else the words the text shows after the context's
-                last n-2 words, so the search stays linear in the listed n-grams);
-    lower_teacher: model giving the probabilities of orders < ``order`` (default: teacher),
-                except for n-grams that start with ``<s>``: their context is a whole
-                history, so they keep the teacher's probability;
-    prune_to:   relative-entropy pruning to at most this many n-grams of orders >= 2;
-    continuation: k > 0: after pruning, replace the probabilities of orders 1..k
-                (below ``order``) by the teacher's expected leftover mass of their
-                longer contexts, the shape a back-off distribution needs
-                (nplm/continuation.py).  1 pays on PTB; larger k measured worse.
+    Parameters
+    ----------
+    teacher : Model or str
+        Any model nplm loads: ARPA, back-off or neural binary, interpolation spec.
+    order : int
+        The order of the table.
+    text : str, optional
+        Training text whose n-grams are listed (one sentence per line).
+    ngrams : NGramTables or str, optional
+        A back-off model (or ARPA path) whose n-grams are listed too.
+    min_count : int or list of int, optional
+        Per-order count thresholds for the text's n-grams (a list for orders 2..N,
+        the last repeated).
+    sample_text : str, optional
+        Text sampled from the teacher (``nplm sample``), whose n-grams are listed too,
+        with their own thresholds ``sample_min_count`` (default 1): the unseen n-grams
+        a neural teacher finds likely, which the training text cannot list (Deoras et
+        al. 2011).
+    sample_min_count : int or list of int, optional
+        Thresholds for ``sample_text``.
+    top_k : int
+        Also list each text context's k most probable continuations (contexts seen at
+        least ``top_k_min_count`` times; candidates: every word after a one-word
+        context, else the words the text shows after the context's last n-2 words, so
+        the search stays linear in the listed n-grams).
+    top_k_min_count : int
+        See ``top_k``.
+    lower_teacher : Model or str, optional
+        Model giving the probabilities of orders below ``order`` (default: the
+        teacher), except for n-grams that start with ``<s>``: their context is a whole
+        history, so they keep the teacher's probability.
+    prune_to : int, optional
+        Relative-entropy pruning to at most this many n-grams of orders >= 2.
+    continuation : bool or int
+        k > 0: after pruning, replace the probabilities of orders 1..k (below
+        ``order``) by the teacher's expected leftover mass of their longer contexts,
+        the shape a back-off distribution needs (``nplm.compose.continuation``). 1
+        pays on PTB; larger k measured worse.
+    threads : int
+        Threads for the teacher's scores.
+    progress : bool
+        Progress bars on stderr.
+
+    Returns
+    -------
+    NGramTables
+        The distilled table.
     """
     if prune_to is not None and (isinstance(prune_to, bool) or int(prune_to) != prune_to or prune_to < 1):
         raise ValueError(f"prune_to is the number of n-grams of orders >= 2 to keep (>= 1), not {prune_to!r}")

@@ -5,6 +5,7 @@ Threads: the kernels run every minibatch without the GIL; large products go to
 OpenBLAS (its thread count is set here) and per-example loops to OpenMP with the same
 count.  With ``threads=1`` a fixed seed gives a bit-identical model.
 """
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -41,7 +42,7 @@ class TrainConfig:
     min_count: int = 1
     vocab_size: int = 0           # 0: no cap
     max_halvings: int = 4         # stop after this many learning-rate halvings
-    time_limit: float = 0.0       # seconds, 0 = none; stops after the epoch that crosses it
+    time_limit: float = 0.0       # seconds, 0 = none; stops within the epoch that crosses it
     parallel: str = "hogwild"     # or "blas": split each minibatch over OpenMP/OpenBLAS threads
     average: float = 0.25         # evaluate/keep an exponential moving average of the weights
                                   # with this time constant in epochs (0: the raw weights)
@@ -230,6 +231,8 @@ class Trainer:
         self.ema = [p.copy() for p in self.params] if tc.average > 0 else None
         self._ema_tmp = None
         self.data_id = None    # {"train": ..., "valid": ...} fingerprints, kept in checkpoints
+        self.deadline = None   # time.time() at which --time-limit stops training, within an epoch
+        self.cut_short = 0     # examples of the last epoch when the deadline ended it early
 
     def _net_view(self, params):
         n = self.net
@@ -286,8 +289,9 @@ class Trainer:
         B = tc.minibatch
         bar = None
         if self.progress:
+            # disable=None: no bar unless stderr is a terminal
             bar = tqdm(total=N, unit="ex", unit_scale=True, desc=f"epoch {self.epoch + 1}", file=sys.stderr,
-                       mininterval=1.0, smoothing=0.1)
+                       mininterval=1.0, smoothing=0.1, disable=None)
         t0 = time.time()
         adagrad = tc.optimizer == "adagrad"
         seed_base = (tc.seed * 7919 + self.epoch) << 24
@@ -295,6 +299,8 @@ class Trainer:
         seen = [0] * n_eng
         losses = [0.0] * n_eng
         errors = []
+        out_of_time = []
+        deadline = self.deadline
         lr = self.lr
         # one average update spans EMA_EVERY batches of every engine
         ema_alpha = (min(1.0, self.EMA_EVERY * B * n_eng / (tc.average * N))
@@ -318,7 +324,10 @@ class Trainer:
                     seen[w] += hi - lo
                     if n_eng == 1 and bi % 20 == 0:
                         report()
-                    if errors:
+                    if errors or out_of_time:
+                        return
+                    if deadline is not None and time.time() > deadline:
+                        out_of_time.append(True)
                         return
             except BaseException as e:  # reported by the main thread
                 errors.append(e)
@@ -327,8 +336,7 @@ class Trainer:
             done = sum(seen)
             if bar is not None:
                 bar.update(done - bar.n)
-                bar.set_postfix(loss=f"{sum(losses) / max(done, 1):.3f}", lr=f"{self.lr:.3g}",
-                                ex_s=f"{done / max(time.time() - t0, 1e-9):,.0f}")
+                bar.set_postfix(loss=f"{sum(losses) / max(done, 1):.3f}", lr=f"{self.lr:.3g}")
 
         if n_eng == 1:
             work(0)
@@ -352,12 +360,14 @@ class Trainer:
         total_loss, seen = sum(losses), sum(seen)
         if bar is not None:
             bar.close()
+        self.cut_short = seen if out_of_time and seen < N else 0
         self.epoch += 1
         return total_loss / max(seen, 1), seen / max(time.time() - t0, 1e-9)
 
     def train(self, checkpoint=None, stop_after=None):
         tc = self.tc
         t_start = time.time()
+        self.deadline = t_start + tc.time_limit if tc.time_limit else None
         while self.epoch < tc.epochs:
             loss, speed = self.run_epoch()
             ppl = self.valid_ppl(self.evaluated())
@@ -381,6 +391,8 @@ class Trainer:
             self.history.append({"epoch": self.epoch, "loss": loss, "valid_ppl": ppl, "lr": self.lr})
             # (no validation text: no figure rather than "valid ppl nan")
             valid = f", valid ppl {ppl:.2f}" if self.corpus.valid is not None else ""
+            if self.cut_short:
+                note += f" (time limit: stopped after {self.cut_short:,} of its examples)"
             self.log(f"epoch {self.epoch}: train loss {loss:.4f}{valid}, {speed:,.0f} examples/s{note}")
             if checkpoint:
                 self.save_checkpoint(checkpoint)
@@ -515,14 +527,41 @@ def checkpoint_settings(out_path):
 
 
 def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=False, log=print,
-          progress=True):
-    """Train a neural n-gram model and save it to ``out_path``; returns the NeuralNet.
+          progress=True, keep_checkpoint=True):
+    """Train a neural n-gram model and save it to ``out_path``.
 
-    A checkpoint ``out_path + '.ckpt'`` is written after every epoch; ``resume=True``
-    continues from it.  The checkpoint records the settings and the data (size and
-    SHA-256 of the training and validation texts); resuming with other ones is refused
-    with a list of the differences, except for RESUMABLE settings.  On resume,
-    ``config``/``tconfig`` None take the checkpoint's."""
+    A checkpoint ``out_path + '.ckpt'`` is written after every epoch, and when the
+    time limit stops an epoch; ``resume=True`` continues from it. The checkpoint
+    records the settings and the data (size and SHA-256 of the training and validation
+    texts); resuming with other ones is refused with a list of the differences, except
+    for ``RESUMABLE`` settings.
+
+    Parameters
+    ----------
+    train_path, valid_path : str or path
+        Training and validation texts, one sentence per line (plain or compressed).
+        ``valid_path`` may be None: no validation, learning-rate halving or early stop.
+    out_path : str or path
+        Where the model is written (atomically).
+    config : NeuralConfig, optional
+        The network; the default is the recommended model. On resume, None takes the
+        checkpoint's.
+    tconfig : TrainConfig, optional
+        Training settings; on resume, None takes the checkpoint's.
+    resume : bool
+        Continue from ``out_path + '.ckpt'``.
+    log : callable
+        Receives each message line (epochs, notes, the saved model and its validation
+        perplexity).
+    progress : bool
+        Draw a progress bar (only when stderr is a terminal).
+    keep_checkpoint : bool
+        Keep the checkpoint after success (the command line removes it by default).
+
+    Returns
+    -------
+    NeuralNet
+        The trained network (the best epoch's weights)."""
     if config is not None or not resume:
         config = (config or NeuralConfig()).validate()
     if tconfig is not None or not resume:
@@ -564,4 +603,9 @@ def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=Fa
     final = trainer.train(checkpoint=ckpt)
     final.save(out_path, extra_config={"training": {"history": trainer.history,
                                                     "train_config": dataclasses.asdict(tc)}})
+    if not keep_checkpoint:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(ckpt)
+    valid = f"; validation perplexity {trainer.best:.2f}" if corpus.valid is not None else ""
+    log(f"saved {os.fspath(out_path)}{valid}")
     return final

@@ -321,7 +321,8 @@ def stage_kenlm_reference(run):
 
 
 def neural_configs(s):
-    """The three neural configurations of the training issue, at ``s.scale``."""
+    """The three neural configurations (Vaswani et al.'s NCE network, Baltescu & Blunsom's
+    class NCE network, a variable-history network), at ``s.scale``."""
 
     def dim(x):
         return max(8, int(round(x * s.scale)))

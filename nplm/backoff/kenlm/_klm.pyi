@@ -1,0 +1,26 @@
+"""Type stubs of the extension module nplm.backoff.kenlm._klm (written by tools/make_stubs.py)."""
+from typing import Any
+from nplm._kernels import LMCore
+from nplm._kernels import Vocab
+
+import numpy as np
+
+
+class KenlmProbingCore(LMCore):
+    def __init__(self, mem: Any, order: int, unigram: Any, middle: list, longest: Any, rest: bool, bos_id: int, eos_id: int) -> Any: ...
+
+
+class KenlmTrieCore(LMCore):
+    def __init__(self, mem: Any, order: int, unigram: Any, orders: list, bos_id: int, eos_id: int) -> Any: ...
+
+
+class KenlmVocab(Vocab):
+    def __init__(self, mem: Any, sorted_hashes: bool, offset: int, entries: int, size: int, load_strings: Any = ..., path: Any = ...) -> Any: ...
+    def arrays(self) -> Any: ...
+    has_strings: Any
+    path: Any
+    def word(self, i: int) -> Any: ...
+    def words(self) -> Any: ...
+
+def hash_word(word: Any) -> Any: ...
+def probing_join(core: Any, n: int, suffix_keys: np.ndarray, suffix_off: np.ndarray, context_words: np.ndarray, context_off: np.ndarray, cap: int) -> Any: ...
