@@ -99,6 +99,7 @@ cdef class BackoffCore(LMCore):
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out,
                         Ret *ret) except -1 nogil:
+        # (One function: the prefetch pass and the probes share the keys and buckets kept on the stack.)
         # KenLM's GenericModel::FullScore (lm/model.cc): longest match first by
         # extending the hash one context word at a time, then charge the
         # back-offs of the context n-grams longer than the match.
@@ -280,6 +281,7 @@ cdef int _insert_order(int n, int order, const int32_t[:, ::1] ids, const float[
                        const float[::1] backoffs, UniEntry *uni, MidEntry **mid,
                        uint64_t *mid_buckets, uint64_t *mid_used, LongEntry *longest,
                        uint64_t long_buckets, Py_ssize_t *bad) noexcept nogil:
+    # (One function: KenLM's insert, FindLower, AdjustLower, MarkExtends, Activate share keys, between.)
     cdef Py_ssize_t j, count = ids.shape[0]
     cdef uint64_t keys[MAX_ORDER]
     cdef MidEntry *between[MAX_ORDER]
@@ -386,6 +388,23 @@ cdef int _insert_order(int n, int order, const int32_t[:, ::1] ids, const float[
     return BUILD_OK
 
 
+def _check_table_arrays(int order, Py_ssize_t vocab_size, list ids, list probs, list backoffs):
+    """ValueError unless there is one (ids, probs, backoffs) triple of matching shapes per
+    order 2..N, with word ids inside the vocabulary and N within MAX_ORDER (the length
+    of build_backoff_tables' and _insert_order's arrays)."""
+    cdef int n
+    if order < 1 or order > MAX_ORDER:
+        raise ValueError(f"order {order} outside 1..{MAX_ORDER}")
+    if not len(ids) == len(probs) == len(backoffs) == order - 1:
+        raise ValueError(f"expected {order - 1} arrays of ids, probabilities and back-offs")
+    for n in range(2, order + 1):
+        if np.ndim(ids[n - 2]) != 2 or np.shape(ids[n - 2])[1] != n \
+                or not len(ids[n - 2]) == len(probs[n - 2]) == len(backoffs[n - 2]):
+            raise ValueError(f"malformed {n}-gram arrays")
+        if len(ids[n - 2]) and (np.min(ids[n - 2]) < 0 or np.max(ids[n - 2]) >= vocab_size):
+            raise ValueError(f"{n}-gram word ids outside the vocabulary")
+
+
 def build_backoff_tables(int order, uni, list ids, list probs, list backoffs, double multiplier=1.5,
                          list entries=None):
     """Fill probing tables from per-order arrays (engine word ids, oldest first).
@@ -408,17 +427,7 @@ def build_backoff_tables(int order, uni, list ids, list probs, list backoffs, do
     cdef const float[::1] pv
     cdef const float[::1] bv
     cdef Py_ssize_t i
-    # mid, mid_buckets, mid_used and _insert_order's keys/between are MAX_ORDER long.
-    if order < 1 or order > MAX_ORDER:
-        raise ValueError(f"order {order} outside 1..{MAX_ORDER}")
-    if not len(ids) == len(probs) == len(backoffs) == order - 1:
-        raise ValueError(f"expected {order - 1} arrays of ids, probabilities and back-offs")
-    for n in range(2, order + 1):
-        if np.ndim(ids[n - 2]) != 2 or np.shape(ids[n - 2])[1] != n \
-                or not len(ids[n - 2]) == len(probs[n - 2]) == len(backoffs[n - 2]):
-            raise ValueError(f"malformed {n}-gram arrays")
-        if len(ids[n - 2]) and (np.min(ids[n - 2]) < 0 or np.max(ids[n - 2]) >= u.shape[0]):
-            raise ValueError(f"{n}-gram word ids outside the vocabulary")
+    _check_table_arrays(order, u.shape[0], ids, probs, backoffs)
     # The unigram backoffs: zero means "does not extend" until a bigram says so.
     for i in range(u.shape[0]):
         if u[i, 1] == 0.0:

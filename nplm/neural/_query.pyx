@@ -165,11 +165,6 @@ cdef class NeuralCore(LMCore):
         """dims: V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len.
         params: float32 C-contiguous arrays (see nplm.neural).  fallback: list over
         k = 0..m of (keys uint64, vals float32 natural-log normalisers) or None."""
-        cdef int k
-        cdef const float[::1] fv
-        cdef const int32_t[::1] iv
-        cdef const signed char[::1] cv
-        cdef const uint64_t[::1] kv
         self.w.V, self.w.m, self.w.d = dims["V"], dims["m"], dims["d"]
         self.w.r0, self.w.h1, self.w.h2 = dims["r0"], dims["h1"], dims["h2"]
         self.w.n_dense, self.w.r, self.w.C = dims["n_dense"], dims["r"], dims["C"]
@@ -179,6 +174,20 @@ cdef class NeuralCore(LMCore):
         self.bos_id = BOS_ID
         self.eos_id = EOS_ID
         self.z.mode = mode
+        flat, sflat = self._flatten(params, structs)
+        self._keep = [flat, sflat, T, fallback]
+        self._bind_weights(flat, sflat, T)
+        self._bind_fallback(fallback)
+        if mode == MODE_FALLBACK and fallback is None:
+            raise ValueError("fallback normalisation needs precomputed normaliser tables")
+        self._allocate_cache(cache_slots)
+        if (self.w.out_kind == OUT_SOFTMAX and mode != MODE_UNNORMALIZED and self.w.act == ACT_RELU
+                and nq_simd_level() == 3):
+            self._pack_softmax_panels()
+
+    cdef tuple _flatten(self, dict params, dict structs):
+        """The parameters (float16 where half_w can read them, else float32) and the
+        output structures, flattened, with at least one entry each."""
         # A float16 model's three big matrices stay float16 (memory-mapped from the file,
         # so only the rows queries touch are resident) where AVX2 (with F16C) or AVX-512
         # reads them, in a ReLU net, whose batches need no dense (BLAS) products but for
@@ -203,7 +212,14 @@ cdef class NeuralCore(LMCore):
                 a = np.zeros(1, a.dtype)
             sflat[name] = a
         self._flat = flat
-        self._keep = [flat, sflat, T, fallback]
+        return flat, sflat
+
+    cdef void _bind_weights(self, dict flat, dict sflat, T) except *:
+        """Point the NetWeights at the flat arrays, padded copies of the dense layers, the
+        first-layer table T (or None), and (exact class mode) the transposed copies."""
+        cdef const float[::1] fv
+        cdef const int32_t[::1] iv
+        cdef const signed char[::1] cv
         self.w.emb = <const void *><Py_ssize_t>flat["emb"].ctypes.data
         fv = flat["ctx"]; self.w.ctxw = &fv[0]
         fv = flat["b0"]; self.w.b0 = &fv[0]
@@ -225,7 +241,7 @@ cdef class NeuralCore(LMCore):
         fv = flat["out_b"]; self.w.out_b = &fv[0]
         self.w.cls_w = <const void *><Py_ssize_t>flat["cls_w"].ctypes.data
         fv = flat["cls_b"]; self.w.cls_b = &fv[0]
-        if self.w.out_kind == OUT_CLASS and mode == MODE_EXACT:
+        if self.w.out_kind == OUT_CLASS and self.z.mode == MODE_EXACT:
             self._transposed_class_blocks(flat["cls_w"], flat["out_w"], sflat["class_start"])
         iv = sflat["word_class"]; self.w.word_class = &iv[0]
         iv = sflat["class_start"]; self.w.class_start = &iv[0]
@@ -237,6 +253,13 @@ cdef class NeuralCore(LMCore):
         if T is not None:
             fv = T.reshape(-1)
             self.w.T = &fv[0]
+
+    cdef void _bind_fallback(self, fallback) except *:
+        """Point the Normalisers at the fallback tables, a list over k = 0..m of (keys,
+        vals), or None."""
+        cdef int k
+        cdef const float[::1] fv
+        cdef const uint64_t[::1] kv
         self.z.has_fallback = fallback is not None
         if fallback is not None:
             for k in range(self.w.m + 1):
@@ -246,10 +269,11 @@ cdef class NeuralCore(LMCore):
                 self.z.fb_keys[k] = &kv[0]
                 self.z.fb_vals[k] = &fv[0]
                 self.z.fb_buckets[k] = kv.shape[0]
-        if mode == MODE_FALLBACK and fallback is None:
-            raise ValueError("fallback normalisation needs precomputed normaliser tables")
+
+    cdef void _allocate_cache(self, int cache_slots) except *:
+        """The context cache of `cache_slots` records and its scratch (see ContextCache)."""
+        cdef bint class_cache = self.w.out_kind == OUT_CLASS and self.z.mode == MODE_EXACT
         self.cache.slots = max(cache_slots, 1)
-        class_cache = self.w.out_kind == OUT_CLASS and mode == MODE_EXACT
         self.cache.wzw = (self.w.C + 63) // 64 if class_cache else 0
         self.cache.rec_ok = (2 + self.w.m + 1) // 2 * 2         # after the double and the context, 8-aligned
         self.cache.rec_h = (self.cache.rec_ok + 2 * self.cache.wzw + 15) // 16 * 16   # each part whole lines
@@ -263,9 +287,6 @@ cdef class NeuralCore(LMCore):
         if (self.cache.used == NULL or self.cache.rec == NULL or self.cache.scratch == NULL
                 or self.cache.scores == NULL):
             raise MemoryError("cannot allocate the neural query cache")
-        if (self.w.out_kind == OUT_SOFTMAX and mode != MODE_UNNORMALIZED and self.w.act == ACT_RELU
-                and nq_simd_level() == 3):
-            self._pack_softmax_panels()
         if class_cache:
             # A decoder asks many words after one context: the record keeps the class
             # normaliser and the per-class ones with the hidden state.  (Not the class
@@ -465,6 +486,7 @@ cdef class NeuralCore(LMCore):
         unnormalised score; fallback rows need ``softmax_logz`` from the caller).
         ctx (N, m) int32 oldest first, words (N,) int32.  Rows go in blocks, without
         the GIL; how a block's hidden states and normalisers are computed is below."""
+        # (One function: the three block strategies share one nogil loop and its per-mode scratch.)
         cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
         cdef const int32_t[::1] wv = np.ascontiguousarray(words, dtype=np.int32)
         cdef int N = c.shape[0]
@@ -675,6 +697,7 @@ cdef class NeuralCore(LMCore):
         every row's class distribution, and the rows are grouped by their word's class
         so each class's word vectors meet all of its rows in one product (blocks of
         2048 rows: smaller ones leave most classes with too few rows for BLAS)."""
+        # (One function: the class step and the word step share the block's hidden states and scratch.)
         cdef int N = c.shape[0], B = 2048, lo, nb, b, i, k, cl, n_c, width, r = self.w.r, C = self.w.C
         cdef int max_width = _widest_class(&self.w)
         X, A0, A1, A2 = self._forward_scratch(B)
