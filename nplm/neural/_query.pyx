@@ -8,16 +8,15 @@
 # a bounded, direct-mapped cache of context -> hidden state and log-normaliser;
 # batches of sentences go through sgemm in blocks, or row by row through the
 # zero-skipping kernels for ReLU nets.
-cimport cython
-from libc.math cimport NAN, isnan
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.math cimport isnan
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
 cdef extern from "<stdlib.h>" nogil:
     void *aligned_alloc(size_t alignment, size_t size)
 
-from nplm._kernels cimport LMCore, NState, Ret, WordId, MAX_ORDER
+from nplm._kernels cimport LMCore, NState, Ret, WordId
 from nplm.neural._netcore cimport (
     BOS_ID, EOS_ID, MODE_EXACT, MODE_FALLBACK, MODE_UNNORMALIZED, NQ_PW, NULL_ID, ContextCache,
     NetWeights, Normalisers, class_block, context_hash, fallback_lookup, gemm_rm, hidden_block, hidden_row,
@@ -34,7 +33,7 @@ cnp.import_array()
 
 from cython.parallel cimport prange
 cimport openmp
-from nplm.neural._netdefs cimport CTX_FULL, CTX_DIAGONAL, ACT_RELU, ACT_TANH, ACT_IDENTITY, OUT_SOFTMAX, OUT_CLASS, OUT_TREE
+from nplm.neural._netdefs cimport CTX_FULL, ACT_RELU, OUT_SOFTMAX, OUT_CLASS
 
 nq_init_simd()
 SIMD = {3: "avx512", 2: "avx2+fma"}.get(nq_simd_level(), "x86-64")
@@ -77,7 +76,6 @@ def context_key(ctx):
     """Hash of a context (sequence of ids, oldest first) as stored in fallback tables."""
     cdef const int32_t[::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
     return context_hash(&c[0], c.shape[0]) if c.shape[0] else context_hash(NULL, 0)
-
 
 
 cdef int _draw(const float *s, int n, double u, float *tmp) noexcept nogil:
@@ -737,7 +735,7 @@ cdef class NeuralCore(LMCore):
                         for i in range(n_c):
                             memcpy(&gv[0] + <int64_t>i * r, H + <int64_t>rv[st[cl] + i] * r, r * sizeof(float))
                         gemm_rm(n_c, width, r, &gv[0], r, ow + <int64_t>self.w.class_start[cl] * r, r,
-                                 &sv[0], width, True)
+                                &sv[0], width, True)
                         for i in range(n_c):
                             srow = &sv[0] + <int64_t>i * width
                             for k in range(width):

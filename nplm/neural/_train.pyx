@@ -12,13 +12,12 @@
 # depend on the number of threads.
 from cython.parallel cimport prange
 from libc.math cimport exp, log, sqrt, tanh
-from libc.stdint cimport uint64_t, int64_t, uint32_t
+from libc.stdint cimport uint64_t, int64_t
 from libc.string cimport memset, memcpy
-from scipy.linalg.cython_blas cimport sgemm, dgemm, sdot, ddot
 
 import numpy as np
 
-from nplm.neural._netdefs cimport CTX_FULL, CTX_DIAGONAL, ACT_RELU, ACT_TANH, ACT_IDENTITY, OUT_SOFTMAX, OUT_CLASS, OUT_TREE, OBJ_MLE, OBJ_NCE
+from nplm.neural._netdefs cimport CTX_FULL, ACT_RELU, ACT_TANH, ACT_IDENTITY, OUT_SOFTMAX, OUT_CLASS, OUT_TREE
 
 # Parameter slots, in this order everywhere (Python passes lists in the same order).
 PARAM_NAMES = ("emb", "ctx", "b0", "w1", "b1", "w2", "b2", "out_w", "out_b", "cls_w", "cls_b")
