@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from nplm import _kernels
+from nplm.backoff import _query
 from nplm.errors import FormatError
 from nplm.io import container
 from nplm.io.resources import check_available, check_binary_populate
@@ -128,7 +129,7 @@ def _assemble(config, arrays, vocab=None):
     if vocab is None:
         vocab = _kernels.Vocab(arrays["vocab_keys"], arrays["vocab_vals"],
                                arrays["vocab_offsets"], arrays["vocab_blob"])
-    core = _kernels.BackoffCore(order, arrays["uni"], [arrays[f"mid{n}"] for n in range(2, order)],
+    core = _query.BackoffCore(order, arrays["uni"], [arrays[f"mid{n}"] for n in range(2, order)],
                                 arrays.get("longest"), config["bos"], config["eos"])
     return BackoffData(core, vocab, arrays, config)
 
@@ -195,9 +196,9 @@ def _build(tables, words, order, uni, ids, multiplier):
     for entries in (None, [sum(counts[k:]) for k in range(order - 2)]):
         attempt = uni.copy()
         try:
-            mids, longest = _kernels.build_backoff_tables(order, attempt, ids, probs, backoffs,
+            mids, longest = _query.build_backoff_tables(order, attempt, ids, probs, backoffs,
                                                           multiplier, entries)
-        except _kernels._BuildError as e:
+        except _query._BuildError as e:
             path, line = _where(tables, e.order, e.index)
             gram = " ".join(words[i] for i in tables.ids[e.order - 1][e.index])
             if e.code == e.DUPLICATE:

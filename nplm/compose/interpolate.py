@@ -62,6 +62,7 @@ import warnings
 import numpy as np
 
 from nplm import _kernels
+from nplm.backoff._query import BackoffCore
 from nplm.backoff.kenlm import reader as kenlm_binary
 from nplm.compose import _interp
 from nplm.errors import FormatError, content_hidden
@@ -443,7 +444,7 @@ class InterpolatedModel(_kernels.ModelBase):
             bins = edges.shape[1] + 1
         if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or not 1 <= bins <= MAX_BINS:
             raise ValueError(f"bucket_bins={bins!r}: expected 1..{MAX_BINS}")
-        if bins > 1 and (comp.is_kenlm or not isinstance(comp.owner.core, _kernels.BackoffCore)):
+        if bins > 1 and (comp.is_kenlm or not isinstance(comp.owner.core, BackoffCore)):
             raise ValueError("bucket_bins > 1 bins contexts by their back-off weight: bucket_by must "
                              "name an nplm back-off model (an ARPA or nplm binary path)")
         if bins > 1 and edges is None:

@@ -1,6 +1,6 @@
 # Codes of the neural network's configuration, shared by the training kernels
-# (_nn.pyx) and the query core (_nquery.pyx).  They must equal the tables _CTX,
-# _ACT, _OUT and _OBJ in nplm/neural.py.
+# (_train.pyx) and the query core (_netcore.pyx, _query.pyx).  They must equal the
+# tables CTX_CODES, ACT_CODES, OUT_CODES and _OBJ in nplm/neural/network.py.
 cdef enum:
     CTX_FULL = 0
     CTX_DIAGONAL = 1

@@ -1,233 +1,30 @@
 # Forward/backward kernels of the feed-forward neural n-gram model.
 #
-# The Python layer (nplm/neural.py) owns every array; an ``Engine`` keeps raw pointers
+# The Python layer (nplm/neural/network.py) owns every array; an ``Engine`` keeps raw pointers
 # to them in a ``Net`` struct and runs whole minibatches without the GIL.  The same
 # code is instantiated for float32 (training) and float64 (gradient checks) through the
 # fused type ``real``: the struct holds ``void*`` and each kernel casts to its type.
 #
-# Matrices are row-major; ``gemm`` below maps row-major products onto column-major BLAS.
+# Declarations and math helpers are in _train.pxd, the noise samplers in _noise.pyx.
+# Matrices are row-major; ``gemm`` (_train.pxd) maps row-major products onto column-major BLAS.
 # Per-example work runs in ``prange``; every write shared between examples (embedding and
 # output-row gradients) happens in a serial loop or a BLAS call, so results do not
 # depend on the number of threads.
 from cython.parallel cimport prange
 from libc.math cimport exp, log, sqrt, tanh
-from libc.stdint cimport uint64_t, int64_t, uint32_t
+from libc.stdint cimport uint64_t, int64_t
 from libc.string cimport memset, memcpy
-from scipy.linalg.cython_blas cimport sgemm, dgemm, sdot, ddot
 
 import numpy as np
 
-ctypedef fused real:
-    float
-    double
-
-from nplm.neural._netdefs cimport CTX_FULL, CTX_DIAGONAL, ACT_RELU, ACT_TANH, ACT_IDENTITY, OUT_SOFTMAX, OUT_CLASS, OUT_TREE, OBJ_MLE, OBJ_NCE
+from nplm.neural._netdefs cimport CTX_FULL, ACT_RELU, ACT_TANH, ACT_IDENTITY, OUT_SOFTMAX, OUT_CLASS, OUT_TREE
 
 # Parameter slots, in this order everywhere (Python passes lists in the same order).
 PARAM_NAMES = ("emb", "ctx", "b0", "w1", "b1", "w2", "b2", "out_w", "out_b", "cls_w", "cls_b")
-cdef enum:
-    P_EMB = 0
-    P_CTX = 1
-    P_B0 = 2
-    P_W1 = 3
-    P_B1 = 4
-    P_W2 = 5
-    P_B2 = 6
-    P_OW = 7
-    P_OB = 8
-    P_CW = 9
-    P_CB = 10
-    N_PARAMS = 11
 
 WORK_NAMES = ("X", "A0", "A1", "A2", "D0", "D1", "D2", "M0", "M1", "M2", "dX", "S", "S2",
               "Hs", "dHs", "Wn", "dWn", "loss", "tmp", "MX", "U")
-cdef enum:
-    W_X = 0
-    W_A0 = 1
-    W_A1 = 2
-    W_A2 = 3
-    W_D0 = 4
-    W_D1 = 5
-    W_D2 = 6
-    W_M0 = 7
-    W_M1 = 8
-    W_M2 = 9
-    W_DX = 10
-    W_S = 11
-    W_S2 = 12
-    W_HS = 13
-    W_DHS = 14
-    W_WN = 15
-    W_DWN = 16
-    W_LOSS = 17
-    W_TMP = 18
-    W_MX = 19
-    W_U = 20
-    N_WORK = 21
 
-
-cdef struct Net:
-    int V, m, d, r0, h1, h2, n_dense, r, C, n_out_rows
-    int ctx_kind, act, out_kind, obj, k, max_len, nthreads, bmax
-    double in_drop             # dropout rate on the input embeddings (this step)
-    void* p[N_PARAMS]
-    void* g[N_PARAMS]
-    void* w[N_WORK]
-    void* a[N_PARAMS]          # AdaGrad accumulators
-    int64_t size[N_PARAMS]
-    # output structures (class layout in out_w row order, Huffman paths)
-    const int* word_class      # (V,)
-    const int* class_start     # (C+1,)
-    const int* word_pos        # (V,) row of word in out_w for class output
-    const int* points          # (V, max_len)
-    const signed char* codes   # (V, max_len)
-    const int* lengths         # (V,)
-    unsigned char* mark_emb    # (V,) rows of emb touched in this batch
-    unsigned char* mark_out    # (n_out_rows,)
-    int* order                 # (B,) examples sorted by class
-    int* cls_count             # (C+1,)
-    # distinct words per context position (full contexts; see group_positions)
-    bint grouped               # the last forward() went through the distinct words
-    int* uslot                 # (V,) -1, or a word's index among its position's distinct words
-    int* uniq                  # (m*bmax,) distinct words, position by position
-    int* ustart                # (m+1,) where each position's run starts in uniq
-    int* uinv                  # (bmax*m,) example b, position j -> index in its run
-
-
-# ---------------------------------------------------------------- small math helpers
-
-cdef inline void gemm(bint ta, bint tb, int M, int N, int K, real alpha, const real* A, int lda,
-                      const real* B, int ldb, real beta, real* C, int ldc) noexcept nogil:
-    """Row-major C[M,N] := alpha * op(A)[M,K] op(B)[K,N] + beta * C."""
-    cdef char ca = b'T' if ta else b'N'
-    cdef char cb = b'T' if tb else b'N'
-    if M <= 0 or N <= 0:
-        return
-    if K <= 0:
-        # BLAS with K=0 only scales C; keep that meaning explicitly.
-        if beta == 0:
-            for i in range(M):
-                memset(C + <int64_t>i * ldc, 0, N * sizeof(real))
-        return
-    if real is float:
-        sgemm(&cb, &ca, &N, &M, &K, &alpha, <float*>B, &ldb, <float*>A, &lda, &beta, C, &ldc)
-    else:
-        dgemm(&cb, &ca, &N, &M, &K, &alpha, <double*>B, &ldb, <double*>A, &lda, &beta, C, &ldc)
-
-
-cdef inline real dot(const real* a, const real* b, int n) noexcept nogil:
-    """a . b (BLAS: vectorised, which a plain C reduction is not without -ffast-math)"""
-    cdef int one = 1
-    if real is float:
-        return sdot(&n, <float*>a, &one, <float*>b, &one)
-    else:
-        return ddot(&n, <double*>a, &one, <double*>b, &one)
-
-
-cdef inline void axpy(real alpha, const real* x, real* y, int n) noexcept nogil:
-    """y := alpha * x + y"""
-    cdef int i
-    for i in range(n):
-        y[i] = y[i] + alpha * x[i]
-
-
-cdef inline double softplus(double x) noexcept nogil:
-    """log(1 + exp(x)), stable for large |x|."""
-    if x > 0:
-        return x + log(1.0 + exp(-x))
-    return log(1.0 + exp(x))
-
-
-cdef inline double sigmoid(double x) noexcept nogil:
-    if x >= 0:
-        return 1.0 / (1.0 + exp(-x))
-    cdef double e = exp(x)
-    return e / (1.0 + e)
-
-
-cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
-    """splitmix64 finaliser: a counter-based hash, so dropout masks do not depend on
-    which thread draws them."""
-    z = (z ^ (z >> 30)) * <uint64_t>0xbf58476d1ce4e5b9ULL
-    z = (z ^ (z >> 27)) * <uint64_t>0x94d049bb133111ebULL
-    return z ^ (z >> 31)
-
-
-cdef inline uint64_t next_u64(uint64_t* state) noexcept nogil:
-    state[0] += <uint64_t>0x9e3779b97f4a7c15ULL
-    return mix64(state[0])
-
-
-cdef inline double uniform01(uint64_t* state) noexcept nogil:
-    return (next_u64(state) >> 11) * (1.0 / 9007199254740992.0)
-
-
-
-
-cdef inline float fast_exp(float x) noexcept nogil:
-    """exp(x) for float x < 88 (0 below -87), relative error ~2e-7, written without calls
-    or floating-point branches so GCC vectorises loops over it (libm's exp is scalar and
-    dominated softmax rows).  exp(x) = 2^n 2^f with n = round(x log2 e), |f| <= 1/2, 2^f
-    by Cephes' exp2f polynomial; the underflow test is an integer compare on the bits."""
-    cdef float y, n, f, p, tf, rf
-    cdef uint32_t tu, ru, xu
-    memcpy(&xu, &x, 4)              # bit casts through memcpy keep the vectoriser happy
-    y = x * <float>1.4426950408889634
-    tf = y + <float>12582912.0      # 1.5 * 2^23: the rounded y lands in the low mantissa bits
-    n = tf - <float>12582912.0
-    f = y - n
-    p = <float>1.535336188319500e-4
-    p = p * f + <float>1.339887440266574e-3
-    p = p * f + <float>9.618437357674640e-3
-    p = p * f + <float>5.550332471162809e-2
-    p = p * f + <float>2.402264791363012e-1
-    p = p * f + <float>6.931472028550421e-1
-    rf = p * f + <float>1.0
-    memcpy(&tu, &tf, 4)
-    memcpy(&ru, &rf, 4)
-    # add n to the exponent; x <= -87 (bits above those of -87.0f) flushes to 0
-    ru = (ru + ((tu - <uint32_t>0x4B400000) << 23)) & (<uint32_t>0 - <uint32_t>(xu < <uint32_t>0xC2AE0000))
-    memcpy(&rf, &ru, 4)
-    return rf
-
-
-cdef inline void exp_shift(real* s, int n, real shift) noexcept nogil:
-    """s[i] := exp(s[i] - shift)"""
-    cdef int i
-    if real is float:
-        for i in range(n):
-            s[i] = fast_exp(s[i] - shift)
-    else:
-        for i in range(n):
-            s[i] = exp(s[i] - shift)
-
-
-cdef inline double row_sum(const real* s, int n) noexcept nogil:
-    """sum of s[0:n] with four independent accumulators (no fast-math needed)."""
-    cdef double a0 = 0, a1 = 0, a2 = 0, a3 = 0
-    cdef int i = 0
-    while i + 4 <= n:
-        a0 += s[i]; a1 += s[i + 1]; a2 += s[i + 2]; a3 += s[i + 3]
-        i += 4
-    while i < n:
-        a0 += s[i]
-        i += 1
-    return (a0 + a1) + (a2 + a3)
-
-
-cdef inline real row_max(const real* s, int n) noexcept nogil:
-    cdef real mx = s[0]
-    cdef int i
-    for i in range(1, n):
-        mx = s[i] if s[i] > mx else mx
-    return mx
-
-
-cdef inline double log_sum_exp_destroy(real* s, int n) noexcept nogil:
-    """log sum_i exp(s[i]); overwrites s with exp(s[i] - max)."""
-    cdef real mx = row_max(s, n)
-    exp_shift(s, n, mx)
-    return mx + log(row_sum(s, n))
 
 # ---------------------------------------------------------------- forward
 
@@ -454,6 +251,7 @@ cdef void colsum_add(const real* D, real* out, int B, int n) noexcept nogil:
 
 cdef void backward(Net* net, int B, const int* ctx, double dropout, real tag) noexcept nogil:
     """From dH (in the D slot of the top layer) down to the parameter gradients."""
+    # (One function: each layer's step reads the one above's deltas in place, top to bottom.)
     cdef int m = net.m, d = net.d, r0 = net.r0, b, j, i, w
     cdef real* D0 = <real*>net.w[W_D0]
     cdef real* D1 = <real*>net.w[W_D1]
@@ -638,6 +436,7 @@ cdef void output_class(Net* net, int B, const int* tgt, const int* cnoise, const
     """Class-factored output: p(w|h) = p(c|h) p(w|c,h), both softmaxes (MLE) or both
     trained by NCE (Baltescu & Blunsom section 2.3).  out_w rows are in class order, so
     the words of one class are a contiguous block and each class is one gemm."""
+    # (One function: the class step and the per-class word steps share H, dH and the sorted rows.)
     cdef int r = net.r, C = net.C, k = net.k, b, i, c, n, lo, nw
     cdef real* H = top(net, gscale)
     cdef real* dH = dtop(net, gscale)
@@ -899,6 +698,7 @@ cdef void eval_logprob(Net* net, int B, const int* tgt, real* out, bint normalis
 
 cdef void eval_distribution(Net* net, int B, real* out, real tag) noexcept nogil:
     """out (B, V) := ln p(w | context b) for every word, exact."""
+    # (One function: the softmax, class and tree outputs each fill the same (B, V) rows.)
     cdef int b, i, c, l, w, r = net.r, V = net.V, L = net.max_len, rows = net.n_out_rows
     cdef real* H = top(net, tag)
     cdef real* S = <real*>net.w[W_S]
@@ -1143,85 +943,3 @@ cdef class Engine:
                 forward(&self.net, B, &ctx[0, 0], 0.0, 0, <float>0)
                 eval_distribution(&self.net, B, &of[0, 0], <float>0)
         return out
-
-
-# ---------------------------------------------------------------- noise sampling
-
-def build_alias(const double[::1] weights):
-    """Walker/Vose alias table for sampling index i with probability weights[i] / sum.
-    Returns (prob float64, alias int32)."""
-    cdef Py_ssize_t n = weights.shape[0], i, s, l, ns = 0, nl = 0
-    if n == 0:
-        raise ValueError("alias table over an empty distribution")
-    total = float(np.sum(weights))
-    if not total > 0:
-        raise ValueError("alias table needs a positive total weight")
-    prob = np.empty(n, np.float64)
-    alias = np.zeros(n, np.int32)
-    cdef double[::1] p = prob
-    cdef int[::1] a = alias
-    cdef Py_ssize_t[::1] small = np.empty(n, np.intp), large = np.empty(n, np.intp)
-    for i in range(n):
-        p[i] = weights[i] * n / total
-        if p[i] < 1.0:
-            small[ns] = i; ns += 1
-        else:
-            large[nl] = i; nl += 1
-    while ns and nl:
-        ns -= 1; s = small[ns]
-        l = large[nl - 1]
-        a[s] = <int>l
-        p[l] = p[l] + p[s] - 1.0
-        if p[l] < 1.0:
-            nl -= 1
-            small[ns] = l; ns += 1
-    # leftovers are 1 up to rounding
-    for i in range(nl):
-        p[large[i]] = 1.0
-    for i in range(ns):
-        p[small[i]] = 1.0
-    return prob, alias
-
-
-def sample_alias(const double[::1] prob, const int[::1] alias, int offset, int[::1] out, uint64_t[::1] state):
-    """out[i] := offset + an index drawn from the alias table; state[0] is the RNG state
-    (splitmix64), advanced in place."""
-    cdef Py_ssize_t i, n = prob.shape[0], j
-    cdef uint64_t st = state[0]
-    cdef double u
-    with nogil:
-        for i in range(out.shape[0]):
-            u = uniform01(&st) * n
-            j = <Py_ssize_t>u
-            if j >= n:
-                j = n - 1
-            if u - j < prob[j]:
-                out[i] = <int>(offset + j)
-            else:
-                out[i] = <int>(offset + alias[j])
-    state[0] = st
-
-
-def sample_classes(const double[::1] prob, const int[::1] alias, const int[::1] class_start, int k,
-                   int[::1] out, uint64_t[::1] state):
-    """For every class c, out[c*k:(c+1)*k] := k rows drawn within c from per-class alias
-    tables laid out in class order (alias indices relative to the class start)."""
-    cdef Py_ssize_t C = class_start.shape[0] - 1, c, i, j, n, lo
-    cdef uint64_t st = state[0]
-    cdef double u
-    if out.shape[0] != C * k:
-        raise ValueError("output size must be n_classes * k")
-    with nogil:
-        for c in range(C):
-            lo = class_start[c]
-            n = class_start[c + 1] - lo
-            for i in range(k):
-                u = uniform01(&st) * n
-                j = <Py_ssize_t>u
-                if j >= n:
-                    j = n - 1
-                if u - j < prob[lo + j]:
-                    out[c * k + i] = <int>(lo + j)
-                else:
-                    out[c * k + i] = <int>(lo + alias[lo + j])
-    state[0] = st

@@ -19,8 +19,7 @@ from tqdm import tqdm
 
 from nplm._kernels import MAX_THREADS
 from nplm.errors import FormatError
-from nplm.neural import _train as _nn
-from nplm.neural import clusters
+from nplm.neural import _noise, clusters
 from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet, set_blas_threads
 from nplm.neural.vocab import BOS, NULL, Vocabulary, check_corpus, count_words, examples, read_sentences
 
@@ -118,7 +117,7 @@ class Noise:
         w = noise_weights(net.vocab)
         k = self.k
         if net.config.output == "softmax":
-            self.prob, self.alias = _nn.build_alias(w)
+            self.prob, self.alias = _noise.build_alias(w)
             self.logkq = np.log(k * w / w.sum())
             self.n1 = np.zeros(k, np.int32)
             self.n2 = np.zeros(0, np.int32)
@@ -129,14 +128,14 @@ class Noise:
             C = net.n_classes
             wc = s["word_class"]
             cw = np.bincount(wc, weights=w, minlength=C)
-            self.prob, self.alias = _nn.build_alias(cw)
+            self.prob, self.alias = _noise.build_alias(cw)
             self.logkq = np.log(k * cw / cw.sum())
             rows = w[s["class_words"]]           # weights in class (out_w row) order
             self.cprob = np.empty(rows.size)
             self.calias = np.empty(rows.size, np.int32)
             cs = s["class_start"]
             for c in range(C):
-                p, a = _nn.build_alias(np.ascontiguousarray(rows[cs[c]:cs[c + 1]]))
+                p, a = _noise.build_alias(np.ascontiguousarray(rows[cs[c]:cs[c + 1]]))
                 self.cprob[cs[c]:cs[c + 1]] = p
                 self.calias[cs[c]:cs[c + 1]] = a
             self.class_start = np.ascontiguousarray(cs, np.int32)
@@ -148,9 +147,9 @@ class Noise:
         self.logkq2 = self.logkq2.astype(np.float32)
 
     def draw(self):
-        _nn.sample_alias(self.prob, self.alias, 0, self.n1, self.state)
+        _noise.sample_alias(self.prob, self.alias, 0, self.n1, self.state)
         if self.class_mode:
-            _nn.sample_classes(self.cprob, self.calias, self.class_start, self.k, self.n2, self.state)
+            _noise.sample_classes(self.cprob, self.calias, self.class_start, self.k, self.n2, self.state)
         return (self.n1, self.logkq, self.n2, self.logkq2)
 
 

@@ -211,17 +211,18 @@ def test_highest_order_loads_and_scores(tmp_path):
 def test_kernel_refuses_orders_beyond_its_arrays():
     """build_backoff_tables checks the order itself, whoever calls it."""
     from nplm import _kernels
+    from nplm.backoff import _query
     order = _kernels.QUERY_MAX_ORDER + 4
     uni = np.zeros((4, 2), np.float32)
     ids = [np.zeros((1, n), np.int32) for n in range(2, order + 1)]
     probs = [np.zeros(1, np.float32) for _ in ids]
     with pytest.raises(ValueError, match=f"order {order} outside"):
-        _kernels.build_backoff_tables(order, uni, ids, probs, list(probs))
+        _query.build_backoff_tables(order, uni, ids, probs, list(probs))
     ids[1][0, 0] = 4                    # a word id beyond the 4 unigrams
     with pytest.raises(ValueError, match="outside the vocabulary"):
-        _kernels.build_backoff_tables(3, uni, ids[:2], probs[:2], probs[:2])
+        _query.build_backoff_tables(3, uni, ids[:2], probs[:2], probs[:2])
     with pytest.raises(ValueError, match="malformed 3-gram"):
-        _kernels.build_backoff_tables(3, uni, [ids[0], ids[0]], probs[:2], probs[:2])
+        _query.build_backoff_tables(3, uni, [ids[0], ids[0]], probs[:2], probs[:2])
 
 
 def test_binary_claiming_a_high_order_is_refused(binary, tmp_path):

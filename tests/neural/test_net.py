@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nplm.errors import FormatError
-from nplm.neural import _train as _nn
+from nplm.neural import _noise
 from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet, class_layout
 
 from helpers import reference_log_distribution, tiny_net
@@ -129,16 +129,16 @@ def test_class_layout():
 
 def test_alias_sampling_matches_distribution():
     w = np.array([5.0, 0.0, 1.0, 10.0, 0.01, 3.0])
-    prob, alias = _nn.build_alias(w)
+    prob, alias = _noise.build_alias(w)
     out = np.zeros(200_000, np.int32)
-    _nn.sample_alias(prob, alias, 0, out, np.array([42], np.uint64))
+    _noise.sample_alias(prob, alias, 0, out, np.array([42], np.uint64))
     freq = np.bincount(out, minlength=w.size) / out.size
     expect = w / w.sum()
     # 5 standard errors of a binomial proportion
     assert np.all(np.abs(freq - expect) <= 5 * np.sqrt(expect * (1 - expect) / out.size) + 1e-12)
     assert freq[1] == 0
     with pytest.raises(ValueError):
-        _nn.build_alias(np.zeros(3))
+        _noise.build_alias(np.zeros(3))
 
 
 def test_class_sampling_stays_in_class():
@@ -147,11 +147,11 @@ def test_class_sampling_stays_in_class():
     prob = np.empty(6)
     alias = np.empty(6, np.int32)
     for c in range(3):
-        p, a = _nn.build_alias(weights[start[c]:start[c + 1]].copy())
+        p, a = _noise.build_alias(weights[start[c]:start[c + 1]].copy())
         prob[start[c]:start[c + 1]], alias[start[c]:start[c + 1]] = p, a
     k = 20000
     out = np.zeros(3 * k, np.int32)
-    _nn.sample_classes(prob, alias, start, k, out, np.array([7], np.uint64))
+    _noise.sample_classes(prob, alias, start, k, out, np.array([7], np.uint64))
     for c in range(3):
         got = out[c * k:(c + 1) * k]
         assert got.min() >= start[c] and got.max() < start[c + 1]

@@ -1,7 +1,6 @@
 # Kernels of the KenLM binary writer (nplm/src/kenlm_write.h does the work; the
 # Python layer in write.py validates the input and lays out the file).
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, free
 
 import numpy as np
 
