@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
+import glob
 import os
 import shlex
 import sys
@@ -18,7 +19,7 @@ from nplm.backoff import arpa
 from nplm.backoff import binary as backoff
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
-from nplm.backoff.kneser_ney import estimate
+from nplm.backoff.estimate import DEFAULT_MEMORY, estimate, parse_size
 from nplm.compose.distil import distil_to_file
 from nplm.compose.interpolate import interpolate, is_spec
 from nplm.convert import convert, detect, tables_from_binary, target_format
@@ -208,6 +209,27 @@ def _int_at_least(lowest, what):
     return parse
 
 
+def _input_files(value):
+    """An argparse type: an existing file, -, or a glob pattern that matches files."""
+    if value != "-" and not os.path.exists(value) and glob.has_magic(value):
+        if not glob.glob(value):
+            raise argparse.ArgumentTypeError(f"no file matches {value!r}")
+        return value
+    return _input_file(value)
+
+
+def _one_or_list(values):
+    return values[0] if len(values) == 1 else list(values)
+
+
+def _memory_size(value):
+    try:
+        parse_size(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def _input_file(value):
     """An argparse type: a file that exists (a pipe such as <(zcat t.gz) too), or -;
     argparse then names the option, before any model is loaded or banner printed."""
@@ -247,8 +269,9 @@ class Estimate:
     @staticmethod
     def add_arguments(p):
         p.add_argument("-o", "--order", type=int, required=True, help="order of the model")
-        p.add_argument("--text", default="-", type=_input_file, help="training text, one sentence per line "
-                       "(default stdin; plain, gzip, bz2 or xz)")
+        p.add_argument("--text", nargs="+", default=["-"], type=_input_files,
+                       help="training text, one sentence per line (default stdin; plain, gzip, bz2 "
+                       "or xz); several files or glob patterns are read in turn as one text")
         p.add_argument("--arpa", help="write the ARPA file here (default stdout unless --binary)")
         p.add_argument("--binary", help="write an nplm binary model here (a file, not '-')")
         p.add_argument("--discount_fallback", "--discount-fallback", nargs="*", metavar="D",
@@ -268,10 +291,13 @@ class Estimate:
                        help="add input file, token count and smoothing comments to the ARPA")
         p.add_argument("--vocab_pad", "--vocab-pad", type=int, default=0,
                        help="spread unigram interpolation mass as if the vocabulary had this many words")
-        p.add_argument("-S", "--memory", help="accepted for lmplz compatibility; nplm works in "
-                       "memory proportional to the distinct n-grams")
+        p.add_argument("-S", "--memory", type=_memory_size, default=DEFAULT_MEMORY,
+                       help="memory budget, as lmplz's: 2G, 512M, 80%% of physical memory (the "
+                       "default); counts beyond it spill to sorted files in -T and the model is "
+                       "estimated part by part, to the same bytes")
         p.add_argument("-T", "--temp_prefix", "--temp-prefix",
-                       help="accepted for lmplz compatibility; nplm writes no temporary files")
+                       help="folder for temporary files (default TMPDIR or /tmp); they are removed "
+                       "when the command ends, whichever way")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     @staticmethod
@@ -283,7 +309,8 @@ class Estimate:
             fallback = args.discount_fallback or True
         # with -q, notices (fallback discounts, <unk> counted) still reach stderr, plainly
         with _plain_warnings():
-            estimate(args.text, args.order, arpa=arpa, binary=args.binary, discount_fallback=fallback,
+            estimate(_one_or_list(args.text), args.order, arpa=arpa, binary=args.binary,
+                     discount_fallback=fallback, memory=args.memory, temp_prefix=args.temp_prefix,
                      prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
                      limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
                      verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
