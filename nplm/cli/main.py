@@ -20,6 +20,7 @@ from nplm.backoff import binary as backoff
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.estimate import DEFAULT_MEMORY, estimate, parse_size
+from nplm.backoff.estimate.counts import count_to_file, merge_files
 from nplm.compose.distil import distil_to_file
 from nplm.compose.interpolate import interpolate, is_spec
 from nplm.convert import convert, detect, tables_from_binary, target_format
@@ -272,6 +273,9 @@ class Estimate:
         p.add_argument("--text", nargs="+", default=["-"], type=_input_files,
                        help="training text, one sentence per line (default stdin; plain, gzip, bz2 "
                        "or xz); several files or glob patterns are read in turn as one text")
+        p.add_argument("--counts", nargs="+", type=_input_file, metavar="FILE",
+                       help="estimate from counts files of `nplm count` instead of --text (shards "
+                       "merged in the order given)")
         p.add_argument("--arpa", help="write the ARPA file here (default stdout unless --binary)")
         p.add_argument("--binary", help="write an nplm binary model here (a file, not '-')")
         p.add_argument("--discount_fallback", "--discount-fallback", nargs="*", metavar="D",
@@ -309,12 +313,45 @@ class Estimate:
             fallback = args.discount_fallback or True
         # with -q, notices (fallback discounts, <unk> counted) still reach stderr, plainly
         with _plain_warnings():
-            estimate(_one_or_list(args.text), args.order, arpa=arpa, binary=args.binary,
+            text = None if args.counts else _one_or_list(args.text)
+            estimate(text, args.order, arpa=arpa, binary=args.binary, counts=args.counts,
                      discount_fallback=fallback, memory=args.memory, temp_prefix=args.temp_prefix,
                      prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
                      limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
                      verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
                      progress=not args.quiet)
+        return 0
+
+
+@command("count", "Count the n-grams of a text (or merge counts files) for `nplm estimate --counts`")
+class Count:
+    OUTPUTS = ("output",)
+
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("-o", "--order", type=int, help="order of the n-grams (not with --merge)")
+        p.add_argument("--text", nargs="+", default=["-"], type=_input_files,
+                       help="text, one sentence per line (default stdin; plain, gzip, bz2 or xz); "
+                       "several files or glob patterns are read in turn as one text")
+        p.add_argument("--merge", nargs="+", type=_input_file, metavar="COUNTS",
+                       help="merge these counts files (shards, in this order) instead of counting")
+        p.add_argument("--output", required=True, help="the counts file to write")
+        p.add_argument("--skip_symbols", "--skip-symbols", action="store_true",
+                       help="treat <s>, </s> and <unk> in the text as whitespace")
+        p.add_argument("-S", "--memory", type=_memory_size, default=DEFAULT_MEMORY,
+                       help="memory budget while counting (as estimate's -S)")
+        p.add_argument("-T", "--temp_prefix", "--temp-prefix", help="folder for temporary files")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    @staticmethod
+    def run(args):
+        if args.merge:
+            merge_files(args.merge, args.output)
+            return 0
+        if args.order is None:
+            return _error("give the order (-o) to count")
+        count_to_file(_one_or_list(args.text), args.order, args.output, skip_symbols=args.skip_symbols,
+                      memory=args.memory, temp_prefix=args.temp_prefix, progress=not args.quiet)
         return 0
 
 

@@ -29,6 +29,7 @@ from nplm.backoff.arpa import write_sections
 from nplm.backoff.estimate import count as counting
 from nplm.backoff.estimate.adjust import adjust
 from nplm.backoff.estimate.config import EstimateConfig
+from nplm.backoff.estimate.counts import runs_from_files
 from nplm.backoff.estimate.discount import discounts as order_discounts
 from nplm.backoff.estimate.interpolate import interpolate
 from nplm.backoff.estimate.partitioned import estimate_partitioned
@@ -48,7 +49,7 @@ def check_outputs(text, arpa, binary):
     for out in (arpa, binary):
         if out is None or hasattr(out, "write") or out == "-":
             continue
-        for source in counting.source_names(text):
+        for source in counting.source_names(text) if text is not None else ():
             if isinstance(source, str) and source != "-" and same_file(out, source):
                 raise ValueError(f"refusing to overwrite the input text {source!r} with the model")
         folder = os.path.dirname(os.path.abspath(os.fspath(out)))
@@ -145,7 +146,8 @@ def gather(vocab, kept, comments, blocks, order):
 
 def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, prune=None,
              interpolate_unigrams=True, limit_vocab_file=None, skip_symbols=False,
-             verbose_header=False, vocab_pad=0, progress=True, memory=None, temp_prefix=None):
+             verbose_header=False, vocab_pad=0, progress=True, memory=None, temp_prefix=None,
+             counts=None):
     """Estimate an interpolated modified Kneser-Ney model the way lmplz does.
 
     text:    path of the training text ('-' = stdin; plain, gzip, bz2 or xz), a
@@ -171,6 +173,9 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
              temporary files and the model is estimated part by part.
     temp_prefix: the folder for those files (lmplz -T; default TMPDIR or /tmp);
              they are removed on success, failure and Ctrl-C.
+    counts:  instead of ``text`` (None), counts files written by ``nplm count``
+             (``count_to_file``), merged in the order given: the model of the
+             texts they counted, taken in that order.
 
     Returns the model as NGramTables (log10 values; n-grams in lmplz's order), or
     None when the counts spilled and only an ARPA file was asked for (the model
@@ -182,15 +187,26 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
                                  limit_vocab_file=limit_vocab_file, skip_symbols=skip_symbols,
                                  verbose_header=verbose_header, vocab_pad=vocab_pad, memory=memory,
                                  temp_prefix=temp_prefix, progress=progress)
+    if (text is None) == (counts is None):
+        raise ValueError("give either a text or counts files, not both")
     check_outputs(text, arpa, binary)
     report = Report(progress, 5 if (arpa is not None or binary is not None) else 4)
     with contextlib.ExitStack() as stack:
-        model = run(text, config, report, arpa, binary, stack)
+        model = run(text, config, report, arpa, binary, stack, counts)
     report.say(f"Name:nplm\tWall:{time.perf_counter() - t0:.3f} s")
     return model
 
 
-def run(text, config, report, arpa, binary, stack):
+def from_files(paths, folder, config):
+    """Counts files as the runs of a spilled count."""
+    paths = [paths] if isinstance(paths, (str, bytes)) or not hasattr(paths, "__iter__") else list(paths)
+    vocabulary, runs = runs_from_files(paths, folder, config.order, config.skip_symbols)
+    counts = counting.Counts(vocabulary, " ".join(map(str, paths)))
+    counts.runs, counts.folder = runs, folder
+    return counts
+
+
+def run(text, config, report, arpa, binary, stack, counts_files=None):
     folder = None
 
     def make_folder():
@@ -200,12 +216,15 @@ def run(text, config, report, arpa, binary, stack):
         return folder
     budget = max(config.memory - baseline_bytes(), 1 << 16)
     report.stage(1, "Counting and sorting n-grams")
-    counts = counting.count(text, config, report, budget if config.order > 1 else 1 << 62, make_folder)
+    if counts_files is not None:
+        counts = from_files(counts_files, make_folder(), config)
+    else:
+        counts = counting.count(text, config, report, budget if config.order > 1 else 1 << 62, make_folder)
     counter = counts.counter
     report_counts(counter, report)
     comments = header_comments(config, counts.name, counter.tokens)
     budget -= counter.vocab_bytes + PER_WORD_BYTES * counter.vocab_size
-    if config.order == 1 or (not counts.spilled and in_memory_peak(counter) <= budget):
+    if not counts.spilled and (config.order == 1 or in_memory_peak(counter) <= budget):
         model = in_memory(counter, config, report, comments)
         write_outputs(model, arpa, binary, report)
         return model
