@@ -302,11 +302,22 @@ class Estimate:
         p.add_argument("-T", "--temp_prefix", "--temp-prefix",
                        help="folder for temporary files (default TMPDIR or /tmp); they are removed "
                        "when the command ends, whichever way")
+        p.add_argument("--scheduler", metavar="ADDRESS",
+                       help="estimate on this Dask cluster (tcp://host:8786; the text files must be "
+                       "readable by the workers; pip install nplm[dask])")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
     @staticmethod
     def run(args):
         refuse_stdout(args.binary)      # before the work
+        if args.scheduler:
+            from dask.distributed import Client      # optional dependency
+            with Client(args.scheduler) as client:
+                return Estimate.estimate(args, client)
+        return Estimate.estimate(args, None)
+
+    @staticmethod
+    def estimate(args, client):
         arpa = args.arpa if args.arpa is not None else (None if args.binary else "-")
         fallback = None
         if args.discount_fallback is not None:
@@ -314,7 +325,7 @@ class Estimate:
         # with -q, notices (fallback discounts, <unk> counted) still reach stderr, plainly
         with _plain_warnings():
             text = None if args.counts else _one_or_list(args.text)
-            estimate(text, args.order, arpa=arpa, binary=args.binary, counts=args.counts,
+            estimate(text, args.order, arpa=arpa, binary=args.binary, counts=args.counts, client=client,
                      discount_fallback=fallback, memory=args.memory, temp_prefix=args.temp_prefix,
                      prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
                      limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,

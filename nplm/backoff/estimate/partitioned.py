@@ -156,6 +156,23 @@ def part_probs(adj, mark, inverse, weights, parent, prob_prev, disc, pruning):
     return prob, logprob
 
 
+def adjust_segments(keys_list, counts_list, config, prune_word, last):
+    """Merge one part's segments of the runs and adjust them: ({order k >= 2: its
+    words, adj, mark, parent}, the part's statistics, its unigram adjusted counts
+    (zero outside the part's words), its last word, that word's raw count)."""
+    keys, counts = _kn_merge.merge_runs(keys_list, counts_list, config.order)
+    del keys_list, counts_list
+    vocab_size = len(prune_word)
+    stats = np.zeros((config.order, 7), dtype=np.uint64)
+    adj1 = np.zeros(vocab_size, dtype=np.uint64)
+    last_word = int(keys[-1, -1])
+    adjusted = adjust(keys, counts, config, prune_word, stats, adj1, np.zeros(vocab_size, dtype=np.uint8),
+                      last_part=last, unigrams=False)
+    orders = {k: dict(words=adjusted.words[k - 1], adj=adjusted.adj[k - 1], mark=adjusted.mark[k - 1],
+                      parent=adjusted.parent[k - 1]) for k in range(2, config.order + 1)}
+    return orders, stats, adj1, last_word, adjusted.last_raw
+
+
 class PartStore:
     """The arrays of every part between passes, in the temporary folder: the arrays
     of one part, order and pass share a file (opening and removing files is what
@@ -235,18 +252,14 @@ class Partitioned:
             keys, counts = run_segment(*self.counts.load_run(run), lo, hi)
             keys_l.append(np.ascontiguousarray(keys))
             counts_l.append(np.ascontiguousarray(counts))
-        keys, counts = _kn_merge.merge_runs(keys_l, counts_l, self.order)
-        del keys_l, counts_l
-        last = p == self.plan.parts - 1
-        last_word = int(keys[-1, -1])
-        adjusted = adjust(keys, counts, self.config, self.prune_word, self.stats, self.adj1, self.mark1,
-                          last_part=last, unigrams=False)
-        for k in range(2, self.order + 1):
-            i = k - 1
-            self.sizes[p, k] = adjusted.sizes[i]
-            self.store.put(p, k, "adjusted", words=adjusted.words[i], adj=adjusted.adj[i],
-                           mark=adjusted.mark[i], parent=adjusted.parent[i])
-        return last_word, adjusted.last_raw
+        orders, stats, adj1, last_word, last_raw = adjust_segments(
+            keys_l, counts_l, self.config, self.prune_word, p == self.plan.parts - 1)
+        self.stats += stats
+        self.adj1 += adj1
+        for k, arrays in orders.items():
+            self.sizes[p, k] = len(arrays["adj"])
+            self.store.put(p, k, "adjusted", **arrays)
+        return last_word, last_raw
 
     def adjust_parts(self):
         last_word = last_raw = 0

@@ -31,6 +31,7 @@ from nplm.backoff.estimate.adjust import adjust
 from nplm.backoff.estimate.config import EstimateConfig
 from nplm.backoff.estimate.counts import runs_from_files
 from nplm.backoff.estimate.discount import discounts as order_discounts
+from nplm.backoff.estimate.distributed import estimate_dask
 from nplm.backoff.estimate.interpolate import interpolate
 from nplm.backoff.estimate.partitioned import estimate_partitioned
 from nplm.backoff.estimate.report import Report
@@ -107,25 +108,39 @@ def in_memory(counter, config, report, comments):
 
 
 def partitioned(counts, folder, config, report, comments, budget, arpa, binary):
-    """Stages 2-5 part by part; the ARPA is streamed, other outputs need the model
-    in memory.  Returns NGramTables, or None when only an ARPA file was written."""
+    """Stages 2-5 part by part."""
     counter = counts.counter
     prune_word = prune_words(counter, config, counts.name)
     vocab = counter.words()
     if counter.distinct_ngrams:
         counts.spill(folder)
     blocks, kept_vocab, kept = estimate_partitioned(counts, config, report, vocab, prune_word, budget)
+    return write_streamed(blocks, kept_vocab, kept, comments, config, report, arpa, binary)
+
+
+def write_streamed(blocks, vocab, kept, comments, config, report, arpa, binary):
+    """Stage 5 from a model in blocks: the ARPA is streamed, a binary needs the model
+    in memory.  Returns NGramTables, or None when only an ARPA file was written."""
     if arpa is not None:
         report.stage(5, "Writing ARPA model")
         if arpa == "-":
-            stream_arpa_to(sys.stdout.buffer, kept_vocab, kept, comments, blocks)
+            stream_arpa_to(sys.stdout.buffer, vocab, kept, comments, blocks)
         else:
-            stream_arpa(arpa, kept_vocab, kept, comments, blocks)
+            stream_arpa(arpa, vocab, kept, comments, blocks)
         if binary is None:
             return None
-    model = gather(kept_vocab, kept, comments, blocks, config.order)
+    model = gather(vocab, kept, comments, blocks, config.order)
     write_outputs(model, None, binary, report)
     return model
+
+
+def on_cluster(client, text, config, report, arpa, binary):
+    """Stages 1-5 on a Dask cluster (``distributed.py``)."""
+    report.stage(1, "Counting and sorting n-grams")
+    blocks, vocab, kept, vocabulary = estimate_dask(
+        client, text, config, report, lambda v: prune_words(v, config, None))
+    comments = header_comments(config, counting.text_name(text), vocabulary.tokens)
+    return write_streamed(blocks, vocab, kept, comments, config, report, arpa, binary)
 
 
 def stream_arpa_to(f, vocab, kept, comments, blocks):
@@ -147,7 +162,7 @@ def gather(vocab, kept, comments, blocks, order):
 def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, prune=None,
              interpolate_unigrams=True, limit_vocab_file=None, skip_symbols=False,
              verbose_header=False, vocab_pad=0, progress=True, memory=None, temp_prefix=None,
-             counts=None):
+             counts=None, client=None):
     """Estimate an interpolated modified Kneser-Ney model the way lmplz does.
 
     text:    path of the training text ('-' = stdin; plain, gzip, bz2 or xz), a
@@ -173,6 +188,8 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
              temporary files and the model is estimated part by part.
     temp_prefix: the folder for those files (lmplz -T; default TMPDIR or /tmp);
              they are removed on success, failure and Ctrl-C.
+    client:  a ``dask.distributed.Client``: estimate on its cluster (files that the
+             workers can read; ``pip install nplm[dask]``), the same model.
     counts:  instead of ``text`` (None), counts files written by ``nplm count``
              (``count_to_file``), merged in the order given: the model of the
              texts they counted, taken in that order.
@@ -191,8 +208,13 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
         raise ValueError("give either a text or counts files, not both")
     check_outputs(text, arpa, binary)
     report = Report(progress, 5 if (arpa is not None or binary is not None) else 4)
-    with contextlib.ExitStack() as stack:
-        model = run(text, config, report, arpa, binary, stack, counts)
+    if client is not None:
+        if text is None:
+            raise ValueError("the Dask estimation counts text; give the text files")
+        model = on_cluster(client, text, config, report, arpa, binary)
+    else:
+        with contextlib.ExitStack() as stack:
+            model = run(text, config, report, arpa, binary, stack, counts)
     report.say(f"Name:nplm\tWall:{time.perf_counter() - t0:.3f} s")
     return model
 
