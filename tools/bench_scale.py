@@ -127,22 +127,33 @@ def row(name, wall, rss, disk, identical, memory):
           f"temp disk {disk / 2**30:6.2f} GiB  identical {identical}", flush=True)
 
 
-def bench(words, order, memory, work, dask_cluster):
+def bench(words, order, memory, work, dask_cluster, extra_memory=(), reuse_lmplz=False):
     corpus = work / f"corpus.{words}.txt"
     if not corpus.exists():
         n = build_corpus(corpus, words)
         print(f"built {corpus} ({n} words, {corpus.stat().st_size / 2**20:.0f} MiB)", flush=True)
-    ref, (lw, lr, ld) = run_lmplz(corpus, order, memory, work)
-    row("lmplz", lw, lr, ld, "-", memory)
+    ref = work / f"lmplz.{words}.o{order}.arpa"
+    if not (reuse_lmplz and ref.exists()):
+        out, (lw, lr, ld) = run_lmplz(corpus, order, memory, work)
+        os.replace(out, ref)
+        row("lmplz", lw, lr, ld, "-", memory)
+        (work / f"{ref.name}.wall").write_text(str(lw))
+    else:
+        lw = float((work / f"{ref.name}.wall").read_text())
+        print(f"lmplz          (its ARPA and wall {lw:.1f} s from an earlier run)", flush=True)
     out, (nw, nr, nd) = run_nplm(corpus, order, memory, work)
     row("nplm", nw, nr, nd, same(out, ref), memory)
     print(f"{'':14s} nplm/lmplz wall {nw / lw:.2f}", flush=True)
+    for m in extra_memory:      # budgets below what the counts need: spilled, part by part
+        out, (sw, sr, sd) = run_nplm(corpus, order, m, work, tag=f"nplm-{m}")
+        row(f"nplm -S {m}", sw, sr, sd, same(out, ref), m)
     if dask_cluster is not None:
         out, (dw, dr, dd) = run_nplm(corpus, order, memory, work, dask_cluster.scheduler_address, "dask")
         row("nplm dask", dw, dr, dd, same(out, ref), memory)
         print(f"{'':14s} dask/nplm wall {dw / nw:.2f} (client process RSS only)", flush=True)
     for f in work.glob("*.arpa"):
-        f.unlink()
+        if f != ref or not reuse_lmplz:
+            f.unlink()
 
 
 def word_count(size):
@@ -158,6 +169,10 @@ def main():
     p.add_argument("--memory", default="2G", help="-S for both tools")
     p.add_argument("--work", help="folder for corpora, outputs and temporary files")
     p.add_argument("--dask", action="store_true", help="also nplm on a 2-worker LocalCluster")
+    p.add_argument("--reuse-lmplz", action="store_true",
+                   help="keep lmplz's ARPA in --work and reuse it on the next run of the same size")
+    p.add_argument("--extra-memory", nargs="*", default=[], metavar="SIZE",
+                   help="also nplm with these smaller -S (forcing it to spill)")
     args = p.parse_args()
     if lmplz_path() is None:
         sys.exit("lmplz is not built (/opt/kenlm-src/build/bin/lmplz)")
@@ -171,7 +186,7 @@ def main():
         for size in args.words:
             words = word_count(size)
             print(f"== {words} words, order {args.order}, -S {args.memory} ==", flush=True)
-            bench(words, args.order, args.memory, work, cluster)
+            bench(words, args.order, args.memory, work, cluster, args.extra_memory, args.reuse_lmplz)
     finally:
         if cluster is not None:
             cluster.close()

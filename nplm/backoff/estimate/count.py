@@ -7,10 +7,12 @@ spilled to the temporary folder as a run, and counting starts a new table with t
 same vocabulary (lmplz's corpus_count does the same with its blocks).
 """
 import codecs
+import contextlib
 import glob
 import gzip
 import io
 import lzma
+import mmap
 import os
 import sys
 import zlib
@@ -59,6 +61,15 @@ class Counts:
         if run not in self.maps:
             self.maps[run] = (self.folder.load(run + ".keys"), self.folder.load(run + ".counts"))
         return self.maps[run]
+
+    def release(self):
+        """Drop the mapped runs' pages from resident memory (they stay mapped)."""
+        for keys, counts in self.maps.values():
+            for a in (keys, counts):
+                m = getattr(a, "_mmap", None)
+                if m is not None and hasattr(mmap, "MADV_DONTNEED"):
+                    with contextlib.suppress(OSError, ValueError):
+                        m.madvise(mmap.MADV_DONTNEED)
 
     def drop_runs(self):
         for run in self.runs:

@@ -21,6 +21,7 @@ The same steps, run as Dask tasks, are the distributed estimation.
 """
 import contextlib
 import dataclasses
+import mmap
 import os
 
 import numpy as np
@@ -34,7 +35,7 @@ from nplm.backoff.estimate.write import kept_rows, renumbering
 # Bytes per merged highest-order n-gram that one part's passes hold at most (the
 # merged run and its mapped sources, every order's adjusted arrays, the sort and
 # sums of the context pass), over 4 bytes per word of an n-gram.
-PART_BYTES_PER_WORD = 36
+PART_BYTES_PER_WORD = 56
 MAX_PARTS = 64
 
 
@@ -173,6 +174,15 @@ def adjust_segments(keys_list, counts_list, config, prune_word, last):
     return orders, stats, adj1, last_word, adjusted.last_raw
 
 
+def release_pages(array):
+    """Drop the resident pages of a read-only memory-mapped array (MADV_DONTNEED;
+    the file keeps the data, the page cache may keep it too)."""
+    m = getattr(array, "_mmap", None)
+    if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        with contextlib.suppress(OSError, ValueError):
+            m.madvise(mmap.MADV_DONTNEED)
+
+
 class PartStore:
     """The arrays of every part between passes, in the temporary folder: the arrays
     of one part, order and pass share a file (opening and removing files is what
@@ -210,6 +220,15 @@ class PartStore:
         count = int(np.prod(shape, dtype=np.int64))
         a = np.frombuffer(self.maps[key], dtype=dtype, count=count, offset=offset).reshape(shape)
         return a.copy() if copy else a
+
+    def release(self):
+        """Forget the mappings, and drop their pages from this process's resident
+        memory: read pages of a mapped file count towards the peak too.  Freed heap
+        pages go back to the OS as well (glibc keeps them otherwise)."""
+        for m in self.maps.values():
+            release_pages(m)
+        self.maps.clear()
+        _kn.release_free_memory()
 
     def drop(self, p, k, group):
         key = (p, k, group)
@@ -265,6 +284,8 @@ class Partitioned:
         last_word = last_raw = 0
         for p in self.report.passes(range(self.plan.parts), "adjust", self.plan.parts):
             last_word, last_raw = self.adjust_part(p)
+            self.counts.release()
+            self.store.release()
             _kn.release_free_memory()
         self.counts.drop_runs()             # merged into the parts: no longer needed
         _kn.unigram_stats(self.adj1, self.mark1, self.prune_word, self.config.limit_vocab_file is not None,
@@ -288,6 +309,7 @@ class Partitioned:
             offsets.append(split_by_part(ctx, self.plan.bounds))
             self.store.put(p, k, "context", ctx=ctx, sums=sums)
             self.store.put(p, k, "inverse", inverse=inverse)
+            self.store.release()
         ctxs = [self.store.get(p, k, "context", "ctx") for p in range(parts)]
         sums = [self.store.get(p, k, "context", "sums") for p in range(parts)]
         returned = []
@@ -301,6 +323,10 @@ class Partitioned:
                 self.store.put(q, k - 1, "backoff", backoff=backoff)
             self.store.put(q, k, "weights", weights=weights)
             returned.append(np.cumsum([0] + [len(c) for c in pieces_ctx]))
+            del pieces_ctx, pieces_sums, ctxs, sums
+            self.store.release()
+            ctxs = [self.store.get(p, k, "context", "ctx") for p in range(parts)]
+            sums = [self.store.get(p, k, "context", "sums") for p in range(parts)]
         del ctxs, sums
         for p in range(parts):
             self.store.drop(p, k, "context")
@@ -324,6 +350,9 @@ class Partitioned:
             else:
                 self.store.put(p, k, "probs", logprob=logprob)
             self.store.drop(p, k, "inverse")
+            del weights
+            self.store.release()
+            weights_of = [self.store.get(q, k, "weights", "weights") for q in range(parts)]
 
     def blocks(self, k, new_id, logprob1, backoff1):
         """Order k+1's rows for the ARPA writer, part after part."""
@@ -339,6 +368,8 @@ class Partitioned:
                        else np.zeros(len(words), dtype=np.float32))
             yield kept_rows(words, self.store.get(p, n, "probs", "logprob"), backoff,
                             self.store.get(p, n, "adjusted", "mark"), new_id)
+            del words, backoff
+            self.store.release()
 
 
 def estimate_partitioned(counts, config, report, vocab, prune_word, budget):
