@@ -153,7 +153,8 @@ def test_no_private_names_of_other_modules():
                 if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
                     continue
                 full = f"{base}.{name}"
-                if full in MODULES and (full in SHARED_PRIVATE or _package_of(module) == base):
+                own = _package_of(module) == base or _package_of(module).startswith(base + ".")
+                if full in MODULES and (full in SHARED_PRIVATE or own):
                     continue
                 bad.append(f"{module}: from {base} import {name}")
     assert not bad, "\n".join(bad)

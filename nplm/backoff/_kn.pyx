@@ -1,4 +1,5 @@
-"""Kernels for modified Kneser-Ney estimation; ``kneser_ney.py`` runs the pipeline.
+"""Counting and adjusting kernels of modified Kneser-Ney estimation; the stages in
+``nplm/backoff/estimate/`` run the pipeline.
 
 1. ``Counter``: tokenise text bytes (lmplz's delimiters: space, tab, CR, NUL; one
    sentence per line), give words ids in first-appearance order after ``<unk>``=0,
@@ -11,10 +12,10 @@
    share a k-word suffix are contiguous, so each order's n-grams, their adjusted
    (continuation) counts, suffix links, pruning marks and counts-of-counts all fall
    out of the common-suffix length between neighbours.
-4. ``link_contexts``, ``unigram_probs``, ``order_probs``: the context (all but the
-   last word) of each n-gram is found by walking the suffix trie; then gammas,
-   interpolated probabilities and back-offs, order by order, in float32 in lmplz's
-   order of operations so that the values are bit-identical to lmplz's.
+4. ``link_contexts``: the context (all but the last word) of each n-gram is found
+   by walking the suffix trie; ``_kn_probs`` then computes gammas, interpolated
+   probabilities and back-offs, order by order, in float32 in lmplz's order of
+   operations so that the values are bit-identical to lmplz's.
 
 Kernels return status codes; the Python layer turns them into exceptions.
 """
@@ -444,6 +445,30 @@ cdef class Counter:
         free(ids)
         return rc
 
+    def reset_table(self):
+        """Start a new, empty n-gram table (after ``suffix_sorted`` handed the last
+        one over); the vocabulary and the token counts are kept."""
+        if self.ent != NULL:
+            raise RuntimeError("reset_table: the n-gram table is still in use")
+        self.ncap = 1 << 16
+        self.nmask = (1 << 17) - 1
+        self.nsize = 0
+        self.ent = <uint32_t *> malloc(self.ncap * (self.order + 2) * sizeof(uint32_t))
+        self.nslots = <uint64_t *> calloc(self.nmask + 1, sizeof(uint64_t))
+        if self.ent == NULL or self.nslots == NULL:
+            self._free_table()
+            raise MemoryError("cannot allocate the n-gram counter")
+
+    @property
+    def table_bytes(self):
+        """Bytes the n-gram table holds (entries and slots)."""
+        return self.ncap * (self.order + 2) * 4 + (self.nmask + 1) * 8
+
+    @property
+    def vocab_bytes(self):
+        """Bytes the vocabulary holds (words, offsets, hashes and slots)."""
+        return self.arena_cap + self.vcap * 16 + (self.vmask + 1) * 4
+
     @property
     def vocab_size(self):
         return self.vsize
@@ -673,26 +698,53 @@ cdef inline void _add_stat(uint64_t *st, uint64_t count, bint pruned) noexcept n
         st[6] += 1
 
 
-cdef void _stats(int n, uint32_t last_word, OrderArrays *o, int64_t *cur, uint8_t *valid,
-                 uint64_t *last_raw, Pruning *pr, uint64_t[:, ::1] stats) noexcept nogil:
+cdef void _unigram_stats(int n, uint32_t last_word, uint64_t last_raw1, OrderArrays *o1,
+                         Pruning *pr, uint64_t[:, ::1] stats) noexcept nogil:
+    # Unigrams: never pruned by count (lmplz keeps <unk>, <s>, </s>; unigram
+    # thresholds are refused in Python), only by --limit_vocab_file.
+    cdef int64_t g
+    cdef uint64_t a
+    for g in range(o1.size):
+        if pr.limit_vocab and pr.word[g]:
+            o1.mark[g] = 1
+        a = o1.adj[g]
+        if n > 1 and <uint32_t> g == last_word:
+            a = last_raw1         # lmplz's flush of the last unigram uses its raw count
+        _add_stat(&stats[0, 0], a, o1.mark[g])
+
+
+cdef void _order_stats(int n, OrderArrays *o, int64_t *cur, uint8_t *valid, uint64_t *last_raw,
+                       bint last_part, uint64_t[:, ::1] stats) noexcept nogil:
     cdef int k
     cdef int64_t g
     cdef uint64_t a
-    # Unigrams: never pruned by count (lmplz keeps <unk>, <s>, </s>; unigram
-    # thresholds are refused in Python), only by --limit_vocab_file.
-    for g in range(o[1].size):
-        if pr.limit_vocab and pr.word[g]:
-            o[1].mark[g] = 1
-        a = o[1].adj[g]
-        if n > 1 and <uint32_t> g == last_word:
-            a = last_raw[1]       # lmplz's flush of the last unigram uses its raw count
-        _add_stat(&stats[0, 0], a, o[1].mark[g])
     for k in range(2, n + 1):
         for g in range(cur[k] + 1):
             a = o[k].adj[g]
-            if k < n and g == cur[k] and valid[k]:
+            if last_part and k < n and g == cur[k] and valid[k]:
                 a = last_raw[k]   # same lmplz quirk for the last n-gram of each order
             _add_stat(&stats[k - 1, 0], a, o[k].mark[g])
+
+
+def unigram_stats(const uint64_t[::1] adj,      # IN (V,) adjusted counts of every word
+                  uint8_t[::1] mark,            # IN/OUT (V,) zeroed; 1 = pruned
+                  const uint8_t[::1] prune_word, bint limit_vocab,
+                  int order, uint32_t last_word, uint64_t last_raw,
+                  uint64_t[:, ::1] stats):      # OUT row 0 of the (N, 7) statistics
+    """The unigram rows of ``adjust``'s statistics, for a caller that ran ``adjust``
+    on suffix-ordered parts of the n-grams with ``unigrams=False``: ``last_word`` is
+    the last word of the last part and ``last_raw`` that part's ``adjust`` result."""
+    cdef OrderArrays o1
+    cdef Pruning pr
+    if adj.shape[0] != mark.shape[0] or adj.shape[0] != prune_word.shape[0] or adj.shape[0] == 0:
+        raise ValueError("unigram_stats: arrays must have one entry per word")
+    o1.size = adj.shape[0]
+    o1.adj = <uint64_t *> &adj[0]
+    o1.mark = &mark[0]
+    pr.word = &prune_word[0]
+    pr.limit_vocab = limit_vocab
+    with nogil:
+        _unigram_stats(order, last_word, last_raw, &o1, &pr, stats)
 
 
 def adjust(uint32_t[:, ::1] keys,             # IN/OUT (D, N) suffix-sorted n-grams; on
@@ -705,7 +757,9 @@ def adjust(uint32_t[:, ::1] keys,             # IN/OUT (D, N) suffix-sorted n-gr
            const uint64_t[::1] thresholds,    # IN (N,) order k prunes raw count <= t[k-1]
            const uint8_t[::1] prune_word,     # IN (V,) 1 = word outside --limit_vocab_file
            bint limit_vocab,
-           uint64_t[:, ::1] stats):           # OUT (N, 7): n0..n4, count, count unpruned
+           uint64_t[:, ::1] stats,            # OUT (N, 7): n0..n4, count, count unpruned
+           bint last_part=True,               # IN the n-grams end with the last word of all
+           bint unigrams=True):               # IN fill the unigram statistics (row 0)
     """Adjusted counts of every order in one pass over the suffix-sorted n-grams
     (lmplz's AdjustCounts).
 
@@ -759,10 +813,13 @@ def adjust(uint32_t[:, ::1] keys,             # IN/OUT (D, N) suffix-sorted n-gr
         _adjust_pass(keys, counts, o, cur, valid, last_raw, &pr)
         if n >= 2:
             o[n].adj = &counts[0]
-        _stats(n, last_word, o, cur, valid, last_raw, &pr, stats)
+        if unigrams:
+            _unigram_stats(n, last_word, last_raw[1], &o[1], &pr, stats)
+        _order_stats(n, o, cur, valid, last_raw, last_part, stats)
     for k in range(2, n + 1):
         if cur[k] + 1 != o[k].size:
             raise RuntimeError(f"adjust: order {k} has {cur[k] + 1} n-grams, sized for {o[k].size}")
+    return last_raw[1]
 
 
 def child_begin(const int32_t[::1] parent, Py_ssize_t nodes):  # IN: nondecreasing suffix links
@@ -813,157 +870,3 @@ def link_contexts(const int32_t[:, ::1] words,       # IN (n_k, k) order k n-gra
     if bad:
         return KN_INTERNAL
     return KN_OK
-
-
-cdef extern from "math.h" nogil:
-    float log10f(float)
-
-
-cdef inline float _log10_clamped(float x) noexcept nogil:
-    """min(0, log10 x) in float like lmplz, with log10 0 written as ARPA's -99
-    rather than -inf."""
-    if x <= 0.0:
-        return -99.0
-    x = log10f(x)
-    return x if x < 0.0 else 0.0
-
-
-# The arithmetic below is float32 in lmplz's order of operations
-# (InitialProbabilities' AddRight/MergeRight, then Interpolate), so that the
-# values, and hence the printed ARPA, are bit-identical to lmplz's.
-
-cdef inline float _gamma(uint64_t n1, uint64_t n2, uint64_t n3, uint64_t pruned, float denom,
-                         const float *disc) noexcept nogil:
-    cdef float g = 0.0
-    g += disc[1] * <float> n1
-    g += disc[2] * <float> n2
-    g += disc[3] * <float> n3
-    g += <float> pruned      # mass of pruned n-grams goes to the lower order
-    return g / denom
-
-
-cdef inline float _uninterp(uint64_t a, float denom, const float *disc) noexcept nogil:
-    return (<float> a - disc[a if a < 3 else 3]) / denom
-
-
-def uniform_probability(uint64_t vocab):
-    """lmplz's uniform base distribution: 1.0 / float(|V|), rounded to float."""
-    return <float> (1.0 / <double> <float> vocab)
-
-
-def unigram_probs(const uint64_t[::1] adj,      # IN (V,) adjusted counts by word id
-                  const uint8_t[::1] mark,      # IN (V,) 1 = pruned (--limit_vocab_file)
-                  const float[::1] disc,        # IN (4,) D0=0, D1, D2, D3+
-                  bint interpolate, float uniform,
-                  float[::1] prob,              # OUT (V,) probability
-                  float[::1] logprob):          # OUT (V,) min(0, log10 prob)
-    """Unigram probabilities (lmplz's MergeRight + Interpolate for order 1):
-    p(w) = (a(w) - D(a(w))) / sum a + gamma / |V|, gamma being the discounted and
-    pruned mass; without interpolation gamma goes to ``<unk>`` alone.  ``<s>`` gets
-    probability 1 so scoring it costs nothing.  Returns gamma."""
-    cdef Py_ssize_t v = adj.shape[0], w
-    cdef uint64_t denom = 0, pruned = 0
-    cdef uint64_t n[4]
-    cdef float fdenom, gamma, assign, p
-    n[0] = n[1] = n[2] = n[3] = 0
-    with nogil:
-        for w in range(v):
-            denom += adj[w]
-            if mark[w]:
-                pruned += adj[w]
-            elif adj[w] > 0:
-                n[adj[w] if adj[w] < 3 else 3] += 1
-        fdenom = <float> denom
-        gamma = _gamma(n[1], n[2], n[3], pruned, fdenom, &disc[0])
-        assign = gamma if interpolate else 0.0
-        for w in range(v):
-            p = _uninterp(adj[w], fdenom, &disc[0])
-            if w == UNK:
-                # lmplz: <unk> is a zeroton, or holds the whole mass without
-                # interpolation.  nplm may also have seen it in the text.
-                if adj[w] == 0:
-                    p = 0.0
-                if not interpolate:
-                    p = p + gamma
-            if w == BOS:
-                p = 1.0 + 0.0 * uniform
-            else:
-                p = p + assign * uniform
-            prob[w] = p
-            logprob[w] = _log10_clamped(p)
-    return gamma
-
-
-cdef struct ContextSums:
-    uint64_t denom          # sum of the adjusted counts of the context's extensions
-    uint32_t n[3]           # kept extensions with adjusted count 1, 2, 3+
-
-
-cdef struct ContextWeights:
-    float denom
-    float gamma
-
-
-def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
-                const uint8_t[::1] mark,        # IN (n_k,) 1 = pruned
-                const int32_t[::1] ctx,         # IN (n_k,) context index in order k-1
-                const int32_t[::1] parent,      # IN (n_k,) suffix index in order k-1
-                const float[::1] disc,          # IN (4,) this order's discounts
-                const float[::1] prob_prev,     # IN (n_{k-1},) order k-1 probabilities
-                bint pruning,                   # IN whether any n-gram may be marked
-                int threads,                    # IN threads for the probability loop
-                float[::1] prob,                # OUT (n_k,) probabilities (NaN if pruned)
-                float[::1] logprob,             # OUT (n_k,) min(0, log10 prob)
-                float[::1] backoff_prev):       # OUT (n_{k-1},) log10 back-off of order k-1
-    """Interpolated probabilities of order k >= 2 and the back-offs of order k-1:
-    p(w|c) = (a(cw) - D(a(cw))) / sum_x a(cx) + gamma(c) p(w|c'), with
-    gamma(c) = (sum over kept cx of D(a(cx)) + sum over pruned cx of a(cx)) / sum_x a(cx).
-    An n-gram that is no context keeps back-off 1 (log 0)."""
-    cdef Py_ssize_t m = adj.shape[0], np_ = prob_prev.shape[0], i
-    cdef int32_t c
-    cdef uint64_t a
-    cdef float p, g
-    if threads < 1:
-        raise ValueError("threads must be >= 1")
-    cdef ContextSums *sums = <ContextSums *> calloc(np_ + 1, sizeof(ContextSums))
-    cdef uint64_t *pruned = <uint64_t *> calloc(np_ + 1, sizeof(uint64_t)) if pruning else NULL
-    cdef ContextWeights *cw = NULL
-    if sums == NULL or (pruning and pruned == NULL):
-        free(sums); free(pruned)
-        raise MemoryError(f"order_probs: {np_ * 24} bytes")
-    with nogil:
-        for i in range(m):
-            c = ctx[i]
-            a = adj[i]
-            sums[c].denom += a
-            if pruning and mark[i]:
-                pruned[c] += a
-            elif a > 0:
-                sums[c].n[(a if a < 3 else 3) - 1] += 1
-        # The 8-byte weights overwrite the 24-byte sums in place: weight i lands on
-        # bytes [8i, 8i+8), which only hold sums already converted.
-        cw = <ContextWeights *> sums
-        for i in range(np_):
-            a = sums[i].denom
-            if a:
-                g = _gamma(sums[i].n[0], sums[i].n[1], sums[i].n[2],
-                           pruned[i] if pruning else 0, <float> a, &disc[0])
-                cw[i].denom = <float> a
-                cw[i].gamma = g
-                backoff_prev[i] = log10f(g) if g > 0 else -99.0
-            else:
-                cw[i].denom = 0.0
-                cw[i].gamma = 0.0
-                backoff_prev[i] = 0.0   # not a context
-        free(pruned)
-        for i in prange(m, schedule="static", num_threads=threads):
-            if pruning and mark[i]:
-                prob[i] = 0.0 / 0.0
-                logprob[i] = 0.0
-                continue
-            c = ctx[i]
-            p = _uninterp(adj[i], cw[c].denom, &disc[0])
-            p = p + cw[c].gamma * prob_prev[parent[i]]
-            prob[i] = p
-            logprob[i] = _log10_clamped(p)
-    free(sums)

@@ -594,33 +594,49 @@ def _format_job(args):
 
 
 def _write_stream(tables, out, progress):
-    words, offsets = _vocab_bytes(tables.vocab)
+    def blocks(k):
+        yield tables.ids[k], tables.logprob[k], tables.backoff[k]
+    write_sections(out, tables.vocab, tables.counts, tables.comments, blocks, progress)
+
+
+def write_sections(out, vocab, counts, comments, blocks, progress=False):
+    """Write an ARPA file to the binary stream ``out`` from its parts: the header's
+    ``counts`` per order, and ``blocks(k)`` yielding order k+1's rows in file order
+    as (ids, log10 prob, log10 back-off) arrays, one block or many (a model that
+    is never whole in memory).  ``write_arpa`` formats through here."""
+    words, offsets = _vocab_bytes(vocab)
     head = []
-    for c in tables.comments or ():
+    for c in comments or ():
         for part in str(c).split("\n"):
             head.append(f"# {part}\n" if part else "#\n")
     head.append("\\data\\\n")
-    for k, c in enumerate(tables.counts):
+    for k, c in enumerate(counts):
         head.append(f"ngram {k + 1}={c}\n")
     out.write("".join(head).encode("utf-8"))
     bar = None
     if progress:
-        bar = tqdm(total=sum(tables.counts), unit="ngram", unit_scale=True, desc="write ARPA")
-    order = tables.order
+        bar = tqdm(total=sum(counts), unit="ngram", unit_scale=True, desc="write ARPA")
+    order = len(counts)
     with ThreadPoolExecutor(max_workers=2) as pool:
         for k in range(order):
             out.write(b"\n\\%d-grams:\n" % (k + 1))
-            ids = np.ascontiguousarray(tables.ids[k], dtype=np.int32)
-            prob = np.ascontiguousarray(tables.logprob[k], dtype=np.float32)
-            backoff = np.ascontiguousarray(tables.backoff[k], dtype=np.float32)
-            count = len(prob)
-            jobs = [(ids, prob, backoff, k + 1 < order, a, min(a + ROWS_PER_JOB, count), words, offsets)
-                    for a in range(0, count, ROWS_PER_JOB)]
-            # map() keeps the order; at most a few jobs run ahead of the writes.
-            for i, text in enumerate(_bounded_map(pool, _format_job, jobs, ahead=4)):
-                out.write(text)
-                if bar is not None:
-                    bar.update(jobs[i][5] - jobs[i][4])
+            written = 0
+            for ids, prob, backoff in blocks(k):
+                ids = np.ascontiguousarray(ids, dtype=np.int32)
+                prob = np.ascontiguousarray(prob, dtype=np.float32)
+                backoff = np.ascontiguousarray(backoff, dtype=np.float32)
+                count = len(prob)
+                jobs = [(ids, prob, backoff, k + 1 < order, a, min(a + ROWS_PER_JOB, count), words, offsets)
+                        for a in range(0, count, ROWS_PER_JOB)]
+                # map() keeps the order; at most a few jobs run ahead of the writes.
+                for i, text in enumerate(_bounded_map(pool, _format_job, jobs, ahead=4)):
+                    out.write(text)
+                    if bar is not None:
+                        bar.update(jobs[i][5] - jobs[i][4])
+                written += count
+            if written != counts[k]:
+                raise ValueError(f"order {k + 1}: the header says {counts[k]} n-grams, "
+                                 f"{written} were written")
     out.write(b"\n\\end\\\n")
     if bar is not None:
         bar.close()

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
+import glob
 import os
 import shlex
 import sys
@@ -18,8 +19,9 @@ from nplm.backoff import arpa
 from nplm.backoff import binary as backoff
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
+from nplm.backoff.estimate import DEFAULT_MEMORY, estimate, parse_size
+from nplm.backoff.estimate.counts import count_to_file, merge_files
 from nplm.backoff.kenlm import write as kenlm_write
-from nplm.backoff.kneser_ney import estimate
 from nplm.cli import output
 from nplm.cli.combine import Ensemble, Rescore, train_members
 from nplm.compose.distil import distil_to_file
@@ -251,6 +253,27 @@ def _int_at_least(lowest, what):
     return parse
 
 
+def _input_files(value):
+    """An argparse type: an existing file, -, or a glob pattern that matches files."""
+    if value != "-" and not os.path.exists(value) and glob.has_magic(value):
+        if not glob.glob(value):
+            raise argparse.ArgumentTypeError(f"no file matches {value!r}")
+        return value
+    return _input_file(value)
+
+
+def _one_or_list(values):
+    return values[0] if len(values) == 1 else list(values)
+
+
+def _memory_size(value):
+    try:
+        parse_size(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def _input_file(value):
     """An argparse type: a file that exists (a pipe such as <(zcat t.gz) too), or -;
     argparse then names the option, before any model is loaded or banner printed."""
@@ -291,8 +314,12 @@ class Estimate:
     @staticmethod
     def add_arguments(p):
         p.add_argument("-o", "--order", type=int, required=True, help="order of the model")
-        p.add_argument("--text", default="-", type=_input_file, help="training text, one sentence per line "
-                       "(default stdin; plain, gzip, bz2 or xz)")
+        p.add_argument("--text", nargs="+", default=["-"], type=_input_files,
+                       help="training text, one sentence per line (default stdin; plain, gzip, bz2 "
+                       "or xz); several files or glob patterns are read in turn as one text")
+        p.add_argument("--counts", nargs="+", type=_input_file, metavar="FILE",
+                       help="estimate from counts files of `nplm count` instead of --text (shards "
+                       "merged in the order given)")
         p.add_argument("--arpa", help="write the ARPA file here (default stdout unless --binary)")
         p.add_argument("--binary", help="write a binary model here (a file, not '-'): KenLM's probing "
                        "file, or nplm's own format for a name ending in .nplm (see --type)")
@@ -319,10 +346,16 @@ class Estimate:
                        help="add input file, token count and smoothing comments to the ARPA")
         p.add_argument("--vocab_pad", "--vocab-pad", type=int, default=0,
                        help="spread unigram interpolation mass as if the vocabulary had this many words")
-        p.add_argument("-S", "--memory", help="accepted for lmplz compatibility; nplm works in "
-                       "memory proportional to the distinct n-grams")
+        p.add_argument("-S", "--memory", type=_memory_size, default=DEFAULT_MEMORY,
+                       help="memory budget, as lmplz's: 2G, 512M, 80%% of physical memory (the "
+                       "default); counts beyond it spill to sorted files in -T and the model is "
+                       "estimated part by part, to the same bytes")
         p.add_argument("-T", "--temp_prefix", "--temp-prefix",
-                       help="accepted for lmplz compatibility; nplm writes no temporary files")
+                       help="folder for temporary files (default TMPDIR or /tmp); they are removed "
+                       "when the command ends, whichever way")
+        p.add_argument("--scheduler", metavar="ADDRESS",
+                       help="estimate on this Dask cluster (tcp://host:8786; the text files must be "
+                       "readable by the workers; pip install nplm[dask])")
         p.add_argument("-q", dest="q", nargs="?", const=True, metavar="B",
                        help="alone: no progress on stderr; with B: --binary's -q (quantise a trie's "
                        "probabilities to B bits)")
@@ -344,17 +377,61 @@ class Estimate:
                                       ("pointer_bits", args.pointer_bits)) if v is not None}
         if (options or args.binary_type) and args.binary is None:
             raise ValueError("--type, -p, -q B, -b and -a set the format of --binary, which is not given")
+        args.binary_options = options
+        if args.scheduler:
+            from dask.distributed import Client  # optional dependency
+            with Client(args.scheduler) as client:
+                return Estimate.estimate(args, client)
+        return Estimate.estimate(args, None)
+
+    @staticmethod
+    def estimate(args, client):
         arpa = args.arpa if args.arpa is not None else (None if args.binary else "-")
         fallback = None
         if args.discount_fallback is not None:
             fallback = args.discount_fallback or True
         # with -q, notices (fallback discounts, <unk> counted) still reach stderr, plainly
         with _plain_warnings():
-            estimate(args.text, args.order, arpa=arpa, binary=args.binary, discount_fallback=fallback,
+            text = None if args.counts else _one_or_list(args.text)
+            estimate(text, args.order, arpa=arpa, binary=args.binary, counts=args.counts, client=client,
+                     discount_fallback=fallback, memory=args.memory, temp_prefix=args.temp_prefix,
                      prune=args.prune, interpolate_unigrams=args.interpolate_unigrams,
                      limit_vocab_file=args.limit_vocab_file, skip_symbols=args.skip_symbols,
                      verbose_header=args.verbose_header, vocab_pad=args.vocab_pad,
-                     progress=not args.quiet, binary_type=args.binary_type, binary_options=options)
+                     progress=not args.quiet, binary_type=args.binary_type,
+                     binary_options=args.binary_options)
+        return 0
+
+
+@command("count", "Count the n-grams of a text (or merge counts files) for `nplm estimate --counts`")
+class Count:
+    OUTPUTS = ("output",)
+
+    @staticmethod
+    def add_arguments(p):
+        p.add_argument("-o", "--order", type=int, help="order of the n-grams (not with --merge)")
+        p.add_argument("--text", nargs="+", default=["-"], type=_input_files,
+                       help="text, one sentence per line (default stdin; plain, gzip, bz2 or xz); "
+                       "several files or glob patterns are read in turn as one text")
+        p.add_argument("--merge", nargs="+", type=_input_file, metavar="COUNTS",
+                       help="merge these counts files (shards, in this order) instead of counting")
+        p.add_argument("--output", required=True, help="the counts file to write")
+        p.add_argument("--skip_symbols", "--skip-symbols", action="store_true",
+                       help="treat <s>, </s> and <unk> in the text as whitespace")
+        p.add_argument("-S", "--memory", type=_memory_size, default=DEFAULT_MEMORY,
+                       help="memory budget while counting (as estimate's -S)")
+        p.add_argument("-T", "--temp_prefix", "--temp-prefix", help="folder for temporary files")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    @staticmethod
+    def run(args):
+        if args.merge:
+            merge_files(args.merge, args.output)
+            return 0
+        if args.order is None:
+            return _error("give the order (-o) to count")
+        count_to_file(_one_or_list(args.text), args.order, args.output, skip_symbols=args.skip_symbols,
+                      memory=args.memory, temp_prefix=args.temp_prefix, progress=not args.quiet)
         return 0
 
 

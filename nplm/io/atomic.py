@@ -1,15 +1,19 @@
 """Writing files atomically (temporary file + rename), text outputs, and the
-checks every writer makes before it starts (output names, stdout, self-overwrite)."""
+checks every writer makes before it starts (output names, stdout, self-overwrite);
+folders of temporary files that vanish on success, failure and Ctrl-C."""
 import atexit
 import contextlib
 import errno
 import gzip
 import io
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
+
+import numpy as np
 
 
 def check_output(path):
@@ -181,6 +185,112 @@ def _remove_live():
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     _LIVE.clear()
+
+
+class temp_folder:
+    """``with temp_folder(parent) as folder:`` a fresh folder for temporary files
+    under ``parent``, removed with all it holds when the block ends (normally, by an
+    exception or by Ctrl-C) and, failing that, at interpreter exit.  Like
+    ``atomic_write``, the name is listed before the folder exists.
+
+    ``folder.save(name, array)`` writes an array into it and turns a full disk into
+    an OSError(ENOSPC) that names the folder and the bytes needed."""
+
+    def __init__(self, parent, prefix="nplm-"):
+        self.parent = os.fspath(parent)
+        self.prefix = prefix
+        self.path = None
+
+    def __enter__(self):
+        held = _block_signals()
+        try:
+            while self.path is None:
+                path = os.path.join(self.parent, self.prefix + os.urandom(6).hex())
+                _LIVE_FOLDERS.add(path)
+                try:
+                    os.mkdir(path, 0o700)
+                    self.path = path
+                except FileExistsError:
+                    _LIVE_FOLDERS.discard(path)
+                except OSError:
+                    _LIVE_FOLDERS.discard(path)
+                    raise
+        finally:
+            _unblock_signals(held)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.remove()
+        return False
+
+    def remove(self):
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            _LIVE_FOLDERS.discard(self.path)
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    def save(self, name, array):
+        """Write ``array`` as ``name`` (.npy); returns the file's path."""
+        path = self.file(name + ".npy")
+        need = array.nbytes + 4096
+        free = shutil.disk_usage(self.path).free
+        if need > free:
+            raise self.full(need - free)
+        try:
+            np.save(path, array)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise self.full(need) from None
+            raise
+        return path
+
+    def check_space(self, need):
+        """Raise the ENOSPC error now when ``need`` bytes will not fit."""
+        free = shutil.disk_usage(self.path).free
+        if need + 4096 > free:
+            raise self.full(need + 4096 - free)
+
+    def write(self, f, array):
+        """Write the bytes of ``array`` to the open file ``f`` in the folder."""
+        try:
+            if array.nbytes:
+                f.write(memoryview(np.ascontiguousarray(array).reshape(-1)).cast("B"))
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise self.full(array.nbytes) from None
+            raise
+
+    def full(self, need):
+        return OSError(errno.ENOSPC, f"no space left for temporary files in {self.parent}: "
+                       f"about {need / (1 << 20):.1f} MiB more needed (set the folder with -T)",
+                       self.parent)
+
+    def load(self, name, mmap=True):
+        return np.load(self.file(name + ".npy"), mmap_mode="r" if mmap else None)
+
+    def delete(self, name):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.file(name + ".npy"))
+
+    def disk_bytes(self):
+        """Bytes the folder's files take now."""
+        total = 0
+        for entry in os.scandir(self.path):
+            with contextlib.suppress(OSError):
+                total += entry.stat().st_size
+        return total
+
+
+_LIVE_FOLDERS = set()   # temp_folder folders not yet removed
+
+
+@atexit.register
+def _remove_live_folders():
+    for path in list(_LIVE_FOLDERS):
+        shutil.rmtree(path, ignore_errors=True)
+    _LIVE_FOLDERS.clear()
 
 
 _SIGNALS = {getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n)}

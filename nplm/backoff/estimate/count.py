@@ -1,0 +1,243 @@
+"""Stage 1, counting: the vocabulary and the highest-order n-gram counts.
+
+Text comes from files (plain, gzip, bz2 or xz), stdin ('-'), file objects, several
+of them or glob patterns, read in chunks of whole lines.  The counts stay in memory
+while they fit in the budget; beyond it the table is sorted in suffix order and
+spilled to the temporary folder as a run, and counting starts a new table with the
+same vocabulary (lmplz's corpus_count does the same with its blocks).
+"""
+import codecs
+import contextlib
+import glob
+import gzip
+import io
+import lzma
+import mmap
+import os
+import sys
+import zlib
+
+import numpy as np
+
+from nplm.backoff import _kn
+from nplm.errors import CompressedDataError, FormatError
+from nplm.io.files import open_binary, open_text
+from nplm.io.text import split_words
+
+MAX_CHUNK = 1 << 24
+MIN_CHUNK = 1 << 16
+
+
+class Counts:
+    """What counting yields: the counter (vocabulary, token statistics, and the
+    n-grams not spilled) and the names of the spilled runs in ``folder``."""
+
+    def __init__(self, counter, name):
+        self.counter = counter
+        self.name = name
+        self.runs = []          # names of (keys, counts) runs in the folder, in spill order
+        self.folder = None
+        self.maps = {}
+
+    @property
+    def spilled(self):
+        return bool(self.runs)
+
+    def spill(self, folder):
+        """Sort the table in suffix order and write it out as a run."""
+        keys, counts = self.counter.suffix_sorted()
+        self.counter.reset_table()
+        _kn.release_free_memory()
+        run = f"run{len(self.runs)}"
+        folder.save(run + ".keys", keys)
+        folder.save(run + ".counts", counts)
+        self.runs.append(run)
+        self.folder = folder
+        del keys, counts
+        _kn.release_free_memory()
+
+    def load_run(self, run):
+        """A run's (keys, counts), mapped once."""
+        if run not in self.maps:
+            self.maps[run] = (self.folder.load(run + ".keys"), self.folder.load(run + ".counts"))
+        return self.maps[run]
+
+    def release(self):
+        """Drop the mapped runs' pages from resident memory (they stay mapped)."""
+        for keys, counts in self.maps.values():
+            for a in (keys, counts):
+                m = getattr(a, "_mmap", None)
+                if m is not None and hasattr(mmap, "MADV_DONTNEED"):
+                    with contextlib.suppress(OSError, ValueError):
+                        m.madvise(mmap.MADV_DONTNEED)
+
+    def drop_runs(self):
+        for run in self.runs:
+            self.maps.pop(run, None)
+            self.folder.delete(run + ".keys")
+            self.folder.delete(run + ".counts")
+        self.runs = []
+
+
+def table_peak(counter):
+    """Bytes the counter's table would hold at its next growth, plus the suffix sort's
+    buffers: what must fit in the budget before counting goes on in memory."""
+    rows = counter.distinct_ngrams
+    return 2 * counter.table_bytes + rows * (counter.order + 2) * 4 + rows * (4 * counter.order + 8)
+
+
+def source_names(text):
+    """The inputs as a list: file objects and '-' as they are, paths expanded when
+    they hold glob patterns (sorted), in the order given."""
+    items = list(text) if isinstance(text, (list, tuple)) else [text]
+    if not items:
+        raise ValueError("no training text given")
+    out = []
+    for item in items:
+        if isinstance(item, (str, bytes, os.PathLike)):
+            path = os.fsdecode(item)
+            if path != "-" and not os.path.exists(path) and glob.has_magic(path):
+                matches = sorted(glob.glob(path))
+                if not matches:
+                    raise FileNotFoundError(2, "No file matches the pattern", path)
+                out.extend(matches)
+                continue
+            out.append(path)
+        else:
+            out.append(item)
+    return out
+
+
+def text_name(text):
+    if isinstance(text, (list, tuple)):
+        return " ".join(text_name(t) for t in text)
+    if isinstance(text, (str, bytes, os.PathLike)):
+        return "-" if os.fsdecode(text) == "-" else os.fsdecode(text)
+    return getattr(text, "name", "<stream>")
+
+
+def open_source(text):
+    """(binary reader, whether we own it, byte size for the progress bar or 0)."""
+    own = isinstance(text, (str, bytes, os.PathLike))
+    f = open_binary(text_name(text)) if own else text
+    total = 0
+    if isinstance(f, io.BufferedReader):  # plain file (or stdin): a byte-based bar
+        try:
+            total = os.fstat(f.fileno()).st_size
+        except (OSError, ValueError):
+            total = 0
+    return f, own, total
+
+
+def chunks(f, total, report, size=MAX_CHUNK):
+    """Yield (bytes of whole lines, number of the chunk's first line) from the binary
+    or text reader ``f``.  The last chunk may end without a newline."""
+    report.start(total)
+    carry = b""
+    line = 1
+    done = 0
+    while True:
+        block = f.read(size)
+        if isinstance(block, str):
+            block = block.encode("utf-8")
+        if not block:
+            break
+        done += len(block)
+        block = carry + block
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            carry = block
+            continue
+        carry = block[cut:]
+        yield block[:cut], line
+        line += block.count(b"\n", 0, cut)
+        report.update(done)
+    if carry:
+        yield carry, line
+    report.finish()
+
+
+def check_utf8(chunk, name, line):
+    try:
+        codecs.utf_8_decode(chunk, "strict", True)
+    except UnicodeDecodeError as e:
+        bad_line = line + chunk.count(b"\n", 0, e.start)
+        raise FormatError(f"invalid UTF-8 (byte 0x{chunk[e.start]:02x}); the text must be UTF-8",
+                          name, bad_line) from None
+
+
+def feed(counter, chunk, name, line):
+    """Count one chunk; turn the kernel's status into an exception."""
+    check_utf8(chunk, name, line)
+    rc = counter.feed(chunk)
+    if rc == 0:
+        return
+    if rc == -1:
+        raise MemoryError("out of memory while counting n-grams")
+    if rc == -3:
+        raise MemoryError("too many distinct n-grams or words for 32-bit indices")
+    if rc == -2:
+        at = counter.err_offset
+        end = at
+        while end < len(chunk) and chunk[end:end + 1] not in b" \t\r\n\0":
+            end += 1
+        word = chunk[at:end].decode("utf-8")
+        raise FormatError(f"special word {word} is not allowed in the text (it is added "
+                          f"around every line); pass --skip_symbols (skip_symbols=True) "
+                          f"to treat <s>, </s> and <unk> as whitespace",
+                          name, line + chunk.count(b"\n", 0, at))
+    raise RuntimeError(f"n-gram counting failed with status {rc}")
+
+
+def count_source(source, counts, report, budget, folder):
+    """Count one input into ``counts``, spilling runs to ``folder()`` (a callable
+    that makes the folder on first use) when the table outgrows ``budget``."""
+    name = text_name(source)
+    f, own, total = open_source(source)
+    size = int(min(MAX_CHUNK, max(MIN_CHUNK, budget // 64)))
+    try:
+        report.say(f"Reading {name if name != '-' else 'stdin'}")
+        for chunk, line in chunks(f, total, report, size):
+            feed(counts.counter, chunk, name, line)
+            if table_peak(counts.counter) > budget:
+                counts.spill(folder())
+    except CompressedDataError:
+        raise                       # the readers already name the file
+    except (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile, OSError) as e:
+        if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and e.errno is not None:
+            raise
+        raise FormatError(f"corrupt or truncated compressed text ({e})", name) from None
+    finally:
+        if own and f is not sys.stdin.buffer:
+            f.close()
+
+
+def count(text, config, report, budget=None, folder=None):
+    """Count ``text`` (one input or a list); returns ``Counts``.  ``budget`` (bytes)
+    bounds the table; ``folder`` is a callable giving the temporary folder."""
+    counts = Counts(_kn.Counter(config.order, config.skip_symbols), text_name(text))
+    budget = budget if budget is not None else config.memory
+    for source in source_names(text):
+        count_source(source, counts, report, budget, folder)
+    counter = counts.counter
+    if counter.tokens == 0:
+        what = "is empty" if counter.sentences == 0 else "has no words (only blank lines)"
+        raise ValueError(f"{counts.name}: the text {what}; nothing to estimate")
+    return counts
+
+
+def limit_vocab(path, vocab_find, vocab_size):
+    """1 for every word that is not in the --limit_vocab_file list (never specials)."""
+    prune_word = np.ones(vocab_size, dtype=np.uint8)
+    prune_word[:3] = 0
+    lineno = 0
+    try:
+        with open_text(path) as f:
+            for line in f:
+                for word in split_words(line.replace("\0", " ")):
+                    i = vocab_find(word.encode("utf-8"))
+                    if i >= 0:
+                        prune_word[i] = 0
+    except UnicodeDecodeError:
+        raise FormatError("invalid UTF-8 in the vocabulary list", path, lineno + 1) from None
+    return prune_word

@@ -1,0 +1,88 @@
+"""The Kneser-Ney estimation on a Dask cluster (a LocalCluster of 2 worker
+processes): the inputs cut into shards, the ARPA byte-identical to lmplz's."""
+import lzma
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nplm.backoff.estimate import distributed, estimate
+
+pytest.importorskip("dask.distributed")
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT.parent / "shared" / "reference"
+
+CASES = [
+    ("ptb5k.o3", "ptb5k.txt", 3, {}),
+    ("ptb5k.o4.prune011", "ptb5k.txt", 4, {"prune": [0, 1, 1]}),
+    ("ptb5k.o3.nointerp-unigrams", "ptb5k.txt", 3, {"interpolate_unigrams": False}),
+    ("wiki3k.o5", "wiki3k.txt", 5, {}),
+    ("tiny200.o4.discount-fallback", "tiny200.txt", 4, {"discount_fallback": True}),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from dask.distributed import LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    from dask.distributed import Client
+    with Client(cluster) as c:
+        yield c
+
+
+def reference(name):
+    with lzma.open(REFERENCE / f"{name}.arpa.xz", "rb") as f:
+        return f.read()
+
+
+def shard_files(tmp_path, text, n):
+    """The text as n files of consecutive lines, the second compressed."""
+    lines = (REFERENCE / text).read_bytes().splitlines(keepends=True)
+    paths = []
+    for i in range(n):
+        part = b"".join(lines[i * len(lines) // n:(i + 1) * len(lines) // n])
+        path = tmp_path / (f"shard{i}.txt.xz" if i == 1 else f"shard{i}.txt")
+        if i == 1:
+            with lzma.open(path, "wb") as f:
+                f.write(part)
+        else:
+            path.write_bytes(part)
+        paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("name,text,order,options", CASES, ids=[c[0] for c in CASES])
+def test_dask_shards_give_lmplz_bytes(name, text, order, options, client, tmp_path):
+    if not REFERENCE.is_dir():
+        pytest.skip("../shared/reference is absent")
+    out = tmp_path / "model.arpa"
+    estimate(shard_files(tmp_path, text, 3), order, arpa=out, client=client, progress=False, **options)
+    assert out.read_bytes() == reference(name)
+
+
+def test_dask_cuts_a_plain_file_into_byte_ranges(client, tmp_path, monkeypatch):
+    if not REFERENCE.is_dir():
+        pytest.skip("../shared/reference is absent")
+    monkeypatch.setattr(distributed, "SHARD_BYTES", 50_000)
+    ranges = distributed.shard_ranges([str(REFERENCE / "ptb5k.txt")], distributed.SHARD_BYTES)
+    assert len(ranges) > 5
+    out = tmp_path / "model.arpa"
+    estimate(str(REFERENCE / "ptb5k.txt"), 5, arpa=out, client=client, progress=False)
+    assert out.read_bytes() == reference("ptb5k.o5")
+
+
+def test_cli_scheduler(cluster, tmp_path):
+    if not REFERENCE.is_dir():
+        pytest.skip("../shared/reference is absent")
+    out = tmp_path / "model.arpa"
+    subprocess.run([sys.executable, "-m", "nplm", "estimate", "-o", "3", "--text",
+                    *shard_files(tmp_path, "ptb5k.txt", 2), "--arpa", str(out), "-q",
+                    "--scheduler", cluster.scheduler_address], cwd=ROOT, check=True)
+    assert out.read_bytes() == reference("ptb5k.o3")

@@ -1,0 +1,163 @@
+"""Kneser-Ney estimation within a memory budget: counts spilled as sorted runs to a
+temporary folder and the model estimated part by part must give lmplz's ARPA byte
+for byte, and leave no temporary file behind, whichever way the run ends."""
+import lzma
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nplm.backoff.estimate import DiscountError, estimate, parse_size
+from nplm.backoff.estimate.partitioned import plan_parts
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT.parent / "shared" / "reference"
+
+CASES = [
+    ("ptb5k.o2", "ptb5k.txt", 2, {}),
+    ("ptb5k.o3", "ptb5k.txt", 3, {}),
+    ("ptb5k.o4", "ptb5k.txt", 4, {}),
+    ("ptb5k.o5", "ptb5k.txt", 5, {}),
+    ("ptb5k.o3.nointerp-unigrams", "ptb5k.txt", 3, {"interpolate_unigrams": False}),
+    ("ptb5k.o4.prune011", "ptb5k.txt", 4, {"prune": [0, 1, 1]}),
+    ("wiki3k.o5", "wiki3k.txt", 5, {}),
+    ("tiny200.o4.discount-fallback", "tiny200.txt", 4, {"discount_fallback": True}),
+]
+
+
+def need_reference():
+    if not REFERENCE.is_dir():
+        pytest.skip("../shared/reference (lmplz outputs) is absent")
+
+
+def leftovers(folder):
+    return sorted(p.name for p in Path(folder).iterdir() if p.name.startswith("nplm-"))
+
+
+@pytest.mark.parametrize("memory", ["64K", "1M"])
+@pytest.mark.parametrize("name,text,order,options", CASES, ids=[c[0] for c in CASES])
+def test_spilled_estimate_is_lmplz_bytes(name, text, order, options, memory, tmp_path, capsys):
+    need_reference()
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    out = tmp_path / "model.arpa"
+    estimate(REFERENCE / text, order, arpa=out, memory=memory, temp_prefix=temp, **options)
+    err = capsys.readouterr().err
+    assert " parts of about " in err          # it did spill and run part by part
+    with lzma.open(REFERENCE / f"{name}.arpa.xz", "rb") as f:
+        assert out.read_bytes() == f.read()
+    assert leftovers(temp) == []
+
+
+def generated_corpus(path, lines, vocab, seed):
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    weights = [1.0 / (i + 1) for i in range(vocab)]      # Zipf-like, so counts vary
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(lines):
+            n = rng.randint(1, 25)
+            f.write(" ".join(rng.choices(words, weights, k=n)) + "\n")
+
+
+@pytest.mark.parametrize("order,vocab,options", [(3, 50, {}), (5, 2000, {}), (4, 500, {"prune": [0, 0, 1]}),
+                                                 (6, 300, {"interpolate_unigrams": False})])
+def test_spilled_equals_in_memory_on_generated_text(order, vocab, options, tmp_path):
+    text = tmp_path / "corpus.txt"
+    generated_corpus(text, 4000, vocab, seed=order * vocab)
+    whole, spilled = tmp_path / "whole.arpa", tmp_path / "spilled.arpa"
+    options = dict(options, discount_fallback=True)     # small vocabularies lack count-1 words
+    estimate(text, order, arpa=whole, progress=False, **options)
+    for memory in ("64K", "256K"):
+        estimate(text, order, arpa=spilled, progress=False, memory=memory, temp_prefix=tmp_path, **options)
+        assert spilled.read_bytes() == whole.read_bytes()
+    assert leftovers(tmp_path) == []
+
+
+def test_several_inputs_and_compressed_glob(tmp_path):
+    """Several files (one compressed) read in turn are the concatenated text."""
+    need_reference()
+    lines = (REFERENCE / "ptb5k.txt").read_bytes().splitlines(keepends=True)
+    (tmp_path / "a.txt").write_bytes(b"".join(lines[:2000]))
+    with lzma.open(tmp_path / "b.txt.xz", "wb") as f:
+        f.write(b"".join(lines[2000:]))
+    out = tmp_path / "m.arpa"
+    estimate([tmp_path / "a.txt", str(tmp_path / "b.txt*")], 3, arpa=out, progress=False,
+             memory="128K", temp_prefix=tmp_path)
+    with lzma.open(REFERENCE / "ptb5k.o3.arpa.xz", "rb") as f:
+        assert out.read_bytes() == f.read()
+
+
+def test_failure_after_spilling_leaves_nothing(tmp_path):
+    """A small vocabulary has no word of adjusted count 1, so the discounts fail,
+    which is found only after the runs were written and merged."""
+    text = tmp_path / "corpus.txt"
+    generated_corpus(text, 3000, 50, seed=1)
+    with pytest.raises(DiscountError):
+        estimate(text, 4, arpa=tmp_path / "m.arpa", progress=False, memory="64K", temp_prefix=tmp_path)
+    assert leftovers(tmp_path) == []
+    assert not (tmp_path / "m.arpa").exists()
+
+
+def test_ctrl_c_leaves_nothing(tmp_path):
+    text = tmp_path / "corpus.txt"
+    generated_corpus(text, 60000, 5000, seed=7)
+    cmd = [sys.executable, "-m", "nplm", "estimate", "-o", "5", "--text", str(text), "--arpa",
+           str(tmp_path / "m.arpa"), "-S", "64K", "-T", str(tmp_path), "-q"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not leftovers(tmp_path) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it spilled"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert leftovers(tmp_path) == []
+    assert not (tmp_path / "m.arpa").exists()
+
+
+def test_full_disk_names_the_folder(tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    import numpy as np
+
+    from nplm.io.atomic import temp_folder
+    with temp_folder(tmp_path) as folder:
+        os.symlink("/dev/full", folder.file("x.npy"))
+        with pytest.raises(OSError, match=str(tmp_path)):
+            folder.save("x", np.zeros(1 << 16))
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("text,value", [("1G", 1 << 30), ("64K", 64 << 10), ("512", 512 << 10),
+                                        ("2.5M", int(2.5 * (1 << 20))), ("100b", 100)])
+def test_parse_size_like_lmplz(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("bad", ["", "G", "-1G", "1X", "0"])
+def test_parse_size_rejects(bad):
+    with pytest.raises(ValueError):
+        parse_size(bad)
+
+
+def test_parse_size_percent_of_physical_memory():
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert abs(parse_size("50%") - total // 2) <= 1
+
+
+def test_parts_cover_every_word_and_are_never_empty():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    hist = rng.integers(0, 5, size=1000) * (rng.random(1000) < 0.3)
+    for target in (1, 7, 50, 10 ** 6):
+        plan = plan_parts(hist, 1000, target)
+        b = plan.bounds
+        assert b[0] == 0 and b[-1] == 1000 and (np.diff(b) > 0).all()
+        rows = [int(hist[b[i]:b[i + 1]].sum()) for i in range(len(b) - 1)]
+        assert all(r > 0 for r in rows)
