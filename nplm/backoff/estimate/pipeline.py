@@ -166,43 +166,65 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
              counts=None, client=None, binary_type=None, binary_options=None):
     """Estimate an interpolated modified Kneser-Ney model the way lmplz does.
 
-    text:    path of the training text ('-' = stdin; plain, gzip, bz2 or xz), a
-             glob pattern, a readable file object, or a list of these (read in
-             turn, as one text); one sentence per line, words separated by spaces.
-    order:   the model order (lmplz -o).
-    arpa:    write an ARPA file there ('-' = stdout) (lmplz --arpa).
-    binary:  write a binary model there, in one pass (no ARPA read back).
-    binary_type: its format, as nplm.build_binary's type: "probing" or "trie"
-             (KenLM's files, exactly as build_binary writes them from the ARPA) or
-             "nplm"; None: nplm's for a name ending in .nplm, else KenLM's probing.
-    binary_options: build_binary's settings for it, as a dict of
-             nplm.build_binary's keywords (prob_bits=8, pointer_bits=22, ...).
-    discount_fallback: None, True (0.5 1 1.5) or up to three discounts, used for
-             orders whose counts-of-counts cannot give discounts (lmplz
-             --discount_fallback); without it such data raises DiscountError.
-    prune:   per-order count thresholds, non-decreasing, first one 0 (lmplz --prune).
-    interpolate_unigrams: False gives the unigram interpolation mass to <unk>.
-    limit_vocab_file: prune every n-gram with a word not listed in this file.
-    skip_symbols: treat <s>, </s> and <unk> in the text as whitespace.
-    verbose_header: put lmplz's "# Input file / Token count / Smoothing" comments in
-             the ARPA output.
-    vocab_pad: spread the unigram interpolation mass as if the vocabulary had at
-             least this many words (lmplz --vocab_pad).
-    progress: stage headers, progress bars and statistics on stderr.
-    memory:  the memory budget (lmplz -S): bytes, or a size such as "2G" or "80%"
-             of physical memory (the default).  Counts that outgrow it spill to
-             temporary files and the model is estimated part by part.
-    temp_prefix: the folder for those files (lmplz -T; default TMPDIR or /tmp);
-             they are removed on success, failure and Ctrl-C.
-    client:  a ``dask.distributed.Client``: estimate on its cluster (files that the
-             workers can read; ``pip install nplm[dask]``), the same model.
-    counts:  instead of ``text`` (None), counts files written by ``nplm count``
-             (``count_to_file``), merged in the order given: the model of the
-             texts they counted, taken in that order.
+    Parameters
+    ----------
+    text : str, path, file or list
+        The training text ('-' = stdin; plain, gzip, bz2 or xz), a glob pattern, a
+        readable file object, or a list of these (read in turn, as one text); one
+        sentence per line, words separated by spaces.
+    order : int
+        The model order (lmplz ``-o``).
+    arpa : str, optional
+        Write an ARPA file there ('-' = stdout; lmplz ``--arpa``).
+    binary : str, optional
+        Write a binary model there, in one pass (no ARPA read back).
+    binary_type : str, optional
+        Its format, as ``nplm.build_binary``'s type: "probing" or "trie" (KenLM's
+        files, exactly as build_binary writes them from the ARPA) or "nplm"; None:
+        nplm's for a name ending in .nplm, else KenLM's probing.
+    binary_options : dict, optional
+        build_binary's settings for it, as ``nplm.build_binary``'s keywords
+        (prob_bits=8, pointer_bits=22, ...).
+    discount_fallback : None, True or sequence of float
+        True (0.5 1 1.5) or up to three discounts, used for orders whose
+        counts-of-counts cannot give discounts (lmplz ``--discount_fallback``); without
+        it such data raises ``DiscountError``.
+    prune : sequence of int, optional
+        Per-order count thresholds, non-decreasing, the first one 0 (lmplz ``--prune``).
+    interpolate_unigrams : bool
+        False gives the unigram interpolation mass to ``<unk>``.
+    limit_vocab_file : str, optional
+        Prune every n-gram with a word not listed in this file.
+    skip_symbols : bool
+        Treat ``<s>``, ``</s>`` and ``<unk>`` in the text as whitespace.
+    verbose_header : bool
+        Put lmplz's "# Input file / Token count / Smoothing" comments in the ARPA output.
+    vocab_pad : int
+        Spread the unigram interpolation mass as if the vocabulary had at least this
+        many words (lmplz ``--vocab_pad``).
+    progress : bool
+        Stage headers and statistics on stderr, and progress bars when stderr is a
+        terminal.
+    memory : int or str, optional
+        The memory budget (lmplz ``-S``): bytes, or a size such as "2G" or "80%" of
+        physical memory (the default).  Counts that outgrow it spill to temporary
+        files and the model is estimated part by part, to the same bytes.
+    temp_prefix : str, optional
+        The folder for those files (lmplz ``-T``; default TMPDIR or /tmp); they are
+        removed on success, failure and Ctrl-C.
+    counts : list of str, optional
+        Instead of ``text`` (None): counts files written by ``nplm count``, merged in
+        the order given; the model of the texts they counted, taken in that order.
+    client : dask.distributed.Client, optional
+        Estimate on its cluster (files the workers can read; ``pip install
+        nplm[dask]``): the same model.
 
-    Returns the model as NGramTables (log10 values; n-grams in lmplz's order), or
-    None when the counts spilled and only an ARPA file was asked for (the model
-    was never whole in memory).
+    Returns
+    -------
+    NGramTables or None
+        The model (log10 values; n-grams in lmplz's order), or None when the counts
+        spilled and only an ARPA file was asked for (the model was never whole in
+        memory).
     """
     t0 = time.perf_counter()
     config = EstimateConfig.make(order, discount_fallback=discount_fallback, prune=prune,
