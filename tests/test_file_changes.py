@@ -21,7 +21,7 @@ from _bounded import ROOT, run_python
 
 import nplm
 
-from helpers import make_net
+from helpers import REFERENCE, make_net, need_shared
 
 TOY_ARPA = ROOT / "examples" / "toy.arpa"
 SENTENCES = ["the dog saw a cat", "w1 w2 w3 w4", "a cat"]
@@ -117,3 +117,30 @@ m = nplm.Model({str(model_file)!r})
 print("survived")
 """, timeout=120)
     assert r.returncode == -signal.SIGBUS and "survived" not in r.stdout, (r.returncode, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("kind", ["probing", "trie"])
+@pytest.mark.parametrize("method", ["LAZY", "POPULATE_OR_READ"])
+def test_truncating_a_mapped_kenlm_binary_raises(tmp_path, kind, method):
+    """KenLM's binary files are guarded as nplm's are: reading a page that truncation
+    cut off is MappedFileChanged naming the file, not SIGBUS.  (A model of several
+    pages: within a file's last page, the bytes past its end read as zeros.)"""
+    need_shared()
+    path = tmp_path / f"m.{kind}.bin"
+    nplm.build_binary(str(REFERENCE / "ptb5k.o3.arpa.xz"), str(path), kind)
+    r = run_python(f"""
+import os, nplm
+cfg = nplm.Config(); cfg.load_method = nplm.LoadMethod.{method}
+m = nplm.Model({str(path)!r}, cfg)
+m.score("the dog")
+os.truncate({str(path)!r}, 100)
+try:
+    for _ in range(3):
+        [m.score(s) for s in {SENTENCES!r}]
+        m.score_sentences({SENTENCES!r} * 50)
+    print("no exception")
+except nplm.FormatError as e:
+    print(type(e).__name__, e)
+""", timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert r.stdout.startswith("MappedFileChanged") and str(path) in r.stdout, r.stdout

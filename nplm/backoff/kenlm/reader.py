@@ -15,6 +15,7 @@ from nplm import _kernels
 from nplm.backoff.kenlm import format as fmt
 from nplm.backoff.kenlm._klm import KenlmProbingCore, KenlmTrieCore, KenlmVocab
 from nplm.errors import FormatError
+from nplm.io._mapguard import guard
 
 # nplm's LoadMethod values (kenlm's util::LoadMethod).
 LAZY, POPULATE_OR_LAZY, POPULATE_OR_READ, READ, PARALLEL_READ = range(5)
@@ -79,6 +80,7 @@ def _map(path, length, load_method):
         if load_method in (POPULATE_OR_LAZY, POPULATE_OR_READ) and hasattr(mmap, "MAP_POPULATE"):
             flags |= mmap.MAP_POPULATE
         mm = mmap.mmap(f.fileno(), length, flags=flags, prot=mmap.PROT_READ)
+        guard(mm, path)     # truncating the file under it: an exception, not SIGBUS
     return np.frombuffer(mm, dtype=np.uint8)
 
 

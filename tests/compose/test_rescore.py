@@ -9,13 +9,13 @@ import re
 
 import numpy as np
 import pytest
-from conftest import REFERENCE, need_shared, quiet_config
-from neural_fixtures import WORDS, make_net
 
 import nplm
 from nplm.cli.main import main as cli_main
 from nplm.compose._rescore import SharedScorer, scan
 from nplm.errors import FormatError
+
+from helpers import REFERENCE, WORDS, make_net, need_shared, quiet_config
 
 PTB_WORDS = ("the company said it expects to report a loss UNK shares rose N cents of new year "
              "stock market fell sharply in million").split()

@@ -15,7 +15,8 @@ import pytest
 from nplm.backoff.estimate import DiscountError, estimate, parse_size
 from nplm.backoff.estimate.partitioned import plan_parts
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 REFERENCE = ROOT.parent / "shared" / "reference"
 
 CASES = [

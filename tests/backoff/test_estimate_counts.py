@@ -3,7 +3,6 @@ the whole corpus, byte for byte (and lmplz's, where it has a reference)."""
 import lzma
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,8 @@ from nplm.backoff.estimate import estimate
 from nplm.backoff.estimate.counts import ShardCounts, count_to_file, merge_files
 from nplm.errors import FormatError
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 REFERENCE = ROOT.parent / "shared" / "reference"
 
 

@@ -3,7 +3,6 @@ processes): the inputs cut into shards, the ARPA byte-identical to lmplz's."""
 import lzma
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,8 @@ from nplm.backoff.estimate import distributed, estimate
 
 pytest.importorskip("dask.distributed")
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 REFERENCE = ROOT.parent / "shared" / "reference"
 
 CASES = [

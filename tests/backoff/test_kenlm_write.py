@@ -11,7 +11,6 @@ import subprocess
 import kenlm
 import numpy as np
 import pytest
-from conftest import REFERENCE, need_shared, read_lines
 from hypothesis import HealthCheck, given, settings
 from test_backoff_kenlm import _arpa, _srilm_variants, random_arpa
 
@@ -19,6 +18,8 @@ import nplm
 from nplm.backoff.arpa import read_arpa
 from nplm.backoff.kenlm import write as kenlm_write
 from nplm.cli.main import main
+
+from helpers import REFERENCE, need_shared, read_lines
 
 KENLM_BINARY = REFERENCE / "kenlm-binary"
 # file part -> nplm.build_binary's type and options (README.md there gives the flags)

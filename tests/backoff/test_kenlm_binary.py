@@ -8,14 +8,14 @@ import lzma
 import mmap
 import shutil
 import struct
-from pathlib import Path
 
 import kenlm
 import numpy as np
 import pytest
-from conftest import DATA, REFERENCE, need_shared, read_lines
 
 import nplm
+
+from helpers import DATA, REFERENCE, ROOT, need_shared, read_lines
 
 BINARIES = REFERENCE / "kenlm-binary"
 NAMES = sorted(p.name[:-len(".bin.xz")] for p in BINARIES.glob("*.bin.xz")) if BINARIES.is_dir() else []
@@ -472,7 +472,7 @@ def test_verify(kenlm_binaries, tmp_path, name):
         verify(str(bad))
 
 
-ORDER7 = Path(__file__).resolve().parent / "data" / "kenlm-order7"
+ORDER7 = ROOT / "tests" / "data" / "kenlm-order7"
 
 
 @pytest.mark.parametrize("layout", ["probing", "trie", "trie-a22q8b8"])

@@ -6,13 +6,14 @@ import json
 import math
 
 import pytest
-from conftest import REFERENCE, need_shared
 
 import nplm
 from nplm.cli.main import main as cli_main
 from nplm.compose.ensemble import ensemble
 from nplm.neural.network import NeuralConfig
 from nplm.neural.train import TrainConfig, train
+
+from helpers import REFERENCE, need_shared
 
 SENTENCES = ["the company said it expects", "of the new year the stock market fell", "", "zzqx qqq"]
 
