@@ -22,3 +22,26 @@ def reference_binaries(tmp_path_factory):
         out[name] = str(tmp / f"{name}.nplm")
         nplm.build_binary(str(REFERENCE / f"{name}.arpa.xz"), out[name])
     return out
+
+
+# Modules whose tests take tens of seconds each (the durations of a full run); with
+# -m "not slow" a developer runs the rest in a few minutes.
+SLOW_MODULES = {"test_fuzz", "test_reproduce", "test_interrupt", "test_doc_examples", "test_docs_build",
+                "test_estimate_dask", "test_estimate_spill", "test_kenlm_clients", "test_fork_safety",
+                "test_address_space_limits", "test_arpa_header_bombs", "test_train", "test_progress_output"}
+# Names that mean a test module reads ../shared.
+SHARED_NAMES = ("REFERENCE", "DATA", "SHARED", "need_shared", "reference_binaries")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark tests ``slow`` by module and ``needs_shared`` where their module names
+    ../shared, so that ``-m "not slow"`` and ``-m "not needs_shared"`` select."""
+    sources = {}
+    for item in items:
+        path = item.path
+        if path not in sources:
+            sources[path] = path.read_text(errors="replace") if path.suffix == ".py" else ""
+        if path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+        if any(name in sources[path] for name in SHARED_NAMES):
+            item.add_marker(pytest.mark.needs_shared)
