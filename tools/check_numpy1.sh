@@ -27,4 +27,4 @@ assert "site-packages" in nplm.__file__, nplm.__file__
 print(f"numpy {numpy.__version__}, nplm {nplm.__version__} from {nplm.__file__}")
 PY
 pytest -q -p no:cacheprovider --rootdir "$REPO" \
-    "$REPO/tests/test_backoff_kenlm.py" "$REPO/tests/test_kenlm_clients.py"
+    "$REPO/tests/backoff/test_backoff_kenlm.py" "$REPO/tests/test_kenlm_clients.py"
