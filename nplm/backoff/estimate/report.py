@@ -1,5 +1,5 @@
-"""Progress of an estimation on stderr: lmplz's stage headers and 100-star bars,
-and a tqdm bar per pass of the partitioned estimation (only on a terminal)."""
+"""Progress of an estimation on stderr: lmplz's stage headers and statistics, and
+tqdm bars per stage and per pass of the partitioned estimation (only on a terminal)."""
 import sys
 import warnings
 
@@ -7,15 +7,14 @@ from tqdm import tqdm
 
 
 class Report:
-    """lmplz-style stage headers and 100-star progress bars on stderr."""
-
-    RULER = "".join(f"{p:->5}" for p in range(5, 101, 5))
+    """lmplz-style stage headers and statistics on stderr, and a progress bar for each
+    stage, in the tqdm style of every nplm command, drawn only when stderr is a terminal
+    (a pipe or a log gets the headers and statistics alone)."""
 
     def __init__(self, enabled, stages):
         self.enabled = enabled
         self.stages = stages
-        self.stars = 0
-        self.total = 0
+        self.bar = None
 
     def say(self, message):
         if self.enabled:
@@ -33,27 +32,19 @@ class Report:
 
     def start(self, total):
         """A bar for ``total`` units of work; none when the total is unknown (0)."""
-        self.total = max(int(total), 0)
-        self.stars = 0
-        if self.enabled and self.total:
-            sys.stderr.write(self.RULER + "\n")
-            sys.stderr.flush()
+        self.finish()
+        if self.enabled and int(total) > 0:
+            self.bar = tqdm(total=int(total), unit="", unit_scale=True, file=sys.stderr, leave=False,
+                            disable=None, mininterval=0.5)
 
     def update(self, done):
-        if not self.enabled or not self.total:
-            return
-        want = min(100, int(100 * done / self.total))
-        if want > self.stars:
-            sys.stderr.write("*" * (want - self.stars))
-            sys.stderr.flush()
-            self.stars = want
+        if self.bar is not None and not self.bar.disable:
+            self.bar.update(min(int(done), self.bar.total) - self.bar.n)
 
     def finish(self):
-        if self.enabled and self.total:
-            self.update(self.total)
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-        self.total = 0
+        if self.bar is not None:
+            self.bar.close()
+        self.bar = None
 
     def passes(self, items, description, total=None):
         """``items``, with a tqdm bar when progress is on and stderr is a terminal."""
