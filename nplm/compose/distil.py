@@ -133,7 +133,8 @@ class DistilConfig:
 # ---------------------------------------------------------------------------------
 # Stage 1: the teacher.
 
-def _load(model):
+def load_model(model):
+    """An nplm.Model of a path (quietly), or the model given."""
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         cfg = Config()
         cfg.show_progress = False
@@ -183,15 +184,15 @@ class Teacher:
 
 def prepare_teacher(teacher, cfg):
     """Stage 1: load the teacher and the lower-order teacher, check the vocabulary."""
-    model = _load(teacher)
-    lower = _load(cfg.lower_teacher) if cfg.lower_teacher is not None else model
+    model = load_model(teacher)
+    lower = load_model(cfg.lower_teacher) if cfg.lower_teacher is not None else model
     _warn_short_histories(model, cfg.order, lower is not model)
     words = model.vocab.words()
     wid = {w: i for i, w in enumerate(words)}
     for sp in ("<s>", "</s>"):
         if sp not in wid:
             raise ValueError(f"the teacher's vocabulary has no {sp}")
-    lower_map = _vocab_map(words, lower) if lower is not model else None
+    lower_map = vocab_map(words, lower) if lower is not model else None
     return Teacher(model, lower, lower_map, words, wid["<s>"], wid["</s>"], wid.get("<null>"),
                    cfg.order, cfg.threads)
 
@@ -259,7 +260,7 @@ def _score_network(net, rows, batch=1 << 16):
     return out
 
 
-def _vocab_map(words, model):
+def vocab_map(words, model):
     """Ids in ``model`` of ``words``; raises when a word other than <null> is unknown
     to it (the two models would disagree about what <unk> covers)."""
     ids = model.vocab.ids(words).astype(np.int32)
