@@ -723,6 +723,9 @@ class Distil:
         g.add_argument("--no-continuation", action="store_true", help="keep the teacher's unigrams")
         g.add_argument("--no-buckets", action="store_true",
                        help="keep a mixture's weights as they are (default: re-tuned per back-off bucket)")
+        g.add_argument("--no-favour", action="store_true",
+                       help="keep the teacher as it is (default, for a mixture with a validation text: "
+                            "moved towards its back-off model as far as the validation text prefers)")
         g.add_argument("--sample-tokens", type=_nonneg_int, metavar="N",
                        help="sample exactly N tokens from the teacher's networks into the pool (0: none)")
         p.add_argument("--min-count", type=int, nargs="+", metavar="N",
@@ -756,6 +759,7 @@ class Distil:
                 target_size=None if args.no_prune else args.target_size or "auto",
                 continuation=0 if args.no_continuation else args.continuation,
                 buckets=False if args.no_buckets else None, sample_tokens=args.sample_tokens,
+                favour=not args.no_favour,
                 ngrams=args.ngrams, min_count=args.min_count, sample_text=args.sample_text,
                 sample_min_count=args.sample_min_count, top_k=args.top_k,
                 top_k_min_count=args.top_k_min_count, threads=args.threads, progress=not args.quiet)

@@ -44,6 +44,7 @@ Memory: the distinct n-grams of the text (before thresholds) and the listed ones
 as flat numpy arrays; no Python object per n-gram.
 """
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -56,6 +57,7 @@ from nplm.backoff.binary import build_binary
 from nplm.backoff.tables import NGramTables, expand_ranges, row_groups
 from nplm.compose import continuation as cont
 from nplm.compose._distil import GramCounter
+from nplm.compose.favour import GRID, choose_favour
 from nplm.compose.ngram_structure import (EPS, MIN_DEN, Structure, build_structure,  # noqa: F401
                                           compute_backoffs, keep_masks, prune_scores, prune_structure,
                                           unique_sorted)
@@ -104,6 +106,9 @@ class DistilConfig:
     sample_tokens: int = 0
     sample_models: tuple = ()
     sample_seed: int = 1
+    favour_model: object = None
+    favour_valid: object = None
+    favour_grid: tuple = GRID
 
     def check(self):
         """Refuse out-of-range options before the teacher is loaded (seconds)."""
@@ -124,10 +129,14 @@ class DistilConfig:
             raise ValueError(f"sample_tokens takes a number of tokens to sample (>= 0), not {t!r}")
         if t and not self.sample_models:
             raise ValueError("sample_tokens needs sample_models: the neural models to sample from")
+        if (self.favour_model is None) != (self.favour_valid is None):
+            raise ValueError("favour_model and favour_valid go together: the back-off model to lean on "
+                             "and the validation text that chooses how far")
 
     def inputs(self):
         """The input paths (none may be overwritten by the output)."""
-        return [self.text, self.ngrams, self.lower_teacher, self.sample_text, *self.sample_models]
+        return [self.text, self.ngrams, self.lower_teacher, self.sample_text, self.favour_model,
+                self.favour_valid, *self.sample_models]
 
 
 # ---------------------------------------------------------------------------------
@@ -532,8 +541,37 @@ def continuation_stage(t, s, logprob, k, progress=False):
     return bows
 
 
-def run_pipeline(teacher, cfg):
-    """Run every stage for a ``DistilConfig``; NGramTables."""
+def tables_with_bos(s, words, null, bos, bos_lp, logprob, bows):
+    """to_tables with <s>'s unigram set to ``bos_lp`` (``logprob`` is not changed)."""
+    lp = dict(logprob)
+    lp[1] = logprob[1].copy()
+    lp[1][bos] = bos_lp
+    return to_tables(s, words, lp, bows, null)
+
+
+def favour_stage(t, s, logprob, cfg, bos_lp, info):
+    """Stage 6b: the teacher moved F of the way towards the back-off model
+    ``cfg.favour_model``, F chosen on ``cfg.favour_valid`` (nplm/compose/favour.py);
+    (logprob, bows), or None when the back-off model lacks words of the teacher."""
+    backoff = load_model(cfg.favour_model)
+    try:
+        id_map = vocab_map(t.words, backoff)
+    except ValueError:
+        return None
+    shaped = range(1, min(int(cfg.continuation or 0), s.order - 1) + 1)
+    backoff_lp = {n: _score(backoff, s.rows(n), cfg.threads, id_map).astype(np.float64)
+                  for n in range(1, s.order + 1) if n not in shaped}
+    lines = [line.rstrip("\r\n") for line in utf8_lines(cfg.favour_valid)]
+    make = functools.partial(tables_with_bos, s, t.words, t.null, t.bos, bos_lp)
+    F, logprob, bows, tried = choose_favour(s, logprob, backoff_lp, lines, t.predictable(), make,
+                                            cfg.favour_grid)
+    info.update(favour=F, favour_tried=tried)
+    return logprob, bows
+
+
+def run_pipeline(teacher, cfg, info=None):
+    """Run every stage for a ``DistilConfig``; NGramTables.  ``info`` (a dict), if
+    given, gets what the stages chose (``favour``, ``favour_tried``)."""
     cfg.check()            # (the options first: loading a teacher can take seconds)
     t = prepare_teacher(teacher, cfg)
     s = build_structure(t.V, collect_candidates(t, cfg))
@@ -544,6 +582,9 @@ def run_pipeline(teacher, cfg):
     bows = pruned_bows if pruned_bows is not None else bows
     if cfg.continuation and s.order > 1:
         bows = continuation_stage(t, s, logprob, cfg.continuation, cfg.progress)
+    if cfg.favour_model is not None:
+        logprob, bows = favour_stage(t, s, logprob, cfg, bos_lp, {} if info is None else info) \
+            or (logprob, bows)
     logprob[1][t.bos] = bos_lp
     return to_tables(s, t.words, logprob, bows, t.null)
 

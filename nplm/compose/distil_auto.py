@@ -244,7 +244,7 @@ def choose_pool(parts, quality, text, budget_s, memory, t0, notes):
 
 def plan(teacher, order, text=None, *, quality="default", valid=None, budget=None, memory=None,
          lower="auto", target_size="auto", continuation=None, buckets=None, sample_tokens=None,
-         sample_min_count=None, progress=False, **options):
+         sample_min_count=None, favour=True, progress=False, **options):
     """The defaults for distilling ``teacher`` (see the module docstring); every
     explicit argument wins over them.  ``options`` go to DistilConfig as they are."""
     if quality not in QUALITIES:
@@ -268,7 +268,12 @@ def plan(teacher, order, text=None, *, quality="default", valid=None, budget=Non
             notes.append(f"target size: {target_size:,} n-grams (the back-off component's)")
     if continuation is None:
         continuation = min(preset_cont, order - 1) if sample_tokens or options.get("sample_text") else 0
+    lean = favour and parts.mixture is not None and parts.backoff_path is not None and tune_text is not None
+    if lean:
+        notes.append(f"the teacher's lean towards {os.path.basename(parts.backoff_path)} chosen on "
+                     f"{os.path.basename(tune_text)}")
     cfg = DistilConfig(order=order, text=text, lower_teacher=lower_teacher, prune_to=target_size,
+                       favour_model=parts.backoff_path if lean else None, favour_valid=tune_text if lean else None,
                        continuation=continuation, sample_tokens=sample_tokens,
                        sample_models=tuple(parts.networks) if sample_tokens else (),
                        sample_min_count=sample_min_count if sample_min_count is not None
@@ -346,6 +351,12 @@ def distil_auto_to_file(teacher, out, order, text=None, log=None, **kwargs):
     for note in p.notes if log is not None else ():
         log(note)
     refuse_overwriting_inputs(out, [teacher, *p.config.inputs()])
-    tables = run_pipeline(p.teacher, p.config)
+    info = {}
+    tables = run_pipeline(p.teacher, p.config, info)
+    if "favour" in info:
+        p.notes.append(f"moved {info['favour']:g} of the way towards the back-off model (validation perplexity "
+                       + ", ".join(f"{F:g}: {v:.2f}" for F, v in info["favour_tried"].items()) + ")")
+        if log is not None:
+            log(p.notes[-1])
     write_tables(tables, out, progress=p.config.progress)
     return tables, check_table(out, p), p
