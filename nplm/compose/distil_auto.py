@@ -308,6 +308,8 @@ def advice(plan_):
     """Options that make a table better, for the warning."""
     cfg, parts = plan_.config, plan_.parts
     tips = []
+    if cfg.prune_to is not None and parts.backoff_size and cfg.prune_to < parts.backoff_size:
+        tips.append(f"--target-size {parts.backoff_size} (the back-off model's size)")
     if parts.backoff_path and cfg.lower_teacher is None and parts.mixture is not None:
         tips.append(f"--lower {parts.backoff_path} (orders below the top from the back-off model)")
     if parts.networks and not cfg.sample_tokens and cfg.sample_text is None:
