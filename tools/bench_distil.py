@@ -124,6 +124,30 @@ def one_command_rows(args, kn_ngrams, kn_ppl, test, train, work):
               f"| {secs / 60:.1f} min | {rss / (1 << 30):.2f} GiB |", flush=True)
 
 
+def teacher_rows(args, kn_bin, kn_ngrams, test, train, work):
+    """Rows of the tables distilled from each --teacher at KN5's size and half of it."""
+    from nplm.compose import distil
+    rows = []
+    teachers = [str(kn_bin) if t == "KN5" else t for t in (args.teacher or ["KN5"])]
+    for t in teachers:
+        name = Path(t).name if t != str(kn_bin) else "KN5"
+        for label, target in (("equal size", kn_ngrams), ("half size", kn_ngrams // 2)):
+            out = work / f"distil.{name}.{'eq' if target == kn_ngrams else 'half'}.arpa"
+            t0 = time.perf_counter()
+            tables = distil.distil_to_file(t, out, args.order, str(train), top_k=args.top_k,
+                                           top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
+                                           sample_text=args.sample_text,
+                                           sample_min_count=args.sample_min_count,
+                                           continuation=args.continuation or False,
+                                           prune_to=target, progress=False)
+            secs = time.perf_counter() - t0
+            ng, amb, bmb = sizes(out, work)
+            ppl, _ = kenlm_ppl(out, test)
+            rows.append((f"distilled from {name}, {label}", ng, amb, bmb, ppl))
+            print(f"{rows[-1][0]}: {ng} n-grams ({tables.counts}), ppl {ppl:.2f}, {secs:.1f} s", file=sys.stderr)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--teacher", action="append",
@@ -166,23 +190,7 @@ def main():
     if args.one_command:
         one_command_rows(args, kn_ngrams, kn_ppl, test, train, work)
         return 0
-    teachers = [str(kn_bin) if t == "KN5" else t for t in (args.teacher or ["KN5"])]
-    for t in teachers:
-        name = Path(t).name if t != str(kn_bin) else "KN5"
-        for label, target in (("equal size", kn_ngrams), ("half size", kn_ngrams // 2)):
-            out = work / f"distil.{name}.{'eq' if target == kn_ngrams else 'half'}.arpa"
-            t0 = time.perf_counter()
-            tables = distil.distil_to_file(t, out, args.order, str(train), top_k=args.top_k,
-                                           top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
-                                           sample_text=args.sample_text,
-                                           sample_min_count=args.sample_min_count,
-                                           continuation=args.continuation or False,
-                                           prune_to=target, progress=False)
-            secs = time.perf_counter() - t0
-            ng, amb, bmb = sizes(out, work)
-            ppl, _ = kenlm_ppl(out, test)
-            rows.append((f"distilled from {name}, {label}", ng, amb, bmb, ppl))
-            print(f"{rows[-1][0]}: {ng} n-grams ({tables.counts}), ppl {ppl:.2f}, {secs:.1f} s", file=sys.stderr)
+    rows += teacher_rows(args, kn_bin, kn_ngrams, test, train, work)
     # KN5 distilled to order 3 (the teacher's trigram level as a smaller table)
     out3 = work / "distil.KN5.o3.arpa"
     distil.distil_to_file(str(kn_bin), out3, 3, str(train))

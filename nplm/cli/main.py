@@ -698,11 +698,30 @@ class Distil:
         p.add_argument("--arpa", required=True,
                        help="output: ARPA (.gz/.bz2/.xz compressed by extension; '-' for stdout), or an "
                             "nplm binary when the name ends in .nplm/.bin")
-        g = p.add_argument_group("defaults (the README's recipe, chosen from the teacher)")
+        Distil.add_defaults(p.add_argument_group("defaults (the README's recipe, chosen from the teacher)"))
+        p.add_argument("--min-count", type=int, nargs="+", metavar="N",
+                       help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
+        p.add_argument("--sample-text", metavar="FILE", type=_input_file,
+                       help="also list the n-grams of this text sampled from the teacher (nplm sample): "
+                            "the likely unseen n-grams a training text cannot list")
+        p.add_argument("--sample-min-count", type=int, nargs="+", metavar="N",
+                       help="count thresholds for the sampled n-grams of orders 2..N (default 1 2 with a "
+                            "pool drawn here, else 1)")
+        p.add_argument("--top-k", type=_nonneg_int, default=0,
+                       help="also list each text context's K most probable continuations (default 0: none)")
+        p.add_argument("--top-k-min-count", type=int, default=2,
+                       help="only for contexts seen at least this often (default 2)")
+        p.add_argument("--threads", type=int, default=1,
+                       help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+    @staticmethod
+    def add_defaults(g):
         g.add_argument("--quality", choices=QUALITIES, default="default",
                        help="fast: the training text's n-grams only; default: plus a pool sampled from the "
                             "teacher's networks within --budget/--memory (20m, 4G) and continuation unigrams; "
-                            "best: the whole recipe (120M sampled tokens from up to two networks)")
+                            "best: the recipe's distillation (135 sampled tokens per training token, 120M on PTB, "
+                            "from up to two networks)")
         g.add_argument("--budget", metavar="TIME", help="time for the sampled pool's size, e.g. 20m, 1.5h")
         g.add_argument("--memory", metavar="SIZE", help="memory for the sampled pool's size, e.g. 4G")
         g.add_argument("--valid", type=_input_file, metavar="DEV",
@@ -728,21 +747,6 @@ class Distil:
                             "moved towards its back-off model as far as the validation text prefers)")
         g.add_argument("--sample-tokens", type=_nonneg_int, metavar="N",
                        help="sample exactly N tokens from the teacher's networks into the pool (0: none)")
-        p.add_argument("--min-count", type=int, nargs="+", metavar="N",
-                       help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
-        p.add_argument("--sample-text", metavar="FILE", type=_input_file,
-                       help="also list the n-grams of this text sampled from the teacher (nplm sample): "
-                            "the likely unseen n-grams a training text cannot list")
-        p.add_argument("--sample-min-count", type=int, nargs="+", metavar="N",
-                       help="count thresholds for the sampled n-grams of orders 2..N (default 1 2 with a "
-                            "pool drawn here, else 1)")
-        p.add_argument("--top-k", type=_nonneg_int, default=0,
-                       help="also list each text context's K most probable continuations (default 0: none)")
-        p.add_argument("--top-k-min-count", type=int, default=2,
-                       help="only for contexts seen at least this often (default 2)")
-        p.add_argument("--threads", type=int, default=1,
-                       help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     @staticmethod
     def run(args):
