@@ -154,3 +154,36 @@ def _check_loads_in_kenlm(path, lines, n_contexts=200, n_kenlm=8):
                 km.BaseScore(s, w, o)
                 s, o = o, s
             assert abs(sum(10.0 ** km.BaseScore(s, w, o) for w in words) - 1.0) <= 1e-5
+
+
+def test_budgets_parse_and_bound_the_pool():
+    assert distil_auto.parse_duration("20m") == 1200 and distil_auto.parse_duration("1.5h") == 5400
+    assert distil_auto.parse_duration("90") == 90
+    assert distil_auto.parse_size("4G") == 4 << 30 and distil_auto.parse_size("512M") == 512 << 20
+    for bad in ("20 minutes", "-1m", ""):
+        with pytest.raises(ValueError, match="time budget"):
+            distil_auto.parse_duration(bad)
+    with pytest.raises(ValueError, match="memory size"):
+        distil_auto.parse_size("4 gigs")
+    # time: what is left of the budget at the rate, over the work per sampled token
+    assert distil_auto.pool_tokens(100, None, 1000, spent_s=40) == int(60 * 1000 / distil_auto.WORK_PER_SAMPLED_TOKEN)
+    # memory: what is left above the resident set, at the bytes per sampled token
+    per = distil_auto.BYTES_PER_SAMPLED_TOKEN
+    assert distil_auto.pool_tokens(None, 1000 * per + 500, 0, rss=500) == 1000
+    assert distil_auto.pool_tokens(1e9, 10 * per, 1e6) == 10
+    assert distil_auto.pool_tokens(10, 10 * per, 1e6, spent_s=20) == 0
+
+
+def test_sample_shares_give_the_first_network_twice_the_others():
+    from nplm.compose.distil import sample_shares
+    assert sample_shares(120, 2) == [80, 40]
+    assert sample_shares(100, 3) == [50, 25, 25] and sum(sample_shares(7, 3)) == 7
+    assert sample_shares(5, 1) == [5]
+
+
+def test_lean_options_go_together():
+    from nplm.compose.distil import DistilConfig
+    with pytest.raises(ValueError, match="favour_model and favour_valid"):
+        DistilConfig(order=3, favour_model="kn.arpa").check()
+    with pytest.raises(ValueError, match="sample_models"):
+        DistilConfig(order=3, sample_tokens=10).check()
