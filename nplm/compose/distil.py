@@ -25,7 +25,9 @@ The pipeline, one function per stage, its options in a ``DistilConfig``:
    the shape backing off needs, fitted to the teacher's leftover mass of the
    one-word contexts with the bows' renormalisation (nplm/compose/continuation.py);
    higher orders can be reshaped too (``continuation=k``), which measured worse on PTB.
-7. ``to_tables`` and ``write_tables``.
+7. ``favour_stage`` (``favour_model`` and ``favour_valid``): the teacher moved F of the
+   way towards a back-off model, F chosen on a validation text (nplm/compose/favour.py).
+8. ``to_tables`` and ``write_tables``.
 
 ``distil`` runs the stages with exactly the options given; the defaults that carry
 the documented recipe's lessons (lower orders from the back-off component, a sampled
