@@ -16,9 +16,9 @@ LAYERS = [
     [("nplm._kernels", "nplm._hashing", "nplm._threads", "nplm.errors", "nplm._compat")],
     [("nplm.io",)],
     [("nplm.backoff",), ("nplm.neural",)],
-    [("nplm.model",)],
+    [("nplm.model", "nplm.evaluate")],
     [("nplm.compose",)],
-    [("nplm", "nplm.evaluate", "nplm.convert", "nplm.verify")],
+    [("nplm", "nplm.convert", "nplm.verify")],
     [("nplm.recipes",)],
     [("nplm.cli", "nplm.__main__")],
 ]

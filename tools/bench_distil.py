@@ -8,6 +8,12 @@ float32/float16/int8; and a plot of perplexity against size (matplotlib, optiona
         --neural neural.nplm --top-k 5 --plot distil.png
     nplm sample vnnlm.nplm --tokens 20000000 --out s.txt && sed -i 's/<unk>/UNK/g' s.txt
     python tools/bench_distil.py --teacher kn5+vnnlm.json --sample-text s.txt --continuation 1
+    python tools/bench_distil.py --one-command mix.json --quality fast default best
+
+``--one-command SPEC`` runs the plain ``nplm distil SPEC --text train --order 5 --arpa
+OUT --quality Q`` (each in its own process) for a mixture of KN5 and networks tuned
+on PTB valid, and reports test perplexity by the real kenlm module, size relative to
+KN5, wall time and the process's peak RSS.
 
 Every teacher is anything ``nplm.Model`` loads.  Sizes: n-grams (orders >= 2), the
 ARPA file and the nplm binary in MB (1e6 bytes); the plot uses the binary's size.
@@ -15,6 +21,7 @@ The reference row (KN5, nplm.estimate = lmplz) is computed in the same run.
 """
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,6 +95,59 @@ def plot_rows(rows, path):
     print(f"plot written to {path}", file=sys.stderr)
 
 
+def one_command(spec, quality, train, out, extra=()):
+    """(wall seconds, peak RSS bytes, stderr) of ``nplm distil`` in its own process."""
+    cmd = [sys.executable, "-m", "nplm", "distil", str(spec), "--text", str(train), "--order", "5",
+           "--arpa", str(out), "--quality", quality, "-q", *extra]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, cwd=str(Path(__file__).resolve().parents[1]))
+    err = p.stderr.read().decode()
+    _, status, usage = os.wait4(p.pid, 0)
+    secs = time.perf_counter() - t0
+    p.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{err}")
+    return secs, usage.ru_maxrss * 1024, err
+
+
+def one_command_rows(args, kn_ngrams, kn_ppl, test, train, work):
+    from nplm.backoff.arpa import read_arpa
+    print("\n| command | test ppl (kenlm) | vs KN5 | n-grams | size vs KN5 | wall | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for q in args.quality:
+        out = work / f"one-command.{q}.arpa"
+        secs, rss, err = one_command(args.one_command, q, train, out, args.extra or ())
+        ppl, _ = kenlm_ppl(out, test)
+        ng = sum(read_arpa(out).counts[1:])
+        print(err.strip(), file=sys.stderr)
+        print(f"| `nplm distil --quality {q}` | {ppl:.2f} | {ppl / kn_ppl:.3f} | {ng:,} | {ng / kn_ngrams:.3f} "
+              f"| {secs / 60:.1f} min | {rss / (1 << 30):.2f} GiB |", flush=True)
+
+
+def teacher_rows(args, kn_bin, kn_ngrams, test, train, work):
+    """Rows of the tables distilled from each --teacher at KN5's size and half of it."""
+    from nplm.compose import distil
+    rows = []
+    teachers = [str(kn_bin) if t == "KN5" else t for t in (args.teacher or ["KN5"])]
+    for t in teachers:
+        name = Path(t).name if t != str(kn_bin) else "KN5"
+        for label, target in (("equal size", kn_ngrams), ("half size", kn_ngrams // 2)):
+            out = work / f"distil.{name}.{'eq' if target == kn_ngrams else 'half'}.arpa"
+            t0 = time.perf_counter()
+            tables = distil.distil_to_file(t, out, args.order, str(train), top_k=args.top_k,
+                                           top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
+                                           sample_text=args.sample_text,
+                                           sample_min_count=args.sample_min_count,
+                                           continuation=args.continuation or False,
+                                           prune_to=target, progress=False)
+            secs = time.perf_counter() - t0
+            ng, amb, bmb = sizes(out, work)
+            ppl, _ = kenlm_ppl(out, test)
+            rows.append((f"distilled from {name}, {label}", ng, amb, bmb, ppl))
+            print(f"{rows[-1][0]}: {ng} n-grams ({tables.counts}), ppl {ppl:.2f}, {secs:.1f} s", file=sys.stderr)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--teacher", action="append",
@@ -105,6 +165,10 @@ def main():
     ap.add_argument("--neural", help="a neural model: also report float32/float16/int8 sizes and perplexity")
     ap.add_argument("--plot", help="write a PNG plot of perplexity against size here (needs matplotlib)")
     ap.add_argument("--keep", help="directory to keep the distilled ARPA files in")
+    ap.add_argument("--one-command", metavar="SPEC", help="a KN5 + network(s) mixture spec: run the plain "
+                    "`nplm distil SPEC --quality Q` for each --quality and report its table")
+    ap.add_argument("--quality", nargs="+", default=["fast", "default", "best"], choices=["fast", "default", "best"])
+    ap.add_argument("--extra", nargs=argparse.REMAINDER, help="more options for the one-command runs")
     args = ap.parse_args()
 
     from nplm.compose import distil
@@ -123,23 +187,10 @@ def main():
     kn_bin = work / "kn5.nplm"
     os.replace(work / (kn5.name + ".nplm"), kn_bin)
 
-    teachers = [str(kn_bin) if t == "KN5" else t for t in (args.teacher or ["KN5"])]
-    for t in teachers:
-        name = Path(t).name if t != str(kn_bin) else "KN5"
-        for label, target in (("equal size", kn_ngrams), ("half size", kn_ngrams // 2)):
-            out = work / f"distil.{name}.{'eq' if target == kn_ngrams else 'half'}.arpa"
-            t0 = time.perf_counter()
-            tables = distil.distil_to_file(t, out, args.order, str(train), top_k=args.top_k,
-                                           top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
-                                           sample_text=args.sample_text,
-                                           sample_min_count=args.sample_min_count,
-                                           continuation=args.continuation or False,
-                                           prune_to=target, progress=False)
-            secs = time.perf_counter() - t0
-            ng, amb, bmb = sizes(out, work)
-            ppl, _ = kenlm_ppl(out, test)
-            rows.append((f"distilled from {name}, {label}", ng, amb, bmb, ppl))
-            print(f"{rows[-1][0]}: {ng} n-grams ({tables.counts}), ppl {ppl:.2f}, {secs:.1f} s", file=sys.stderr)
+    if args.one_command:
+        one_command_rows(args, kn_ngrams, kn_ppl, test, train, work)
+        return 0
+    rows += teacher_rows(args, kn_bin, kn_ngrams, test, train, work)
     # KN5 distilled to order 3 (the teacher's trigram level as a smaller table)
     out3 = work / "distil.KN5.o3.arpa"
     distil.distil_to_file(str(kn_bin), out3, 3, str(train))

@@ -24,7 +24,7 @@ from nplm.backoff.estimate.counts import count_to_file, merge_files
 from nplm.backoff.kenlm import write as kenlm_write
 from nplm.cli import output
 from nplm.cli.combine import Ensemble, Rescore, train_members
-from nplm.compose.distil import distil_to_file
+from nplm.compose.distil_auto import QUALITIES, distil_auto_to_file
 from nplm.compose.interpolate import interpolate, is_spec
 from nplm.convert import backoff_tables, convert, detect, target_format
 from nplm.evaluate import evaluate, kenlm_floats
@@ -865,33 +865,61 @@ class Distil:
 
     @staticmethod
     def add_arguments(p):
-        p.add_argument("model", help="teacher: any model nplm.Model loads (ARPA, nplm binary, ...)")
+        p.add_argument("model", help="teacher: any model nplm.Model loads (ARPA, nplm binary, interpolation spec)")
         p.add_argument("--text", type=_input_file, help="training text whose n-grams to list (one sentence per line)")
         p.add_argument("--ngrams", help="list the n-grams of this ARPA file (with or instead of --text)")
         p.add_argument("--order", "-o", type=int, required=True, help="order of the distilled table")
         p.add_argument("--arpa", required=True,
                        help="output: ARPA (.gz/.bz2/.xz compressed by extension; '-' for stdout), or an "
                             "nplm binary when the name ends in .nplm/.bin")
+        Distil.add_defaults(p.add_argument_group("defaults (the README's recipe, chosen from the teacher)"))
         p.add_argument("--min-count", type=int, nargs="+", metavar="N",
                        help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
         p.add_argument("--sample-text", metavar="FILE", type=_input_file,
                        help="also list the n-grams of this text sampled from the teacher (nplm sample): "
                             "the likely unseen n-grams a training text cannot list")
         p.add_argument("--sample-min-count", type=int, nargs="+", metavar="N",
-                       help="count thresholds for the sampled text's n-grams of orders 2..N (default 1)")
+                       help="count thresholds for the sampled n-grams of orders 2..N (default 1 2 with a "
+                            "pool drawn here, else 1)")
         p.add_argument("--top-k", type=_nonneg_int, default=0,
                        help="also list each text context's K most probable continuations (default 0: none)")
         p.add_argument("--top-k-min-count", type=int, default=2,
                        help="only for contexts seen at least this often (default 2)")
-        p.add_argument("--lower", help="model giving the probabilities of orders below --order")
-        p.add_argument("--prune-to", type=_positive_int, metavar="NGRAMS",
-                       help="relative-entropy pruning to at most this many n-grams of orders >= 2")
-        p.add_argument("--continuation", type=_positive_int, nargs="?", const=1, default=0, metavar="K",
-                       help="shape the unigrams (orders 1..K with K, K below --order) for backing off: fitted to the "
-                            "teacher's leftover mass of longer contexts (Kneser-Ney's idea, computed from the "
-                            "teacher); pays with --sample-text; K > 1 measured worse on PTB")
         p.add_argument("--threads", type=int, default=1,
                        help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
+
+    @staticmethod
+    def add_defaults(g):
+        g.add_argument("--quality", choices=QUALITIES, default="default",
+                       help="fast: the training text's n-grams only; default: plus a pool sampled from the "
+                            "teacher's networks within --budget/--memory (20m, 4G) and continuation unigrams; "
+                            "best: the recipe's distillation (135 sampled tokens per training token, 120M on PTB, "
+                            "from up to two networks)")
+        g.add_argument("--budget", metavar="TIME", help="time for the sampled pool's size, e.g. 20m, 1.5h")
+        g.add_argument("--memory", metavar="SIZE", help="memory for the sampled pool's size, e.g. 4G")
+        g.add_argument("--valid", type=_input_file, metavar="DEV",
+                       help="validation text: the table's perplexity is reported beside the back-off model's, "
+                            "and a mixture's weights are re-tuned per back-off context bucket on it "
+                            "(default: the text the mixture was tuned on)")
+        g.add_argument("--target-size", "--prune-to", dest="target_size", type=_positive_int, metavar="NGRAMS",
+                       help="relative-entropy pruning to at most this many n-grams of orders >= 2 "
+                            "(default: the back-off model's size)")
+        g.add_argument("--no-prune", action="store_true", help="keep every listed n-gram")
+        g.add_argument("--lower", default="auto",
+                       help="model giving the probabilities of orders below --order (default auto: the "
+                            "mixture's back-off model when a network lacks --variable-history; 'none': the teacher)")
+        g.add_argument("--continuation", type=_positive_int, nargs="?", const=1, default=None, metavar="K",
+                       help="shape the unigrams (orders 1..K with K, K below --order) for backing off: fitted to the "
+                            "teacher's leftover mass of longer contexts (Kneser-Ney's idea, computed from the "
+                            "teacher); default: on with a sampled pool; K > 1 measured worse on PTB")
+        g.add_argument("--no-continuation", action="store_true", help="keep the teacher's unigrams")
+        g.add_argument("--no-buckets", action="store_true",
+                       help="keep a mixture's weights as they are (default: re-tuned per back-off bucket)")
+        g.add_argument("--no-favour", action="store_true",
+                       help="keep the teacher as it is (default, for a mixture with a validation text: "
+                            "moved towards its back-off model as far as the validation text prefers)")
+        g.add_argument("--sample-tokens", type=_nonneg_int, metavar="N",
+                       help="sample exactly N tokens from the teacher's networks into the pool (0: none)")
 
     @staticmethod
     def run(args):
@@ -900,14 +928,28 @@ class Distil:
         if args.continuation and args.continuation >= args.order:
             return _error(f"--continuation {args.continuation}: it reshapes orders below --order {args.order}, "
                           + (f"so at most {args.order - 1}" if args.order > 1 else "and an order-1 table has none"))
-        with _plain_warnings():        # (a teacher without variable history)
-            tables = distil_to_file(args.model, args.arpa, args.order, args.text, ngrams=args.ngrams,
-                                    min_count=args.min_count, sample_text=args.sample_text,
-                                    sample_min_count=args.sample_min_count, top_k=args.top_k,
-                                    top_k_min_count=args.top_k_min_count, lower_teacher=args.lower,
-                                    prune_to=args.prune_to, threads=args.threads,
-                                    continuation=args.continuation, progress=args.progress)
+        with _plain_warnings():        # (a teacher without variable history; a table worse than its input)
+            tables, report, plan = distil_auto_to_file(
+                args.model, args.arpa, args.order, args.text, quality=args.quality, valid=args.valid,
+                log=None if args.quiet else lambda s: print(f"nplm distil: {s}", file=sys.stderr),
+                budget=args.budget, memory=args.memory, lower=args.lower,
+                target_size=None if args.no_prune else args.target_size or "auto",
+                continuation=0 if args.no_continuation else args.continuation,
+                buckets=False if args.no_buckets else None, sample_tokens=args.sample_tokens,
+                favour=not args.no_favour,
+                ngrams=args.ngrams, min_count=args.min_count, sample_text=args.sample_text,
+                sample_min_count=args.sample_min_count, top_k=args.top_k,
+                top_k_min_count=args.top_k_min_count, threads=args.threads, progress=args.progress)
+        for note in plan.notes if args.quiet else ():
+            print(f"nplm distil: {note}", file=sys.stderr)
         print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)
+        if report is not None:
+            print(report.line(), file=sys.stderr)
+        if report is not None and report.worse:
+            bar = "!" * 78
+            print(f"{bar}\nnplm distil: WARNING: the table is worse than its back-off input "
+                  f"({report.table:.2f} > {report.backoff:.2f}); the options above make it better\n{bar}",
+                  file=sys.stderr)
         return 0
 
 

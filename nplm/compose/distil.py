@@ -1,24 +1,38 @@
 """Distillation of any model into a normalised back-off n-gram table (ARPA).
 
-Which n-grams are listed: every word of the teacher's vocabulary as a unigram, plus
-the n-grams of a text (or of an existing back-off model), each order with its own
-count threshold, optionally plus the n-grams of a text sampled from the teacher
-(``nplm sample``; the unseen n-grams where a network's generalisation lives) and
-every frequent context's ``top_k`` most probable continuations (among the words seen
-after its shorter context).  The set is then closed under prefixes and suffixes, so
-every listed n-gram's context and lower-order n-gram are listed too (KenLM needs the former;
-exact back-off weights need the latter).
+The pipeline, one function per stage, its options in a ``DistilConfig``:
 
-Where the numbers come from: the probability of a listed n-gram (h, w) is the
-teacher's log10 p(w | h), the context given to the teacher as a state built from h
-(``context_state``, KenLM's GetState), through the LMCore protocol, so back-off,
-neural and interpolated teachers work alike.  Back-off weights are then chosen so
-every context's distribution sums to one:
+1. ``prepare_teacher``: the teacher (and the lower-order teacher) as a ``Teacher``.
+2. ``collect_candidates``: which n-grams are listed.  Every word of the teacher's
+   vocabulary as a unigram, plus the n-grams of a text (``count_texts``: one hash
+   table per order) each order with its own count threshold, of a back-off model,
+   of text sampled from the teacher (``nplm sample``, or drawn here by
+   ``sample_pool``: the unseen n-grams where a network's generalisation lives), and
+   every frequent context's ``top_k`` most probable continuations.  The set is
+   closed under prefixes and suffixes (``build_structure``), so every listed
+   n-gram's context and lower-order n-gram are listed too (KenLM needs the former;
+   exact back-off weights need the latter).
+3. ``score_structure``: the probability of a listed n-gram (h, w) is the teacher's
+   log10 p(w | h), the context given to the teacher as a state built from h
+   (``context_state``, KenLM's GetState), through the LMCore protocol, so back-off,
+   neural and interpolated teachers work alike; orders below the top from the lower
+   teacher when there is one (``Teacher.score``).
+4. ``compute_backoffs`` (nplm/compose/ngram_structure.py): every context's
+   distribution sums to one, bow(h) = (1 - sum_listed p(w | h)) / (1 - sum_listed
+   p_lower(w | h')), p_lower the *distilled* lower-order probability.
+5. ``prune_stage``: relative-entropy pruning (Stolcke 1998) to a target size.
+6. ``continuation_stage`` (``continuation=1``): the unigram probabilities replaced by
+   the shape backing off needs, fitted to the teacher's leftover mass of the
+   one-word contexts with the bows' renormalisation (nplm/compose/continuation.py);
+   higher orders can be reshaped too (``continuation=k``), which measured worse on PTB.
+7. ``favour_stage`` (``favour_model`` and ``favour_valid``): the teacher moved F of the
+   way towards a back-off model, F chosen on a validation text (nplm/compose/favour.py).
+8. ``to_tables`` and ``write_tables``.
 
-    bow(h) = (1 - sum_listed p(w | h)) / (1 - sum_listed p_lower(w | h'))
-
-where p_lower is the *distilled* lower-order probability (listed, by the suffix
-closure).  Lower orders are computed first.
+``distil`` runs the stages with exactly the options given; the defaults that carry
+the documented recipe's lessons (lower orders from the back-off component, a sampled
+pool within a time/memory budget, bucketed mixture weights, continuation unigrams,
+KN's size) are chosen by nplm/compose/distil_auto.py.
 
 Special words: ``<s>`` is never predicted: no n-gram ends with it and its unigram
 log10 probability is copied from the teacher (lmplz writes 0), clipped to [-99, 0];
@@ -28,40 +42,42 @@ teacher does not know become ``<unk>``.  The neural padding token ``<null>`` is 
 a word of the distilled model.  The unigram distribution is renormalised over the
 vocabulary minus ``<s>`` (a no-op for a normalised teacher).
 
-Continuation (``continuation=1``, after pruning): the unigram probabilities are
-replaced by the shape backing off needs, fitted to the teacher's leftover mass of the
-one-word contexts with the bows' renormalisation (nplm/continuation.py); higher orders
-can be reshaped by the leftover-mass ratio (``continuation=k``), which measured worse
-on PTB.
-
-Relative-entropy pruning (Stolcke 1998) removes the n-grams whose removal changes
-the model least, D = P(h) [p log(p / p') + (1 - sum_listed p(.|h)) log(bow / bow')],
-keeping every n-gram that is the context or the lower-order n-gram of a kept one;
-the threshold is found by bisection so the table meets a target n-gram count.
-P(h) is the distilled model's own chain-rule probability of h, with P(<s>) taken
-as the unigram probability of </s> (one sentence start per sentence end).
-
 Memory: the distinct n-grams of the text (before thresholds) and the listed ones,
 as flat numpy arrays; no Python object per n-gram.
 """
-import math
+import dataclasses
+import functools
 import os
+import shutil
+import tempfile
 import warnings
 
 import numpy as np
 from tqdm import tqdm
 
-from nplm._kernels import thread_count
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
-from nplm.backoff.tables import NGramTables, chain_log10P, expand_ranges, row_groups
+from nplm.backoff.tables import NGramTables, expand_ranges, row_groups
 from nplm.compose import continuation as cont
 from nplm.compose._distil import GramCounter, probe_groups  # noqa: F401 (probe_groups: for nplm.convert)
+from nplm.compose.favour import GRID, choose_favour
+from nplm.compose.ngram_structure import (  # noqa: F401
+    EPS,
+    MIN_DEN,
+    Structure,
+    build_structure,
+    compute_backoffs,
+    keep_masks,
+    prune_scores,
+    prune_structure,
+    unique_sorted,
+)
 from nplm.errors import FormatError
 from nplm.io.atomic import same_file
 from nplm.io.text import split_words, utf8_lines
 from nplm.model import ARPALoadComplain, Config, Model
 from nplm.neural.query import exact_network_of, network_of
+from nplm.neural.sample import sample_to_file
 from nplm.neural.vocab import NULL
 
 try:
@@ -70,144 +86,135 @@ except ImportError as e:  # pragma: no cover - build problem
     raise ImportError("nplm._distil is not built; run `python setup.py build_ext --inplace` "
                       f"in the source tree ({e})") from None
 
-_EPS = 1e-7          # probability mass kept back for unlisted words
-_MIN_DEN = 1e-12     # smallest back-off denominator (lower-order mass left)
+# (the names the tests and tools have always used)
+_prune_scores = prune_scores
+_keep_masks = keep_masks
+_unique = unique_sorted
 _CHUNK_LINES = 200_000
+_FORBIDDEN = frozenset({"<s>", "</s>", "<null>"})
 
 
-def _unique(a):
-    """Sorted unique values (np.unique's hash path is slow on tens of millions)."""
-    a = np.sort(a)
-    if len(a) == 0:
-        return a
-    keep = np.empty(len(a), dtype=bool)
-    keep[0] = True
-    np.not_equal(a[1:], a[:-1], out=keep[1:])
-    return a[keep]
+@dataclasses.dataclass
+class DistilConfig:
+    """Every option of the pipeline (``distil``'s docstring says what each does).
 
+    ``sample_tokens`` > 0 draws that many tokens from ``sample_models`` (neural model
+    paths; split 2:1:1... between them, the recipe's 80M + 40M) into temporary
+    files, counted with ``sample_text`` under ``sample_min_count``."""
+    order: int
+    text: object = None
+    ngrams: object = None
+    min_count: object = None
+    sample_text: object = None
+    sample_min_count: object = None
+    top_k: int = 0
+    top_k_min_count: int = 2
+    lower_teacher: object = None
+    prune_to: object = None
+    continuation: object = False
+    threads: int = 1
+    progress: bool = False
+    sample_tokens: int = 0
+    sample_models: tuple = ()
+    sample_seed: int = 1
+    favour_model: object = None
+    favour_valid: object = None
+    favour_grid: tuple = GRID
 
-class Structure:
-    """Listed n-grams of orders 1..N in teacher word ids.
+    def check(self):
+        """Refuse out-of-range options before the teacher is loaded (seconds)."""
+        p = self.prune_to
+        if p is not None and (isinstance(p, bool) or int(p) != p or p < 1):
+            raise ValueError(f"prune_to is the number of n-grams of orders >= 2 to keep (>= 1), not {p!r}")
+        if not 1 <= self.order <= 16:
+            raise ValueError(f"order {self.order} outside 1..16")
+        c = self.continuation
+        if c is not False and (int(c) != c or not 0 <= c < self.order):
+            raise ValueError(f"continuation takes the number of orders below order {self.order} to reshape "
+                             f"(0..{self.order - 1}; 0 or False: none), not {c!r}")
+        k = self.top_k
+        if isinstance(k, bool) or int(k) != k or k < 0:
+            raise ValueError(f"top_k takes the number of continuations to list per context (>= 0), not {k!r}")
+        t = self.sample_tokens
+        if isinstance(t, bool) or int(t) != t or t < 0:
+            raise ValueError(f"sample_tokens takes a number of tokens to sample (>= 0), not {t!r}")
+        if t and not self.sample_models:
+            raise ValueError("sample_tokens needs sample_models: the neural models to sample from")
+        if (self.favour_model is None) != (self.favour_valid is None):
+            raise ValueError("favour_model and favour_valid go together: the back-off model to lean on "
+                             "and the validation text that chooses how far")
 
-    Order n's n-grams are sorted by ``keys[n] = prefix[n] * V + word[n]`` where
-    ``prefix[n]`` is the index of the n-gram's first n-1 words in order n-1 and
-    ``suffix[n]`` the index of its last n-1 words in order n-1.  Order 1 is the
-    whole vocabulary (index = word id)."""
-
-    def __init__(self, V, order):
-        self.V = V
-        self.order = order
-        self.keys = {}
-        self.prefix = {}
-        self.word = {}
-        self.suffix = {}
-
-    def count(self, n):
-        return self.V if n == 1 else len(self.keys[n])
-
-    def rows(self, n):
-        """(count, n) int32 word ids, oldest first."""
-        if n == 1:
-            return np.arange(self.V, dtype=np.int32)[:, None]
-        lower = self.rows(n - 1)
-        return np.ascontiguousarray(np.column_stack([lower[self.prefix[n]], self.word[n]]), dtype=np.int32)
-
-    def index(self, rows):
-        """Index of each row (oldest first) in its order's table, -1 where absent."""
-        rows = np.asarray(rows)
-        idx = rows[:, 0].astype(np.int64)
-        ok = np.ones(len(idx), dtype=bool)
-        for k in range(1, rows.shape[1]):
-            table = self.keys[k + 1]
-            if len(table) == 0:
-                return np.full(len(idx), -1, np.int64)
-            key = idx * self.V + rows[:, k]
-            pos = np.minimum(np.searchsorted(table, key), len(table) - 1)
-            ok &= table[pos] == key
-            idx = np.where(ok, pos, 0)
-        return np.where(ok, idx, -1)
-
-
-def build_structure(V, rows_by_order):
-    """A Structure from row arrays per order (n >= 2; duplicates allowed).  The rows
-    are closed under prefixes and suffixes first."""
-    order = max([1] + [n for n, r in rows_by_order.items() if len(r)])
-    rows = {n: [np.asarray(rows_by_order.get(n, np.zeros((0, n), np.int32)), dtype=np.int32).reshape(-1, n)]
-            for n in range(2, order + 1)}
-    for n in range(order, 2, -1):
-        r = np.concatenate(rows[n])
-        rows[n] = [r]
-        rows[n - 1] += [r[:, :-1], r[:, 1:]]
-    s = Structure(V, order)
-    for n in range(2, order + 1):
-        r = np.concatenate(rows[n])
-        if n == 2:
-            pidx = r[:, 0].astype(np.int64)
-        else:
-            pidx = s.index(r[:, :-1])
-            assert (pidx >= 0).all(), "prefix closure violated"
-        keys = _unique(pidx * V + r[:, -1])
-        s.keys[n] = keys
-        s.prefix[n] = keys // V
-        s.word[n] = (keys % V).astype(np.int32)
-        if n == 2:
-            s.suffix[n] = s.word[n].astype(np.int64)
-        else:
-            skey = s.suffix[n - 1][s.prefix[n]] * V + s.word[n]
-            spos = np.searchsorted(s.keys[n - 1], skey)
-            assert np.array_equal(s.keys[n - 1][np.minimum(spos, len(s.keys[n - 1]) - 1)], skey), \
-                "suffix closure violated"
-            s.suffix[n] = spos
-    return s
+    def inputs(self):
+        """The input paths (none may be overwritten by the output)."""
+        return [self.text, self.ngrams, self.lower_teacher, self.sample_text, self.favour_model,
+                self.favour_valid, *self.sample_models]
 
 
 # ---------------------------------------------------------------------------------
-# Counting the n-grams of a text.
+# Stage 1: the teacher.
 
-def _sentence_ids(path, vocab, bos, eos, forbidden):
-    """Token id arrays of the text's lines in chunks: (flat ids with <s>/</s> around
-    each sentence, sentence start offsets)."""
-    buf, starts, pos = [], [], 0
-    for line_no, line in enumerate(utf8_lines(path), 1):   # invalid UTF-8: an error naming the line
-        words = split_words(line)
-        for w in words:
-            if w in forbidden:
-                raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)
-        ids = vocab.ids(words) if words else np.zeros(0, np.int32)
-        starts.append(pos)
-        buf.append(np.concatenate([[bos], ids, [eos]]).astype(np.int32))
-        pos += len(ids) + 2
-        if len(starts) >= _CHUNK_LINES:
-            yield np.concatenate(buf), np.asarray(starts, np.int64)
-            buf, starts, pos = [], [], 0
-    if starts:
-        yield np.concatenate(buf), np.asarray(starts, np.int64)
-
-
-def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False, min_counts=None):
-    """{n: (rows (count, n) int32, counts int64)} for n = 2..order: the n-grams of the
-    text with one <s> before and </s> after each line (never ending in <s>), in order of
-    first sight; with ``min_counts`` ({n: c}) only those seen at least c times.  Counted
-    by one hash table per order (nplm._distil.GramCounter)."""
-    counter = GramCounter(order, V)
-    chunks = _sentence_ids(path, vocab, bos, eos, forbidden)
-    if progress:
-        chunks = tqdm(chunks, desc="count n-grams", unit="chunk")
-    for ids, starts in chunks:
-        counter.add(ids, starts)
-    return counter.result(min_counts)
-
-
-# ---------------------------------------------------------------------------------
-# Teacher access and back-off weights.
-
-def _load(model):
+def load_model(model):
+    """An nplm.Model of a path (quietly), or the model given."""
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         cfg = Config()
         cfg.show_progress = False
         cfg.arpa_complain = ARPALoadComplain.NONE
         return Model(model, cfg)
     return model
+
+
+@dataclasses.dataclass
+class Teacher:
+    """The loaded teacher, its vocabulary and the lower-order teacher (``lower`` is
+    ``model`` when there is none; ``lower_map``: teacher id -> lower's id)."""
+    model: object
+    lower: object
+    lower_map: object
+    words: list
+    bos: int
+    eos: int
+    null: object
+    order: int
+    threads: int
+
+    @property
+    def V(self):
+        return len(self.words)
+
+    def predictable(self):
+        """The words a context can predict: all but <s> and <null>."""
+        mask = np.ones(self.V, dtype=bool)
+        mask[self.bos] = False
+        if self.null is not None:
+            mask[self.null] = False
+        return mask
+
+    def score(self, r):
+        """Teacher log10 p(last | rest) of rows of r.shape[1] words (float64): the
+        lower teacher below the top order, except for n-grams that start at <s>
+        (their context is a whole history, so the teacher knows best)."""
+        if r.shape[1] == self.order or self.lower is self.model:
+            return _score(self.model, r, self.threads).astype(np.float64)
+        out = _score(self.lower, r, self.threads, self.lower_map).astype(np.float64)
+        start = r[:, 0] == self.bos
+        if r.shape[1] > 1 and start.any():
+            out[start] = _score(self.model, np.ascontiguousarray(r[start]), self.threads)
+        return out
+
+
+def prepare_teacher(teacher, cfg):
+    """Stage 1: load the teacher and the lower-order teacher, check the vocabulary."""
+    model = load_model(teacher)
+    lower = load_model(cfg.lower_teacher) if cfg.lower_teacher is not None else model
+    _warn_short_histories(model, cfg.order, lower is not model)
+    words = model.vocab.words()
+    wid = {w: i for i, w in enumerate(words)}
+    for sp in ("<s>", "</s>"):
+        if sp not in wid:
+            raise ValueError(f"the teacher's vocabulary has no {sp}")
+    lower_map = vocab_map(words, lower) if lower is not model else None
+    return Teacher(model, lower, lower_map, words, wid["<s>"], wid["</s>"], wid.get("<null>"),
+                   cfg.order, cfg.threads)
 
 
 def _score(model, rows, threads, id_map=None):
@@ -242,7 +249,7 @@ def _warn_short_histories(teacher, order, has_lower):
         return
     warnings.warn(f"the neural teacher {os.path.basename(os.fsdecode(teacher.path))} was trained without "
                   f"--variable-history, so its probabilities after histories shorter than {n - 1} words "
-                  f"are poor, and {need}", stacklevel=3)
+                  f"are poor, and {need}", stacklevel=5)
 
 
 def _exact_network(model):
@@ -273,7 +280,7 @@ def _score_network(net, rows, batch=1 << 16):
     return out
 
 
-def _vocab_map(words, model):
+def vocab_map(words, model):
     """Ids in ``model`` of ``words``; raises when a word other than <null> is unknown
     to it (the two models would disagree about what <unk> covers)."""
     ids = model.vocab.ids(words).astype(np.int32)
@@ -284,117 +291,49 @@ def _vocab_map(words, model):
     return ids
 
 
-def compute_backoffs(s, logprob, predictable):
-    """log10 back-off weights per order (float64) for a Structure and its log10
-    probabilities; rescales, in place, any context whose listed continuations take
-    more than 1 - 1e-7 of the mass (so unlisted words keep some)."""
-    p = {n: np.power(10.0, logprob[n].astype(np.float64)) for n in logprob}
-    # Unigrams over the predictable vocabulary sum to one.
-    total = p[1][predictable].sum()
-    p[1][predictable] /= total
-    logprob[1][predictable] = np.log10(p[1][predictable])
-    n_pred = int(predictable.sum())
-    for n in range(2, s.order + 1):
-        ctx = s.prefix[n]
-        mass = np.bincount(ctx, weights=p[n], minlength=s.count(n - 1))
-        width = np.bincount(ctx, minlength=s.count(n - 1))
-        full = width >= n_pred          # lists every predictable word: normalise exactly
-        over = (mass > 1 - _EPS) & ~full
-        scale = np.ones_like(mass)
-        scale[full] = 1.0 / np.maximum(mass[full], 1e-300)
-        scale[over] = (1 - _EPS) / mass[over]
-        fix = scale[ctx] != 1.0
-        if fix.any():
-            p[n][fix] *= scale[ctx[fix]]
-            logprob[n][fix] = np.log10(p[n][fix])
-    bows = {}
-    for n in range(1, s.order):
-        ctx = s.prefix[n + 1]
-        num = 1.0 - np.bincount(ctx, weights=p[n + 1], minlength=s.count(n))
-        den = 1.0 - np.bincount(ctx, weights=p[n][s.suffix[n + 1]], minlength=s.count(n))
-        num = np.maximum(num, 0.0)
-        den = np.maximum(den, _MIN_DEN)
-        with np.errstate(divide="ignore"):
-            b = np.log10(num) - np.log10(den)
-        width = np.bincount(ctx, minlength=s.count(n))
-        b[width >= n_pred] = 0.0            # never backs off
-        b[~np.isfinite(b)] = -99.0
-        bows[n] = b
-    bows[s.order] = np.zeros(s.count(s.order))
-    return bows, p
-
-
 # ---------------------------------------------------------------------------------
-# Relative-entropy pruning.
+# Stage 2: the candidate n-grams.
 
-def _prune_scores(s, logprob, p, bos, eos):
-    """Stolcke's D for every n-gram of order >= 2 (natural-log units)."""
-    ln10 = math.log(10.0)
-    logP = chain_log10P(s, logprob, bos, eos, s.order - 1)
-    D = {}
-    for n in range(2, s.order + 1):
-        ctx = s.prefix[n]
-        num = np.maximum(1.0 - np.bincount(ctx, weights=p[n], minlength=s.count(n - 1)), 0.0)
-        den = np.maximum(1.0 - np.bincount(ctx, weights=p[n - 1][s.suffix[n]], minlength=s.count(n - 1)),
-                         _MIN_DEN)
-        pw, q = p[n], p[n - 1][s.suffix[n]]
-        num_c, den_c = num[ctx], den[ctx]
-        bow_new = (num_c + pw) / (den_c + q)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # the pruned word now gets bow' q instead of p; every unlisted word
-            # (mass num) bow'/bow times its old probability
-            term = pw * (np.log(pw) - np.log(bow_new * q))
-            term += np.where(num_c > 0, num_c * (np.log(np.maximum(num_c / den_c, 1e-300)) - np.log(bow_new)),
-                             0.0)
-        D[n] = np.exp(logP[n - 1][ctx] * ln10) * term
-    return D
+def _sentence_ids(path, vocab, bos, eos, forbidden):
+    """Token id arrays of the text's lines in chunks: (flat ids with <s>/</s> around
+    each sentence, sentence start offsets)."""
+    buf, starts, pos = [], [], 0
+    for line_no, line in enumerate(utf8_lines(path), 1):   # invalid UTF-8: an error naming the line
+        words = split_words(line)
+        for w in words:
+            if w in forbidden:
+                raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)
+        ids = vocab.ids(words) if words else np.zeros(0, np.int32)
+        starts.append(pos)
+        buf.append(np.concatenate([[bos], ids, [eos]]).astype(np.int32))
+        pos += len(ids) + 2
+        if len(starts) >= _CHUNK_LINES:
+            yield np.concatenate(buf), np.asarray(starts, np.int64)
+            buf, starts, pos = [], [], 0
+    if starts:
+        yield np.concatenate(buf), np.asarray(starts, np.int64)
 
 
-def _keep_masks(s, D, theta):
-    """Which n-grams survive threshold ``theta``: top-down, an n-gram with D below
-    it goes unless a kept longer n-gram has it as context or as lower-order n-gram."""
-    keep = {}
-    needed = None
-    for n in range(s.order, 1, -1):
-        k = D[n] >= theta
-        if needed is not None:
-            k |= needed
-        keep[n] = k
-        needed = np.zeros(s.count(n - 1), dtype=bool)
-        needed[s.prefix[n][k]] = True
-        needed[s.suffix[n][k]] = True
-    return keep
+def count_texts(paths, vocab, order, V, bos, eos, forbidden=(), progress=False, min_counts=None):
+    """{n: (rows (count, n) int32, counts int64)} for n = 2..order: the n-grams of the
+    texts (counted together) with one <s> before and </s> after each line (never
+    ending in <s>), in order of first sight; with ``min_counts`` ({n: c}) only those
+    seen at least c times.  Counted by one hash table per order
+    (nplm.compose._distil.GramCounter)."""
+    counter = GramCounter(order, V)
+    for path in paths:
+        chunks = _sentence_ids(path, vocab, bos, eos, forbidden)
+        if progress:
+            chunks = tqdm(chunks, desc="count n-grams", unit="chunk")
+        for ids, starts in chunks:
+            counter.add(ids, starts)
+    return counter.result(min_counts)
 
 
-def prune_structure(s, logprob, p, target, bos, eos):
-    """(Structure, logprob) after pruning to at most ``target`` n-grams of orders
-    >= 2 (unigrams are never pruned)."""
-    total = sum(s.count(n) for n in range(2, s.order + 1))
-    if target >= total:
-        return s, logprob
-    D = _prune_scores(s, logprob, p, bos, eos)
-    cands = _unique(np.concatenate([D[n] for n in range(2, s.order + 1)]))
-    cands = np.append(cands, np.inf)
-    lo, hi = 0, len(cands) - 1          # kept(cands[hi]) <= target always (inf prunes all it may)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        kept = sum(int(k.sum()) for k in _keep_masks(s, D, cands[mid]).values())
-        if kept <= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    keep = _keep_masks(s, D, cands[hi])
-    rows = {n: s.rows(n)[keep[n]] for n in range(2, s.order + 1)}
-    new = build_structure(s.V, rows)
-    new_lp = {1: logprob[1]}
-    for n in range(2, new.order + 1):
-        # build_structure sorts by the same keys, so the kept rows keep their order
-        new_lp[n] = logprob[n][keep[n]]
-    return new, new_lp
+def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False, min_counts=None):
+    """``count_texts`` of one text."""
+    return count_texts([path], vocab, order, V, bos, eos, forbidden, progress, min_counts)
 
-
-# ---------------------------------------------------------------------------------
-# The driver.
 
 def _per_order(value, order, name):
     if value is None:
@@ -408,6 +347,115 @@ def _per_order(value, order, name):
     if any(int(v) < 1 for v in value):
         raise ValueError(f"{name} must be at least 1, not {value}")
     return {n: int(v) for n, v in zip(range(2, order + 1), value)}
+
+
+def sample_shares(tokens, n_models):
+    """Tokens to draw from each of ``n_models`` networks: the first gets twice the
+    others' share (the recipe's 80M + 40M from two networks)."""
+    weights = np.array([2.0] + [1.0] * (n_models - 1))
+    shares = np.floor(tokens * weights / weights.sum()).astype(np.int64)
+    shares[0] += tokens - shares.sum()
+    return [int(s) for s in shares]
+
+
+def sample_pool(cfg, workdir):
+    """Draw ``cfg.sample_tokens`` tokens from ``cfg.sample_models`` into text files
+    under ``workdir``; their paths."""
+    paths = []
+    for k, (model, tokens) in enumerate(zip(cfg.sample_models, sample_shares(cfg.sample_tokens,
+                                                                              len(cfg.sample_models)))):
+        if tokens <= 0:
+            continue
+        out = os.path.join(workdir, f"sample{k}.txt")
+        sample_to_file(model, out, tokens, seed=cfg.sample_seed + k, progress=cfg.progress)
+        paths.append(out)
+    return paths
+
+
+def sampled_rows(t, cfg):
+    """{n: rows} of the sampled n-grams that pass ``sample_min_count``: from
+    ``sample_text`` and from ``sample_tokens`` drawn now (counted together)."""
+    thresholds = _per_order(cfg.sample_min_count, cfg.order, "sample_min_count")
+    paths = [cfg.sample_text] if cfg.sample_text is not None else []
+    workdir = tempfile.mkdtemp(prefix="nplm-distil-") if cfg.sample_tokens else None
+    try:
+        if workdir is not None:
+            paths += sample_pool(cfg, workdir)
+        if not paths:
+            return {}
+        # only the rows that pass are built: most sampled n-grams are seen once
+        counted = count_texts(paths, t.model.vocab, cfg.order, t.V, t.bos, t.eos, _FORBIDDEN,
+                              cfg.progress, min_counts=thresholds)
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return {n: counted[n][0] for n in counted}
+
+
+def model_rows(t, ngrams, order):
+    """{n: rows} of a back-off model's n-grams (NGramTables or ARPA path), in teacher ids."""
+    tables = read_arpa(ngrams) if not isinstance(ngrams, NGramTables) else ngrams
+    wid = {w: i for i, w in enumerate(t.words)}
+    m = np.array([wid.get(w, 0) for w in tables.vocab], dtype=np.int32)
+    return {n: m[tables.ids[n - 1]] for n in range(2, min(order, tables.order) + 1)}
+
+
+def collect_candidates(t, cfg):
+    """Stage 2: {n: rows} of every listed n-gram of orders 2..order (duplicates allowed)."""
+    rows = {n: [] for n in range(2, cfg.order + 1)}
+    thresholds = _per_order(cfg.min_count, cfg.order, "min_count")
+    _per_order(cfg.sample_min_count, cfg.order, "sample_min_count")
+    counted = None
+    if cfg.text is not None:
+        counted = count_text(cfg.text, t.model.vocab, cfg.order, t.V, t.bos, t.eos, _FORBIDDEN, cfg.progress)
+        for n in range(2, cfg.order + 1):
+            r, c = counted[n]
+            rows[n].append(r[c >= thresholds[n]])
+    for n, r in sampled_rows(t, cfg).items():
+        rows[n].append(r)
+    if cfg.ngrams is not None:
+        for n, r in model_rows(t, cfg.ngrams, cfg.order).items():
+            rows[n].append(r)
+    if cfg.text is None and cfg.ngrams is None and cfg.sample_text is None and not cfg.sample_tokens:
+        raise ValueError("give a text or a back-off model whose n-grams to list")
+    if cfg.top_k:
+        if counted is None:
+            raise ValueError("top_k needs a text (its contexts get the extra continuations)")
+        for n, r in top_k_rows(t, counted, cfg).items():
+            rows[n].append(r)
+    _check_listed(rows, t.bos, t.eos, cfg.order)
+    return {n: np.concatenate(rows[n]) if rows[n] else np.zeros((0, n), np.int32)
+            for n in range(2, cfg.order + 1)}
+
+
+def _check_listed(rows, bos, eos, order):
+    if order >= 2 and not any(((r[:, 0] != bos) | (r[:, 1] != eos)).any() for r in rows[2]):
+        # every listed n-gram has its bigram suffix listed, so this means a unigram
+        # table (and an empty line's <s> </s>): the sources list nothing
+        raise ValueError("no n-grams of order 2 or more to list: the text has no words, or every count "
+                         "is below the min count, and no n-gram model gives any")
+
+
+def top_k_rows(t, counted, cfg):
+    """{n: rows} of each frequent text context's ``top_k`` most probable continuations."""
+    excluded = [t.bos] + ([t.null] if t.null is not None else [])
+    cand = np.flatnonzero(~np.isin(np.arange(t.V), excluded)).astype(np.int32)
+    words_seen = np.bincount(counted[2][0][:, 0], weights=counted[2][1], minlength=t.V)
+    it = range(2, cfg.order + 1)
+    if cfg.progress:
+        it = tqdm(it, desc=f"top-{cfg.top_k} continuations", unit="order")
+    out = {}
+    for n in it:
+        if n == 2:
+            ctx = np.flatnonzero(words_seen >= cfg.top_k_min_count).astype(np.int32)[:, None]
+            ctx = ctx[(ctx[:, 0] != t.eos) & (ctx[:, 0] != (t.null if t.null is not None else -1))]
+            lower_rows = None
+        else:
+            r, c = counted[n - 1]
+            ctx = r[(c >= cfg.top_k_min_count) & (r[:, -1] != t.eos)]
+            lower_rows = counted[n - 1][0]
+        out[n] = _top_continuations(t.model, ctx, lower_rows, cand, cfg.top_k, cfg.threads)
+    return out
 
 
 def _top_by_distribution(net, words, candidates, k, batch=256):
@@ -429,6 +477,17 @@ def _top_by_distribution(net, words, candidates, k, batch=256):
     return np.concatenate(out) if out else np.zeros((0, 2), np.int32)
 
 
+def _candidate_groups(ctx, lower_rows):
+    """For contexts of m >= 2 words: (order of ``lower_rows`` by group, each context's
+    first position in it, its number of candidates), the candidates being the words
+    seen after the context's last m-1 words."""
+    cg, lg = row_groups(ctx[:, 1:], lower_rows[:, :-1])
+    lo_order = np.argsort(lg, kind="stable")
+    lg_sorted = lg[lo_order]
+    starts = np.searchsorted(lg_sorted, cg, "left")
+    return lo_order, starts, np.searchsorted(lg_sorted, cg, "right") - starts
+
+
 def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 << 21):
     """The ``k`` most probable words (by ``model``) after each context row of ``ctx``.
     Candidates: the words seen after the context's last m-1 words (rows of
@@ -443,30 +502,102 @@ def _top_continuations(model, ctx, lower_rows, candidates, k, threads, chunk=1 <
     if m == 1:
         per = np.full(len(ctx), len(candidates), np.int64)
     else:
-        cg, lg = row_groups(ctx[:, 1:], lower_rows[:, :-1])
-        lo_order = np.argsort(lg, kind="stable")
-        lg_sorted = lg[lo_order]
-        starts = np.searchsorted(lg_sorted, cg, "left")
-        per = np.searchsorted(lg_sorted, cg, "right") - starts
+        lo_order, starts, per = _candidate_groups(ctx, lower_rows)
     out = []
     for idx, j in expand_ranges(per, chunk):
-        if m == 1:
-            words = candidates[j]
-        else:
-            words = lower_rows[lo_order[starts[idx] + j], -1]
+        words = candidates[j] if m == 1 else lower_rows[lo_order[starts[idx] + j], -1]
         rows = np.column_stack([ctx[idx], words]).astype(np.int32)
         score = _score(model, rows, threads)
         o = np.lexsort((-score, idx))
         idx_s = idx[o]
-        first = np.searchsorted(idx_s, idx_s, "left")
-        rank = np.arange(len(idx_s)) - first
+        rank = np.arange(len(idx_s)) - np.searchsorted(idx_s, idx_s, "left")
         out.append(rows[o][rank < k])
     return np.concatenate(out) if out else np.zeros((0, m + 1), np.int32)
 
 
-def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_text=None,  # noqa: C901 - runs the distillation stages in order, each optional step in its place
-           sample_min_count=None, top_k=0, top_k_min_count=2, lower_teacher=None, prune_to=None,
-           continuation=False, threads=1, progress=False):
+# ---------------------------------------------------------------------------------
+# Stages 3-6: scores, back-off weights, pruning, continuation shapes.
+
+def score_structure(t, s, progress=False):
+    """Stage 3: {n: teacher log10 p} of every listed n-gram (float64)."""
+    it = range(1, s.order + 1)
+    if progress:
+        it = tqdm(it, desc="teacher scores", unit="order")
+    return {n: t.score(s.rows(n)) for n in it}
+
+
+def prune_stage(t, s, logprob, p, target):
+    """Stage 5: (Structure, logprob, bows) pruned to at most ``target`` n-grams of
+    orders >= 2 (unchanged when None)."""
+    if target is None:
+        return s, logprob, None
+    s, logprob = prune_structure(s, logprob, p, int(target), t.bos, t.eos)
+    bows, _ = compute_backoffs(s, logprob, t.predictable())
+    return s, logprob, bows
+
+
+def continuation_stage(t, s, logprob, k, progress=False):
+    """Stage 6: reshape orders 1..k of the final table for backing off
+    (nplm/compose/continuation.py); the new bows."""
+    top = min(int(k), s.order - 1)
+    predictable = t.predictable()
+    shaped = {1: cont.unigrams(t.score, s, logprob, t.bos, t.eos, predictable, progress)}
+    for n in range(2, top + 1):
+        shaped[n] = cont.level(t.score, s, logprob, n, t.bos, t.eos, progress=progress)
+    logprob.update(shaped)
+    bows, _ = compute_backoffs(s, logprob, predictable)
+    return bows
+
+
+def tables_with_bos(s, words, null, bos, bos_lp, logprob, bows):
+    """to_tables with <s>'s unigram set to ``bos_lp`` (``logprob`` is not changed)."""
+    lp = dict(logprob)
+    lp[1] = logprob[1].copy()
+    lp[1][bos] = bos_lp
+    return to_tables(s, words, lp, bows, null)
+
+
+def favour_stage(t, s, logprob, cfg, bos_lp, info):
+    """Stage 6b: the teacher moved F of the way towards the back-off model
+    ``cfg.favour_model``, F chosen on ``cfg.favour_valid`` (nplm/compose/favour.py);
+    (logprob, bows), or None when the back-off model lacks words of the teacher."""
+    backoff = load_model(cfg.favour_model)
+    try:
+        id_map = vocab_map(t.words, backoff)
+    except ValueError:
+        return None
+    shaped = range(1, min(int(cfg.continuation or 0), s.order - 1) + 1)
+    backoff_lp = {n: _score(backoff, s.rows(n), cfg.threads, id_map).astype(np.float64)
+                  for n in range(1, s.order + 1) if n not in shaped}
+    lines = [line.rstrip("\r\n") for line in utf8_lines(cfg.favour_valid)]
+    make = functools.partial(tables_with_bos, s, t.words, t.null, t.bos, bos_lp)
+    F, logprob, bows, tried = choose_favour(s, logprob, backoff_lp, lines, t.predictable(), make,
+                                            cfg.favour_grid)
+    info.update(favour=F, favour_tried=tried)
+    return logprob, bows
+
+
+def run_pipeline(teacher, cfg, info=None):
+    """Run every stage for a ``DistilConfig``; NGramTables.  ``info`` (a dict), if
+    given, gets what the stages chose (``favour``, ``favour_tried``)."""
+    cfg.check()            # (the options first: loading a teacher can take seconds)
+    t = prepare_teacher(teacher, cfg)
+    s = build_structure(t.V, collect_candidates(t, cfg))
+    logprob = score_structure(t, s, cfg.progress)
+    bos_lp = float(np.clip(logprob[1][t.bos], -99.0, 0.0))
+    bows, p = compute_backoffs(s, logprob, t.predictable())
+    s, logprob, pruned_bows = prune_stage(t, s, logprob, p, cfg.prune_to)
+    bows = pruned_bows if pruned_bows is not None else bows
+    if cfg.continuation and s.order > 1:
+        bows = continuation_stage(t, s, logprob, cfg.continuation, cfg.progress)
+    if cfg.favour_model is not None:
+        logprob, bows = favour_stage(t, s, logprob, cfg, bos_lp, {} if info is None else info) \
+            or (logprob, bows)
+    logprob[1][t.bos] = bos_lp
+    return to_tables(s, t.words, logprob, bows, t.null)
+
+
+def distil(teacher, order, text=None, **options):
     """Distil ``teacher`` (an nplm.Model or a model path) into NGramTables of ``order``.
 
     Parameters
@@ -477,163 +608,48 @@ def distil(teacher, order, text=None, *, ngrams=None, min_count=None, sample_tex
         The order of the table.
     text : str, optional
         Training text whose n-grams are listed (one sentence per line).
-    ngrams : NGramTables or str, optional
-        A back-off model (or ARPA path) whose n-grams are listed too.
-    min_count : int or list of int, optional
-        Per-order count thresholds for the text's n-grams (a list for orders 2..N,
-        the last repeated).
-    sample_text : str, optional
-        Text sampled from the teacher (``nplm sample``), whose n-grams are listed too,
-        with their own thresholds ``sample_min_count`` (default 1): the unseen n-grams
-        a neural teacher finds likely, which the training text cannot list (Deoras et
-        al. 2011).
-    sample_min_count : int or list of int, optional
-        Thresholds for ``sample_text``.
-    top_k : int
-        Also list each text context's k most probable continuations (contexts seen at
-        least ``top_k_min_count`` times; candidates: every word after a one-word
-        context, else the words the text shows after the context's last n-2 words, so
-        the search stays linear in the listed n-grams).
-    top_k_min_count : int
-        See ``top_k``.
-    lower_teacher : Model or str, optional
-        Model giving the probabilities of orders below ``order`` (default: the
-        teacher), except for n-grams that start with ``<s>``: their context is a whole
-        history, so they keep the teacher's probability.
-    prune_to : int, optional
-        Relative-entropy pruning to at most this many n-grams of orders >= 2.
-    continuation : bool or int
-        k > 0: after pruning, replace the probabilities of orders 1..k (below
-        ``order``) by the teacher's expected leftover mass of their longer contexts,
-        the shape a back-off distribution needs (``nplm.compose.continuation``). 1
-        pays on PTB; larger k measured worse.
-    threads : int
-        Threads for the teacher's scores.
-    progress : bool
-        Progress bars on stderr.
+    **options
+        The fields of ``DistilConfig``:
+
+        - ``ngrams``: a back-off model (NGramTables or ARPA path) whose n-grams are
+          listed too;
+        - ``min_count``: per-order count thresholds for the text's n-grams (int, or a
+          list for orders 2..N, the last repeated);
+        - ``sample_text``: text sampled from the teacher (``nplm sample``), whose
+          n-grams are listed too, with their own thresholds ``sample_min_count``
+          (default 1): the unseen n-grams a neural teacher finds likely (Deoras et al.
+          2011);
+        - ``sample_tokens``, ``sample_models``, ``sample_seed``: draw that many tokens
+          from these neural models now (counted with ``sample_text``);
+        - ``top_k``: also list each text context's k most probable continuations
+          (contexts seen at least ``top_k_min_count`` times);
+        - ``lower_teacher``: the model giving the probabilities of orders below
+          ``order`` (default: the teacher), except for n-grams that start with ``<s>``;
+        - ``prune_to``: relative-entropy pruning to at most this many n-grams of
+          orders >= 2;
+        - ``continuation``: k > 0: after pruning, replace the probabilities of orders
+          1..k by the teacher's expected leftover mass of their longer contexts, the
+          shape a back-off distribution needs (``nplm.compose.continuation``).
 
     Returns
     -------
     NGramTables
-        The distilled table.
+        The distilled back-off table.
     """
-    if prune_to is not None and (isinstance(prune_to, bool) or int(prune_to) != prune_to or prune_to < 1):
-        raise ValueError(f"prune_to is the number of n-grams of orders >= 2 to keep (>= 1), not {prune_to!r}")
-    if not 1 <= order <= 16:
-        raise ValueError(f"order {order} outside 1..16")
-    threads = thread_count(threads)
-    if continuation is not False and (int(continuation) != continuation or not 0 <= continuation < order):
-        raise ValueError(f"continuation takes the number of orders below order {order} to reshape (0..{order - 1}; "
-                         f"0 or False: none), not {continuation!r}")
-    if isinstance(top_k, bool) or int(top_k) != top_k or top_k < 0:
-        raise ValueError(f"top_k takes the number of continuations to list per context (>= 0), not {top_k!r}")
-    # (the arguments first: loading a teacher can take seconds)
-    teacher = _load(teacher)
-    lower = _load(lower_teacher) if lower_teacher is not None else teacher
-    _warn_short_histories(teacher, order, lower is not teacher)
-    words = teacher.vocab.words()
+    return run_pipeline(teacher, DistilConfig(order=order, text=text, **options))
+
+
+# ---------------------------------------------------------------------------------
+# Stage 7: the table and its file.
+
+def to_tables(s, words, logprob, bows, null):
+    """NGramTables of a Structure in the teacher's words, <null> left out."""
     V = len(words)
-    wid = {w: i for i, w in enumerate(words)}
-    for sp in ("<s>", "</s>"):
-        if sp not in wid:
-            raise ValueError(f"the teacher's vocabulary has no {sp}")
-    bos, eos = wid["<s>"], wid["</s>"]
-    null = wid.get("<null>")
-    lower_map = _vocab_map(words, lower) if lower is not teacher else None
-    thresholds = _per_order(min_count, order, "min_count")
-    sample_thresholds = _per_order(sample_min_count, order, "sample_min_count")
-    rows = {n: [] for n in range(2, order + 1)}
-    counted = None
-    forbidden = {"<s>", "</s>", "<null>"}
-    if text is not None:
-        counted = count_text(text, teacher.vocab, order, V, bos, eos, forbidden, progress)
-        for n in range(2, order + 1):
-            r, c = counted[n]
-            rows[n].append(r[c >= thresholds[n]])
-    if sample_text is not None:
-        # only the rows that pass are built: most sampled n-grams are seen once
-        sampled = count_text(sample_text, teacher.vocab, order, V, bos, eos, forbidden, progress,
-                             min_counts=sample_thresholds)
-        for n in range(2, order + 1):
-            rows[n].append(sampled[n][0])
-        del sampled
-    if ngrams is not None:
-        tables = read_arpa(ngrams) if not isinstance(ngrams, NGramTables) else ngrams
-        m = np.array([wid.get(w, 0) for w in tables.vocab], dtype=np.int32)
-        for n in range(2, min(order, tables.order) + 1):
-            rows[n].append(m[tables.ids[n - 1]])
-    if text is None and ngrams is None and sample_text is None:
-        raise ValueError("give a text or a back-off model whose n-grams to list")
-    if top_k:
-        if counted is None:
-            raise ValueError("top_k needs a text (its contexts get the extra continuations)")
-        cand = np.flatnonzero(~np.isin(np.arange(V), [bos] + ([null] if null is not None else [])))
-        words_seen = np.bincount(counted[2][0][:, 0], weights=counted[2][1], minlength=V)
-        it = range(2, order + 1)
-        if progress:
-            it = tqdm(it, desc=f"top-{top_k} continuations", unit="order")
-        for n in it:
-            if n == 2:
-                ctx = np.flatnonzero(words_seen >= top_k_min_count).astype(np.int32)[:, None]
-                ctx = ctx[(ctx[:, 0] != eos) & (ctx[:, 0] != (null if null is not None else -1))]
-                lower_rows = None
-            else:
-                r, c = counted[n - 1]
-                ctx = r[(c >= top_k_min_count) & (r[:, -1] != eos)]
-                lower_rows = counted[n - 1][0]
-            rows[n].append(_top_continuations(teacher, ctx, lower_rows, cand.astype(np.int32), top_k, threads))
-    if order >= 2 and not any(((r[:, 0] != bos) | (r[:, 1] != eos)).any() for r in rows[2]):
-        # every listed n-gram has its bigram suffix listed, so this means a unigram
-        # table (and an empty line's <s> </s>): the sources list nothing
-        raise ValueError("no n-grams of order 2 or more to list: the text has no words, or every count "
-                         "is below the min count, and no n-gram model gives any")
-    s = build_structure(V, {n: np.concatenate(rows[n]) if rows[n] else np.zeros((0, n), np.int32)
-                            for n in range(2, order + 1)})
-    def score(r):
-        """Teacher log10 p(last | rest) of rows of r.shape[1] words: the lower
-        teacher below the top order, except for n-grams that start at <s> (their
-        context is a whole history, so the teacher knows best)."""
-        if r.shape[1] == order or lower is teacher:
-            return _score(teacher, r, threads).astype(np.float64)
-        out = _score(lower, r, threads, lower_map).astype(np.float64)
-        start = r[:, 0] == bos
-        if r.shape[1] > 1 and start.any():
-            out[start] = _score(teacher, np.ascontiguousarray(r[start]), threads)
-        return out
-
-    it = range(1, s.order + 1)
-    if progress:
-        it = tqdm(it, desc="teacher scores", unit="order")
-    logprob = {n: score(s.rows(n)) for n in it}
-    predictable = np.ones(V, dtype=bool)
-    predictable[bos] = False
-    if null is not None:
-        predictable[null] = False
-    bos_lp = float(np.clip(logprob[1][bos], -99.0, 0.0))
-    bows, p = compute_backoffs(s, logprob, predictable)
-    if prune_to is not None:
-        s, logprob = prune_structure(s, logprob, p, int(prune_to), bos, eos)
-        bows, p = compute_backoffs(s, logprob, predictable)
-    if continuation and s.order > 1:
-        # reshape the lower orders of the final table for backing off (nplm/continuation.py)
-        top = min(int(continuation), s.order - 1)
-        shaped = {1: cont.unigrams(score, s, logprob, bos, eos, predictable, progress)}
-        for n in range(2, top + 1):
-            shaped[n] = cont.level(score, s, logprob, n, bos, eos, progress=progress)
-        logprob.update(shaped)
-        bows, p = compute_backoffs(s, logprob, predictable)
-    logprob[1][bos] = bos_lp
-    return _to_tables(s, words, logprob, bows, null)
-
-
-def _to_tables(s, words, logprob, bows, null):
-    V = len(words)
+    keep1 = np.ones(V, dtype=bool)
     if null is None:
         remap = np.arange(V, dtype=np.int32)
         vocab = list(words)
-        keep1 = np.ones(V, dtype=bool)
     else:
-        keep1 = np.ones(V, dtype=bool)
         keep1[null] = False
         remap = np.cumsum(keep1, dtype=np.int32) - 1
         vocab = [w for i, w in enumerate(words) if i != null]
@@ -652,16 +668,22 @@ def _to_tables(s, words, logprob, bows, null):
                        comments=["distilled by nplm"])
 
 
-def distil_to_file(teacher, out, order, text=None, **kwargs):
-    """distil() and write the result: ARPA (by default; .gz/.bz2/.xz compressed by
-    extension) or, for a path ending in .nplm/.bin, an nplm back-off binary.
-    Refuses to overwrite the teacher or the text."""
-    for src in (teacher, text, kwargs.get("ngrams"), kwargs.get("lower_teacher"), kwargs.get("sample_text")):
+def refuse_overwriting_inputs(out, paths):
+    """ValueError when ``out`` is one of the input ``paths``."""
+    for src in paths:
         if isinstance(src, (str, bytes)) or hasattr(src, "__fspath__"):
             if same_file(src, out):
                 raise ValueError(f"refusing to overwrite the input {src!r}")
-    tables = distil(teacher, order, text, **kwargs)
-    write_tables(tables, out, progress=kwargs.get("progress", False))
+
+
+def distil_to_file(teacher, out, order, text=None, **options):
+    """distil() and write the result: ARPA (by default; .gz/.bz2/.xz compressed by
+    extension) or, for a path ending in .nplm/.bin, an nplm back-off binary.
+    Refuses to overwrite the teacher or the text."""
+    cfg = DistilConfig(order=order, text=text, **options)
+    refuse_overwriting_inputs(out, [teacher, *cfg.inputs()])
+    tables = run_pipeline(teacher, cfg)
+    write_tables(tables, out, progress=cfg.progress)
     return tables
 
 
