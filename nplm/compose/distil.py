@@ -55,6 +55,7 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
+from nplm._kernels import thread_count
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.tables import NGramTables, expand_ranges, row_groups
@@ -135,6 +136,7 @@ class DistilConfig:
         k = self.top_k
         if isinstance(k, bool) or int(k) != k or k < 0:
             raise ValueError(f"top_k takes the number of continuations to list per context (>= 0), not {k!r}")
+        self.threads = thread_count(self.threads)    # an integer from 1, capped at the CPUs
         t = self.sample_tokens
         if isinstance(t, bool) or int(t) != t or t < 0:
             raise ValueError(f"sample_tokens takes a number of tokens to sample (>= 0), not {t!r}")
