@@ -19,10 +19,28 @@ SHARED = ROOT.parent / "shared"
 REFERENCE = SHARED / "reference"
 DATA = SHARED / "data"
 
+# lmplz's reference ARPAs: (reference name, text, order, estimate() options), as
+# ../shared/reference/README.md lists the commands that wrote them.
+LMPLZ_CASES = [
+    ("ptb5k.o2", "ptb5k.txt", 2, {}),
+    ("ptb5k.o3", "ptb5k.txt", 3, {}),
+    ("ptb5k.o4", "ptb5k.txt", 4, {}),
+    ("ptb5k.o5", "ptb5k.txt", 5, {}),
+    ("ptb5k.o3.nointerp-unigrams", "ptb5k.txt", 3, {"interpolate_unigrams": False}),
+    ("ptb5k.o4.prune011", "ptb5k.txt", 4, {"prune": [0, 1, 1]}),
+    ("wiki3k.o5", "wiki3k.txt", 5, {}),
+    ("tiny200.o4.discount-fallback", "tiny200.txt", 4, {"discount_fallback": True}),
+]
+
 
 def need_shared():
     if not SHARED.is_dir():
         pytest.skip("../shared (reference ARPAs and corpora) is absent")
+
+
+def need_reference():
+    if not REFERENCE.is_dir():
+        pytest.skip("../shared/reference (lmplz outputs) is absent")
 
 
 def read_lines(path, unk_to="UNK", limit=None):

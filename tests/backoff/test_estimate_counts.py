@@ -10,14 +10,7 @@ from nplm.backoff.estimate import estimate
 from nplm.backoff.estimate.counts import ShardCounts, count_to_file, merge_files
 from nplm.errors import FormatError
 
-from helpers import ROOT
-
-REFERENCE = ROOT.parent / "shared" / "reference"
-
-
-def need_reference():
-    if not REFERENCE.is_dir():
-        pytest.skip("../shared/reference (lmplz outputs) is absent")
+from helpers import REFERENCE, ROOT, need_reference
 
 
 def shards(tmp_path, name, cuts):

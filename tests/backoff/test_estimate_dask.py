@@ -10,9 +10,7 @@ from nplm.backoff.estimate import distributed, estimate
 
 pytest.importorskip("dask.distributed")
 
-from helpers import ROOT
-
-REFERENCE = ROOT.parent / "shared" / "reference"
+from helpers import REFERENCE, ROOT, need_reference
 
 CASES = [
     ("ptb5k.o3", "ptb5k.txt", 3, {}),
@@ -60,16 +58,14 @@ def shard_files(tmp_path, text, n):
 
 @pytest.mark.parametrize("name,text,order,options", CASES, ids=[c[0] for c in CASES])
 def test_dask_shards_give_lmplz_bytes(name, text, order, options, client, tmp_path):
-    if not REFERENCE.is_dir():
-        pytest.skip("../shared/reference is absent")
+    need_reference()
     out = tmp_path / "model.arpa"
     estimate(shard_files(tmp_path, text, 3), order, arpa=out, client=client, progress=False, **options)
     assert out.read_bytes() == reference(name)
 
 
 def test_dask_cuts_a_plain_file_into_byte_ranges(client, tmp_path, monkeypatch):
-    if not REFERENCE.is_dir():
-        pytest.skip("../shared/reference is absent")
+    need_reference()
     monkeypatch.setattr(distributed, "SHARD_BYTES", 50_000)
     ranges = distributed.shard_ranges([str(REFERENCE / "ptb5k.txt")], distributed.SHARD_BYTES)
     assert len(ranges) > 5
@@ -79,8 +75,7 @@ def test_dask_cuts_a_plain_file_into_byte_ranges(client, tmp_path, monkeypatch):
 
 
 def test_cli_scheduler(cluster, tmp_path):
-    if not REFERENCE.is_dir():
-        pytest.skip("../shared/reference is absent")
+    need_reference()
     out = tmp_path / "model.arpa"
     subprocess.run([sys.executable, "-m", "nplm", "estimate", "-o", "3", "--text",
                     *shard_files(tmp_path, "ptb5k.txt", 2), "--arpa", str(out), "-q",

@@ -15,25 +15,8 @@ import pytest
 from nplm.backoff.estimate import DiscountError, estimate, parse_size
 from nplm.backoff.estimate.partitioned import plan_parts
 
-from helpers import ROOT
-
-REFERENCE = ROOT.parent / "shared" / "reference"
-
-CASES = [
-    ("ptb5k.o2", "ptb5k.txt", 2, {}),
-    ("ptb5k.o3", "ptb5k.txt", 3, {}),
-    ("ptb5k.o4", "ptb5k.txt", 4, {}),
-    ("ptb5k.o5", "ptb5k.txt", 5, {}),
-    ("ptb5k.o3.nointerp-unigrams", "ptb5k.txt", 3, {"interpolate_unigrams": False}),
-    ("ptb5k.o4.prune011", "ptb5k.txt", 4, {"prune": [0, 1, 1]}),
-    ("wiki3k.o5", "wiki3k.txt", 5, {}),
-    ("tiny200.o4.discount-fallback", "tiny200.txt", 4, {"discount_fallback": True}),
-]
-
-
-def need_reference():
-    if not REFERENCE.is_dir():
-        pytest.skip("../shared/reference (lmplz outputs) is absent")
+from helpers import LMPLZ_CASES as CASES
+from helpers import REFERENCE, ROOT, need_reference
 
 
 def leftovers(folder):
