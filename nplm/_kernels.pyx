@@ -46,11 +46,6 @@ cdef inline const char *_utf8(object s, Py_ssize_t *n) except NULL:
     raise TypeError(f"Cannot convert {type(s)} to string")
 
 
-cdef inline bint _is_space(char c) noexcept nogil:
-    # KenLM's util::kSpaces and Python's bytes.split(): \t \n \v \f \r and space.
-    return c == b' ' or (c >= 9 and c <= 13)
-
-
 # ---------------------------------------------------------------------------------
 # Vocabulary: word -> id by probing a table of 64-bit word hashes (like KenLM's
 # ProbingVocabulary: only the hash is stored); id -> word through a byte blob.
@@ -427,12 +422,12 @@ cdef class ModelBase:
         else:
             self._core.null_state(&st[0])
         while True:
-            while i < n and _is_space(s[i]):
+            while i < n and is_word_delimiter(s[i]):
                 i += 1
             if i >= n:
                 break
             start = i
-            while i < n and not _is_space(s[i]):
+            while i < n and not is_word_delimiter(s[i]):
                 i += 1
             w = self._vocab.index(s + start, i - start)
             self._core.score_word(&st[cur], w, &st[1 - cur], &ret)

@@ -35,7 +35,7 @@ from cython.parallel cimport prange, threadid
 import numpy as np
 
 from nplm._hashing cimport fmix64
-from nplm._kernels cimport LMCore, NState, Ret, Vocab, WordId
+from nplm._kernels cimport LMCore, NState, Ret, Vocab, WordId, is_word_delimiter
 from nplm.backoff._arpa cimport format_float
 
 cdef enum:
@@ -54,11 +54,6 @@ cdef enum:
 cdef uint64_t EMPTY = 0xFFFFFFFFFFFFFFFFULL
 
 
-cdef inline bint _space(uint8_t c) noexcept nogil:
-    # KenLM's and the scoring kernels' delimiters (bytes.split()'s): \t \n \v \f \r, space
-    return c == 32 or (c >= 9 and c <= 13)
-
-
 # ---------------------------------------------------------------------------------
 # Lines
 
@@ -66,7 +61,7 @@ cdef int _scan_line(const uint8_t *p, Py_ssize_t a, Py_ssize_t e, int fmt, int64
     """Fields of line p[a:e] (no newline) into f: hyp start, hyp end, insertion
     point, id start, id end, field count.  Returns a SCAN_ code."""
     cdef Py_ssize_t k = a, c = e, sep0 = -1, sep1 = -1, sep2 = -1, nf = 1
-    while k < e and _space(p[k]):
+    while k < e and is_word_delimiter(p[k]):
         k += 1
     if k == e:
         return SCAN_EMPTY
@@ -89,7 +84,7 @@ cdef int _scan_line(const uint8_t *p, Py_ssize_t a, Py_ssize_t e, int fmt, int64
             return SCAN_FEW_FIELDS
         f[0], f[1] = sep0 + 3, sep1
         k = sep2
-        while k > sep1 + 3 and _space(p[k - 1]):
+        while k > sep1 + 3 and is_word_delimiter(p[k - 1]):
             k -= 1
         f[2] = k
     else:
@@ -108,9 +103,9 @@ cdef int _scan_line(const uint8_t *p, Py_ssize_t a, Py_ssize_t e, int fmt, int64
         f[0], f[1], f[2] = sep0 + 1, (sep1 if nf > 2 else c), c
     # the id: field 0 without surrounding white space, none inside
     k, c = a, sep0
-    while k < c and _space(p[k]):
+    while k < c and is_word_delimiter(p[k]):
         k += 1
-    while c > k and _space(p[c - 1]):
+    while c > k and is_word_delimiter(p[c - 1]):
         c -= 1
     f[3], f[4] = k, c
     return SCAN_OK
@@ -165,7 +160,7 @@ def scan(bytes chunk, int fmt, Py_ssize_t fields, bytes last_id):
                 err = SCAN_NO_ID
             if err == SCAN_OK:
                 for i in range(f[3], f[4]):
-                    if _space(p[i]):
+                    if is_word_delimiter(p[i]):
                         err = SCAN_ID_SPACE
                         break
             if err != SCAN_OK:
@@ -446,12 +441,12 @@ cdef class SharedScorer:
     cdef Py_ssize_t _tokenise(self, const uint8_t *p, Py_ssize_t n, WordId *t) noexcept nogil:
         cdef Py_ssize_t k = 0, start, count = 0
         while True:
-            while k < n and _space(p[k]):
+            while k < n and is_word_delimiter(p[k]):
                 k += 1
             if k >= n:
                 break
             start = k
-            while k < n and not _space(p[k]):
+            while k < n and not is_word_delimiter(p[k]):
                 k += 1
             t[count] = self.vocab.index(<const char *>p + start, k - start)
             count += 1
