@@ -2,13 +2,16 @@
 the command-line runner, and small random networks of every kind with independent
 NumPy references of their forward pass."""
 
+import lzma
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from nplm.neural.clusters import frequency_bins, huffman_tree
 from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet
@@ -255,3 +258,89 @@ def numpy_log_dist(net, ctx):
             total += -np.log1p(np.exp(-z))
         out[w] = total
     return out
+
+
+# ----------------------------------------------------------------------------- ARPA texts
+
+def arpa_text(*sections, counts=None):
+    counts = counts or [len(s) for s in sections]
+    out = ["\\data\\"] + [f"ngram {i + 1}={c}" for i, c in enumerate(counts)] + [""]
+    for i, s in enumerate(sections):
+        out += [f"\\{i + 1}-grams:"] + list(s) + [""]
+    return "\n".join(out + ["\\end\\"]) + "\n"
+
+
+def srilm_variants(tmp_path):
+    """SRILM-style rewrites of a reference ARPA: <s> at -99, back-off columns
+    omitted where zero, and lower-order n-grams pruned although longer n-grams
+    still end with them (KenLM then fills 'blank' entries with backed-off values)."""
+    text = lzma.open(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz", "rt").read()
+    header, body = text.split("\n\n", 1)
+    sections = {}
+    order = []
+    for block in body.strip().split("\n\n"):
+        lines = block.strip().split("\n")
+        if lines[0].startswith("\\end"):
+            continue
+        n = int(lines[0][1])
+        order.append(n)
+        sections[n] = lines[1:]
+    top = max(order)
+    grams = {n: [l.split("\t") for l in sections[n]] for n in order}
+    contexts = {n: {" ".join(f[1].split()[:-1]) for f in grams[n + 1]} for n in order if n < top}
+    suffixes = {n: {" ".join(f[1].split()[1:]) for f in grams[n + 1]} for n in order if n < top}
+    rng = random.Random(3)
+    pruned = {}
+    for n in order:
+        keep = []
+        for f in grams[n]:
+            if n == 1 and f[1] == "<s>":
+                f = ["-99"] + f[1:]
+            if 1 < n < top and f[1] in suffixes[n] and f[1] not in contexts[n] and rng.random() < 0.5:
+                continue
+            if len(f) == 3 and float(f[2]) == 0.0:
+                f = f[:2]
+            keep.append(f)
+        pruned[n] = keep
+
+    def write(path, gram_sets):
+        out = ["\\data\\"] + [f"ngram {n}={len(gram_sets[n])}" for n in order] + [""]
+        for n in order:
+            out.append(f"\\{n}-grams:")
+            out += ["\t".join(f) for f in gram_sets[n]]
+            out.append("")
+        out.append("\\end\\")
+        path.write_text("\n".join(out) + "\n")
+        return str(path)
+
+    full = {n: [(["-99"] + f[1:]) if (n == 1 and f[1] == "<s>") else f for f in grams[n]] for n in order}
+    return [write(tmp_path / "srilm_full.arpa", full), write(tmp_path / "srilm_pruned.arpa", pruned)]
+
+
+_LOGP = st.one_of(st.sampled_from(["0", "-0", "-1", "-99", "-2.25", "-inf", "-1e39"]),
+                  st.floats(-4, 0, width=32).map(lambda f: repr(float(f))))
+_BACKOFF = st.one_of(st.sampled_from([None, "0", "-0", "0.0", "-0.3", "0.2"]),
+                     st.floats(-2, 1, width=32).map(lambda f: repr(float(f))))
+
+
+@st.composite
+def random_arpa(draw):
+    """A back-off model of order 2-5 over a few words: every n-gram's context is an
+    (n-1)-gram (else KenLM refuses it), but suffixes may be missing (KenLM then adds
+    blanks); <unk> absent, spelt <UNK> or anywhere in the unigrams; <s> and </s> may
+    appear anywhere in n-grams; probabilities 0, -0, -99, -inf; back-offs omitted,
+    zero of either sign, positive."""
+    order = draw(st.integers(2, 5))
+    unk = draw(st.sampled_from(["<unk>", "<UNK>", None]))
+    vocab = draw(st.permutations([f"w{i}" for i in range(draw(st.integers(1, 6)))] + ["<s>", "</s>"]
+                                 + ([unk] if unk else [])))
+    sections = [[(draw(st.sampled_from(["0", "-99", "-1", "-inf"]) if w == "<s>" else _LOGP), w, draw(_BACKOFF))
+                 for w in vocab]]
+    grams = [(w,) for w in vocab]
+    for n in range(2, order + 1):
+        chosen = sorted({draw(st.sampled_from(grams)) + (draw(st.sampled_from(vocab)),)
+                         for _ in range(draw(st.integers(1, 12)))})
+        sections.append([(draw(_LOGP), " ".join(g), draw(_BACKOFF) if n < order else None) for g in chosen])
+        grams = chosen
+    lines = [[p + "\t" + g + ("" if b is None else "\t" + b) for p, g, b in s] for s in sections]
+    return arpa_text(*lines), [w for w in vocab]

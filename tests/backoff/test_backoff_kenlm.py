@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import nplm
 
-from helpers import DATA, REFERENCE, need_shared, quiet_config, read_lines
+from helpers import DATA, REFERENCE, arpa_text, need_shared, quiet_config, random_arpa, read_lines, srilm_variants
 
 ARPAS = sorted(p.name for p in REFERENCE.glob("*.arpa.xz")) if REFERENCE.is_dir() else []
 TEXTS = ["ptb5k.txt", "wiki3k.txt", "tiny200.txt"]
@@ -191,57 +191,9 @@ def test_log10_distribution_sums_to_one(pair, texts):
         s, out = out, s
 
 
-def _srilm_variants(tmp_path):
-    """SRILM-style rewrites of a reference ARPA: <s> at -99, back-off columns
-    omitted where zero, and lower-order n-grams pruned although longer n-grams
-    still end with them (KenLM then fills 'blank' entries with backed-off values)."""
-    import lzma
-    text = lzma.open(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz", "rt").read()
-    header, body = text.split("\n\n", 1)
-    sections = {}
-    order = []
-    for block in body.strip().split("\n\n"):
-        lines = block.strip().split("\n")
-        if lines[0].startswith("\\end"):
-            continue
-        n = int(lines[0][1])
-        order.append(n)
-        sections[n] = lines[1:]
-    top = max(order)
-    grams = {n: [l.split("\t") for l in sections[n]] for n in order}
-    contexts = {n: {" ".join(f[1].split()[:-1]) for f in grams[n + 1]} for n in order if n < top}
-    suffixes = {n: {" ".join(f[1].split()[1:]) for f in grams[n + 1]} for n in order if n < top}
-    rng = random.Random(3)
-    pruned = {}
-    for n in order:
-        keep = []
-        for f in grams[n]:
-            if n == 1 and f[1] == "<s>":
-                f = ["-99"] + f[1:]
-            if 1 < n < top and f[1] in suffixes[n] and f[1] not in contexts[n] and rng.random() < 0.5:
-                continue
-            if len(f) == 3 and float(f[2]) == 0.0:
-                f = f[:2]
-            keep.append(f)
-        pruned[n] = keep
-
-    def write(path, gram_sets):
-        out = ["\\data\\"] + [f"ngram {n}={len(gram_sets[n])}" for n in order] + [""]
-        for n in order:
-            out.append(f"\\{n}-grams:")
-            out += ["\t".join(f) for f in gram_sets[n]]
-            out.append("")
-        out.append("\\end\\")
-        path.write_text("\n".join(out) + "\n")
-        return str(path)
-
-    full = {n: [(["-99"] + f[1:]) if (n == 1 and f[1] == "<s>") else f for f in grams[n]] for n in order}
-    return [write(tmp_path / "srilm_full.arpa", full), write(tmp_path / "srilm_pruned.arpa", pruned)]
-
-
 def test_srilm_conventions_and_pruned_suffixes_match_kenlm(tmp_path, texts):
     need_shared()
-    for path in _srilm_variants(tmp_path):
+    for path in srilm_variants(tmp_path):
         km = kenlm.Model(path, _kquiet())
         nm = nplm.Model(path, quiet_config())
         for line in texts[::3]:
@@ -289,14 +241,6 @@ _ODD = ["a\x0bb", "c\x0cd", "e\x1cf", "<S>", "</S>", "<s>x", "\\data\\", "#", "1
         "1e5", "été", "日本", "🐱", "x\u00a0y", "\u200b", "w" * 3000]
 
 
-def _arpa(*sections, counts=None):
-    counts = counts or [len(s) for s in sections]
-    out = ["\\data\\"] + [f"ngram {i + 1}={c}" for i, c in enumerate(counts)] + [""]
-    for i, s in enumerate(sections):
-        out += [f"\\{i + 1}-grams:"] + list(s) + [""]
-    return "\n".join(out + ["\\end\\"]) + "\n"
-
-
 def _sub(lines, old, new):
     return [l.replace(old, new) for l in lines]
 
@@ -306,74 +250,74 @@ def _no_backoff(lines):
 
 
 LOADABLE = {
-    "plain": _arpa(_UNI, _BI, _TRI),
-    "bigram": _arpa(_UNI, _no_backoff(_BI)),
-    "no <unk>": _arpa(_UNI[1:], _BI, _TRI),
-    "<unk> -100": _arpa(["-100\t<unk>\t0"] + _UNI[1:], _BI, _TRI),
-    "<unk> -99": _arpa(["-99\t<unk>\t0"] + _UNI[1:], _BI, _TRI),
-    "<UNK>": _arpa(["-1.5\t<UNK>\t0"] + _UNI[1:], _BI, _TRI),
-    "<unk> last, in n-grams": _arpa(_UNI[1:] + ["-1.5\t<unk>\t-0.4"], _BI + ["-0.9\t<unk> a", "-0.9\ta <unk>\t-0.1"],
+    "plain": arpa_text(_UNI, _BI, _TRI),
+    "bigram": arpa_text(_UNI, _no_backoff(_BI)),
+    "no <unk>": arpa_text(_UNI[1:], _BI, _TRI),
+    "<unk> -100": arpa_text(["-100\t<unk>\t0"] + _UNI[1:], _BI, _TRI),
+    "<unk> -99": arpa_text(["-99\t<unk>\t0"] + _UNI[1:], _BI, _TRI),
+    "<UNK>": arpa_text(["-1.5\t<UNK>\t0"] + _UNI[1:], _BI, _TRI),
+    "<unk> last, in n-grams": arpa_text(_UNI[1:] + ["-1.5\t<unk>\t-0.4"], _BI + ["-0.9\t<unk> a", "-0.9\ta <unk>\t-0.1"],
                                     _TRI + ["-0.3\ta <unk> b"]),
-    "<unk> in the middle": _arpa(_UNI[1:3] + ["-1.5\t<unk>\t-0.4"] + _UNI[3:], _BI + ["-0.9\t<unk> a"], _TRI),
-    "missing suffixes": _arpa(_UNI, _BI, _TRI + ["-0.3\tb c b", "-0.2\tc a c"]),
-    "back-offs omitted": _arpa([l[:-2] if l.endswith("\t0") else l for l in _UNI],
+    "<unk> in the middle": arpa_text(_UNI[1:3] + ["-1.5\t<unk>\t-0.4"] + _UNI[3:], _BI + ["-0.9\t<unk> a"], _TRI),
+    "missing suffixes": arpa_text(_UNI, _BI, _TRI + ["-0.3\tb c b", "-0.2\tc a c"]),
+    "back-offs omitted": arpa_text([l[:-2] if l.endswith("\t0") else l for l in _UNI],
                                [l[:-2] if l.endswith("\t0") else l for l in _BI], _TRI),
-    "back-offs -0": _arpa([l[:-2] + "\t-0" if l.endswith("\t0") else l for l in _UNI], _BI, _TRI),
-    "highest order back-off 0": _arpa(_UNI, _BI, [l + "\t0" for l in _TRI]),
-    "positive back-off": _arpa(_sub(_UNI, "a\t-0.3", "a\t0.3"), _BI, _TRI),
-    "probability 0 and -0": _arpa(_sub(_UNI, "-1.2\ta", "0\ta"), _sub(_BI, "-0.6\ta b", "-0\ta b"), _TRI),
-    "<s> -99": _arpa(_sub(_UNI, "0\t<s>", "-99\t<s>"), _BI, _TRI),
-    "<s> -1": _arpa(_sub(_UNI, "0\t<s>", "-1\t<s>"), _BI, _TRI),
-    "<s> and </s> inside n-grams": _arpa(_UNI, _BI + ["-0.2\ta <s>\t-0.1", "-0.2\t</s> a"], _TRI + ["-0.1\ta <s> a"]),
-    "odd words": _arpa(_UNI + [f"-1.{i + 1}\t{w}\t-0.{i + 1}" for i, w in enumerate(_ODD)],
+    "back-offs -0": arpa_text([l[:-2] + "\t-0" if l.endswith("\t0") else l for l in _UNI], _BI, _TRI),
+    "highest order back-off 0": arpa_text(_UNI, _BI, [l + "\t0" for l in _TRI]),
+    "positive back-off": arpa_text(_sub(_UNI, "a\t-0.3", "a\t0.3"), _BI, _TRI),
+    "probability 0 and -0": arpa_text(_sub(_UNI, "-1.2\ta", "0\ta"), _sub(_BI, "-0.6\ta b", "-0\ta b"), _TRI),
+    "<s> -99": arpa_text(_sub(_UNI, "0\t<s>", "-99\t<s>"), _BI, _TRI),
+    "<s> -1": arpa_text(_sub(_UNI, "0\t<s>", "-1\t<s>"), _BI, _TRI),
+    "<s> and </s> inside n-grams": arpa_text(_UNI, _BI + ["-0.2\ta <s>\t-0.1", "-0.2\t</s> a"], _TRI + ["-0.1\ta <s> a"]),
+    "odd words": arpa_text(_UNI + [f"-1.{i + 1}\t{w}\t-0.{i + 1}" for i, w in enumerate(_ODD)],
                        _BI + [f"-0.{i + 1}\t{w} a" for i, w in enumerate(_ODD)] + ["-0.3\tété 日本\t-0.1"],
                        _TRI + ["-0.1\tété 日本 🐱"]),
-    "CRLF": _arpa(_UNI, _BI, _TRI).replace("\n", "\r\n"),
-    "two spaces in an n-gram": _arpa(_UNI, [l.replace(" ", "  ") for l in _BI], _TRI),
-    "comment and blank lines": "# made by hand\n\n" + _arpa(_UNI, _BI, _TRI).replace("\\2-grams:\n", "\\2-grams:\n\n\n"),
-    "empty highest order": _arpa(_UNI, _BI, []),
-    "number spellings": _arpa(_sub(_sub(_UNI, "-1.2\t", "-1.2e0\t"), "-0.3", "-3E-1"), _sub(_BI, "-0.5\t", "-.5\t"), _TRI),
-    "-inf probabilities": _arpa(_sub(_sub(_UNI, "-1.3\tb", "-inf\tb"), "-1.5\t<unk>", "-inf\t<unk>"),
+    "CRLF": arpa_text(_UNI, _BI, _TRI).replace("\n", "\r\n"),
+    "two spaces in an n-gram": arpa_text(_UNI, [l.replace(" ", "  ") for l in _BI], _TRI),
+    "comment and blank lines": "# made by hand\n\n" + arpa_text(_UNI, _BI, _TRI).replace("\\2-grams:\n", "\\2-grams:\n\n\n"),
+    "empty highest order": arpa_text(_UNI, _BI, []),
+    "number spellings": arpa_text(_sub(_sub(_UNI, "-1.2\t", "-1.2e0\t"), "-0.3", "-3E-1"), _sub(_BI, "-0.5\t", "-.5\t"), _TRI),
+    "-inf probabilities": arpa_text(_sub(_sub(_UNI, "-1.3\tb", "-inf\tb"), "-1.5\t<unk>", "-inf\t<unk>"),
                                 _sub(_BI, "-0.6\ta b", "-inf\ta b"), _sub(_TRI, "-0.25\ta b c", "-inf\ta b c") + ["-0.3\tb c b"]),
-    "-inf <s>": _arpa(_sub(_UNI, "0\t<s>", "-inf\t<s>"), _BI, _TRI),
-    "probability below float32": _arpa(_sub(_UNI, "-1.3\tb", "-1e39\tb"), _BI, _TRI),
-    "probability -1e30": _arpa(_sub(_UNI, "-1.2\ta", "-1e30\ta"), _BI, _TRI),
+    "-inf <s>": arpa_text(_sub(_UNI, "0\t<s>", "-inf\t<s>"), _BI, _TRI),
+    "probability below float32": arpa_text(_sub(_UNI, "-1.3\tb", "-1e39\tb"), _BI, _TRI),
+    "probability -1e30": arpa_text(_sub(_UNI, "-1.2\ta", "-1e30\ta"), _BI, _TRI),
 }
 
 BOTH_REFUSE = {
-    "missing context": _arpa(_UNI, _BI, _TRI + ["-0.3\tc b a"]),
-    "back-off on the highest order": _arpa(_UNI, _BI, [l + "\t-0.5" for l in _TRI]),
-    "positive probability": _arpa(_sub(_UNI, "-1.2\ta", "0.2\ta"), _BI, _TRI),
-    "+inf probability": _arpa(_sub(_UNI, "-1.2\ta", "inf\ta"), _BI, _TRI),
-    "-INF": _arpa(_sub(_UNI, "-1.2\ta", "-INF\ta"), _BI, _TRI),
-    "-infinity": _arpa(_sub(_UNI, "-1.2\ta", "-infinity\ta"), _BI, _TRI),
-    "nan": _arpa(_sub(_UNI, "-1.2\ta", "nan\ta"), _BI, _TRI),
-    "-inf back-off": _arpa(_sub(_UNI, "a\t-0.3", "a\t-inf"), _BI, _TRI),
-    "no <s>": _arpa([l for l in _UNI if "<s>" not in l], [l for l in _BI if "<s>" not in l],
+    "missing context": arpa_text(_UNI, _BI, _TRI + ["-0.3\tc b a"]),
+    "back-off on the highest order": arpa_text(_UNI, _BI, [l + "\t-0.5" for l in _TRI]),
+    "positive probability": arpa_text(_sub(_UNI, "-1.2\ta", "0.2\ta"), _BI, _TRI),
+    "+inf probability": arpa_text(_sub(_UNI, "-1.2\ta", "inf\ta"), _BI, _TRI),
+    "-INF": arpa_text(_sub(_UNI, "-1.2\ta", "-INF\ta"), _BI, _TRI),
+    "-infinity": arpa_text(_sub(_UNI, "-1.2\ta", "-infinity\ta"), _BI, _TRI),
+    "nan": arpa_text(_sub(_UNI, "-1.2\ta", "nan\ta"), _BI, _TRI),
+    "-inf back-off": arpa_text(_sub(_UNI, "a\t-0.3", "a\t-inf"), _BI, _TRI),
+    "no <s>": arpa_text([l for l in _UNI if "<s>" not in l], [l for l in _BI if "<s>" not in l],
                     [l for l in _TRI if "<s>" not in l]),
-    "no </s>": _arpa([l for l in _UNI if "</s>" not in l], [l for l in _BI if "</s>" not in l],
+    "no </s>": arpa_text([l for l in _UNI if "</s>" not in l], [l for l in _BI if "</s>" not in l],
                      [l for l in _TRI if "</s>" not in l]),
-    "word not in the unigrams": _arpa(_UNI, _BI + ["-0.9\tq a"], _TRI),
-    "space after the probability": _arpa([l.replace("\t", " ", 1) for l in _UNI], _BI, _TRI),
-    "trailing space": _arpa([l + " " for l in _UNI], _BI, _TRI),
-    "text before \\data\\": "hello\n" + _arpa(_UNI, _BI, _TRI),
-    "byte-order mark": "\ufeff" + _arpa(_UNI, _BI, _TRI),
-    "more entries than counted": _arpa(_UNI, _BI, _TRI, counts=[6, 5, 4]),
-    "fewer entries than counted": _arpa(_UNI, _BI, _TRI, counts=[6, 7, 4]),
-    "no \\end\\": _arpa(_UNI, _BI, _TRI).replace("\\end\\\n", ""),
-    "trailing garbage": _arpa(_UNI, _BI, _TRI) + "junk\n",
+    "word not in the unigrams": arpa_text(_UNI, _BI + ["-0.9\tq a"], _TRI),
+    "space after the probability": arpa_text([l.replace("\t", " ", 1) for l in _UNI], _BI, _TRI),
+    "trailing space": arpa_text([l + " " for l in _UNI], _BI, _TRI),
+    "text before \\data\\": "hello\n" + arpa_text(_UNI, _BI, _TRI),
+    "byte-order mark": "\ufeff" + arpa_text(_UNI, _BI, _TRI),
+    "more entries than counted": arpa_text(_UNI, _BI, _TRI, counts=[6, 5, 4]),
+    "fewer entries than counted": arpa_text(_UNI, _BI, _TRI, counts=[6, 7, 4]),
+    "no \\end\\": arpa_text(_UNI, _BI, _TRI).replace("\\end\\\n", ""),
+    "trailing garbage": arpa_text(_UNI, _BI, _TRI) + "junk\n",
 }
 
 # KenLM loads these defective files without a word (the first duplicate wins, the
 # later one is dead weight; <unk> and <UNK> overwrite each other; an n-gram ending
 # in a missing <unk> is unreachable).  nplm refuses them, naming file and line.
 NPLM_REFUSES = {
-    "duplicate unigram": (_arpa(_UNI + ["-1.9\ta\t-0.1"], _BI, _TRI), 13, "duplicate unigram 'a'"),
-    "duplicate <unk>": (_arpa(_UNI + ["-1.9\t<unk>\t-0.1"], _BI, _TRI), 13, "duplicate unigram '<unk>'"),
-    "duplicate bigram": (_arpa(_UNI, _BI + ["-0.9\ta b\t-0.4"], _TRI), 21, 'duplicate 2-gram "a b"'),
-    "duplicate trigram": (_arpa(_UNI, _BI, _TRI + ["-0.9\ta b c"]), 27, 'duplicate 3-gram "a b c"'),
-    "<unk> and <UNK>": (_arpa(_UNI + ["-1.7\t<UNK>\t-0.2"], _BI, _TRI), 13, "both <unk> and <UNK>"),
-    "<unk> n-gram without the unigram": (_arpa(_UNI[1:], _BI + ["-0.9\t<unk> a"], _TRI), 20,
+    "duplicate unigram": (arpa_text(_UNI + ["-1.9\ta\t-0.1"], _BI, _TRI), 13, "duplicate unigram 'a'"),
+    "duplicate <unk>": (arpa_text(_UNI + ["-1.9\t<unk>\t-0.1"], _BI, _TRI), 13, "duplicate unigram '<unk>'"),
+    "duplicate bigram": (arpa_text(_UNI, _BI + ["-0.9\ta b\t-0.4"], _TRI), 21, 'duplicate 2-gram "a b"'),
+    "duplicate trigram": (arpa_text(_UNI, _BI, _TRI + ["-0.9\ta b c"]), 27, 'duplicate 3-gram "a b c"'),
+    "<unk> and <UNK>": (arpa_text(_UNI + ["-1.7\t<UNK>\t-0.2"], _BI, _TRI), 13, "both <unk> and <UNK>"),
+    "<unk> n-gram without the unigram": (arpa_text(_UNI[1:], _BI + ["-0.9\t<unk> a"], _TRI), 20,
                                          "'<unk>' appears in the 2-gram but the unigrams have no <unk>"),
 }
 
@@ -480,35 +424,6 @@ def test_missing_unk_keeps_unk_in_the_state(tmp_path):
 
 
 # ----------------------------------------------------------------------------- random ARPAs
-
-_LOGP = st.one_of(st.sampled_from(["0", "-0", "-1", "-99", "-2.25", "-inf", "-1e39"]),
-                  st.floats(-4, 0, width=32).map(lambda f: repr(float(f))))
-_BACKOFF = st.one_of(st.sampled_from([None, "0", "-0", "0.0", "-0.3", "0.2"]),
-                     st.floats(-2, 1, width=32).map(lambda f: repr(float(f))))
-
-
-@st.composite
-def random_arpa(draw):
-    """A back-off model of order 2-5 over a few words: every n-gram's context is an
-    (n-1)-gram (else KenLM refuses it), but suffixes may be missing (KenLM then adds
-    blanks); <unk> absent, spelt <UNK> or anywhere in the unigrams; <s> and </s> may
-    appear anywhere in n-grams; probabilities 0, -0, -99, -inf; back-offs omitted,
-    zero of either sign, positive."""
-    order = draw(st.integers(2, 5))
-    unk = draw(st.sampled_from(["<unk>", "<UNK>", None]))
-    vocab = draw(st.permutations([f"w{i}" for i in range(draw(st.integers(1, 6)))] + ["<s>", "</s>"]
-                                 + ([unk] if unk else [])))
-    sections = [[(draw(st.sampled_from(["0", "-99", "-1", "-inf"]) if w == "<s>" else _LOGP), w, draw(_BACKOFF))
-                 for w in vocab]]
-    grams = [(w,) for w in vocab]
-    for n in range(2, order + 1):
-        chosen = sorted({draw(st.sampled_from(grams)) + (draw(st.sampled_from(vocab)),)
-                         for _ in range(draw(st.integers(1, 12)))})
-        sections.append([(draw(_LOGP), " ".join(g), draw(_BACKOFF) if n < order else None) for g in chosen])
-        grams = chosen
-    lines = [[p + "\t" + g + ("" if b is None else "\t" + b) for p, g, b in s] for s in sections]
-    return _arpa(*lines), [w for w in vocab]
-
 
 def _brute_backoff(text, words):
     """(log10 p, n-gram length) of each word and </s> after <s>,

@@ -12,14 +12,13 @@ import kenlm
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_backoff_kenlm import _arpa, _srilm_variants, random_arpa
 
 import nplm
 from nplm.backoff.arpa import read_arpa
 from nplm.backoff.kenlm import write as kenlm_write
 from nplm.cli.main import main
 
-from helpers import REFERENCE, need_shared, read_lines
+from helpers import REFERENCE, arpa_text, need_shared, random_arpa, read_lines, srilm_variants
 
 KENLM_BINARY = REFERENCE / "kenlm-binary"
 # file part -> nplm.build_binary's type and options (README.md there gives the flags)
@@ -187,7 +186,7 @@ def _build_binary_file(tmp_path, arpa, args):
 
 def test_pruned_suffixes_get_kenlms_blanks(tmp_path, texts):
     need_shared()
-    full, pruned = _srilm_variants(tmp_path)
+    full, pruned = srilm_variants(tmp_path)
     lines = texts[:40]
     for path in (full, pruned):
         out = tmp_path / "m.bin"
@@ -202,7 +201,7 @@ def test_pruned_suffixes_get_kenlms_blanks(tmp_path, texts):
 @pytest.mark.parametrize("kind", ["probing", "trie"])
 def test_missing_unk_gets_the_u_probability(tmp_path, kind):
     path = tmp_path / "m.arpa"
-    path.write_text(_arpa(["-1\t<s>\t-0.5", "-0.5\t</s>", "-0.7\ta\t-0.2", "-1.2\tb"],
+    path.write_text(arpa_text(["-1\t<s>\t-0.5", "-0.5\t</s>", "-0.7\ta\t-0.2", "-1.2\tb"],
                           ["-0.3\t<s> a", "-0.2\ta b", "-0.4\ta </s>"]))
     out = tmp_path / "m.bin"
     nplm.build_binary(str(path), str(out), kind, unknown_logprob=-7.5, messages=None)
@@ -215,12 +214,12 @@ def test_missing_unk_gets_the_u_probability(tmp_path, kind):
 
 def test_missing_context_and_duplicates_name_the_line(tmp_path):
     path = tmp_path / "m.arpa"
-    path.write_text(_arpa(["-1\t<unk>", "-1\t<s>\t-0.5", "-0.5\t</s>", "-0.7\ta\t-0.2", "-1.2\tb"],
+    path.write_text(arpa_text(["-1\t<unk>", "-1\t<s>\t-0.5", "-0.5\t</s>", "-0.7\ta\t-0.2", "-1.2\tb"],
                           ["-0.3\t<s> a\t-0.1", "-0.2\ta b"], ["-0.2\tb a b"]))
     for kind in ("probing", "trie"):
         with pytest.raises(nplm.FormatError, match=r"m.arpa:18: the context of .*3-gram"):
             nplm.build_binary(str(path), str(tmp_path / "m.bin"), kind)
-    path.write_text(_arpa(["-1\t<unk>", "-1\t<s>\t-0.5", "-0.5\t</s>", "-0.7\ta\t-0.2", "-1.2\tb"],
+    path.write_text(arpa_text(["-1\t<unk>", "-1\t<s>\t-0.5", "-0.5\t</s>", "-0.7\ta\t-0.2", "-1.2\tb"],
                           ["-0.3\t<s> a", "-0.2\ta b", "-0.3\t<s> a"]))
     with pytest.raises(nplm.FormatError, match=r"m.arpa:\d+: duplicate 2-gram"):
         nplm.build_binary(str(path), str(tmp_path / "m.bin"), "trie")
@@ -267,7 +266,7 @@ def test_random_models_byte_equal_build_binarys(tmp_path_factory, case):
 
 def test_missing_sentence_markers_need_s(tmp_path):
     path = tmp_path / "m.arpa"
-    path.write_text(_arpa(["-1\t<unk>", "-1\t<s>\t-0.5", "-0.7\ta\t-0.2", "-1.2\tb"], ["-0.3\t<s> a", "-0.2\ta b"]))
+    path.write_text(arpa_text(["-1\t<unk>", "-1\t<s>\t-0.5", "-0.7\ta\t-0.2", "-1.2\tb"], ["-0.3\t<s> a", "-0.2\ta b"]))
     for kind in ("probing", "trie"):
         with pytest.raises(nplm.FormatError, match="missing </s>.*-s builds it"):
             nplm.build_binary(str(path), str(tmp_path / "m.bin"), kind)
