@@ -86,13 +86,11 @@ def _class_stub(name, cls):
 
 def stub(module_name):
     module = importlib.import_module(module_name)
-    out = [f'"""Type stubs of the extension module {module_name} (written by tools/make_stubs.py)."""',
-           "from typing import Any", "", "import numpy as np", ""]
     names = sorted(n for n in vars(module) if not n.startswith("_"))
     bases = sorted({(v.__base__.__module__, v.__base__.__name__) for v in vars(module).values()
                     if inspect.isclass(v) and v.__module__ == module_name
-                    and v.__base__ is not object and v.__base__.__module__ != module_name})
-    out[2:2] = [f"from {m} import {b}" for m, b in bases]
+                    and v.__base__.__module__ not in (module_name, "builtins")})
+    out = []
     for n in names:
         v = getattr(module, n)
         if inspect.isclass(v) and v.__module__ == module_name:
@@ -101,7 +99,17 @@ def stub(module_name):
             out.append(_signature(n, v))
         elif isinstance(v, (int, float, str, bytes, tuple, dict, list)):
             out.append(f"{n}: {type(v).__name__}")
-    return "\n".join(out).rstrip() + "\n"
+    body = "\n".join(out).rstrip() + "\n"
+    # The imports in ruff's order, and only those the body uses, so that `ruff --fix`
+    # leaves written stubs unchanged.
+    head = [f'"""Type stubs of the extension module {module_name} (written by tools/make_stubs.py)."""',
+            *(["from typing import Any", ""] if "Any" in body else [])]
+    if "np." in body:
+        head += ["import numpy as np", ""]
+    if bases:
+        head += [f"from {m} import {', '.join(sorted(b for mm, b in bases if mm == m))}"
+                 for m in sorted({m for m, _ in bases})] + [""]
+    return "\n".join(head) + "\n" + body
 
 
 def extension_modules():

@@ -1,8 +1,9 @@
 """Type stubs of the extension module nplm.compose._interp (written by tools/make_stubs.py)."""
 from typing import Any
-from nplm._kernels import LMCore
 
 import numpy as np
+
+from nplm._kernels import LMCore
 
 BINS_MAX: int
 

@@ -1,7 +1,7 @@
 """Type stubs of the extension module nplm.neural._query (written by tools/make_stubs.py)."""
 from typing import Any
-from nplm._kernels import LMCore
 
+from nplm._kernels import LMCore
 
 F16C: bool
 HALF_COPIES: bool

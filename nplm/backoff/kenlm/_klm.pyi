@@ -1,9 +1,9 @@
 """Type stubs of the extension module nplm.backoff.kenlm._klm (written by tools/make_stubs.py)."""
 from typing import Any
-from nplm._kernels import LMCore
-from nplm._kernels import Vocab
 
 import numpy as np
+
+from nplm._kernels import LMCore, Vocab
 
 
 class KenlmProbingCore(LMCore):
