@@ -57,12 +57,23 @@ def read_lines(path, unk_to="UNK", limit=None):
     return lines
 
 
-def quiet_config():
-    """An nplm.Config that prints nothing while loading."""
-    import nplm
-    cfg = nplm.Config()
+def linear_spec(path, models, weights):
+    """Write an nplm interpolation spec mixing ``models`` linearly; its path."""
+    import json
+    with open(path, "w") as f:
+        json.dump({"nplm": "interpolation", "version": 1, "mode": "linear",
+                   "models": [str(m) for m in models], "weights": list(weights)}, f)
+    return str(path)
+
+
+def quiet_config(module=None):
+    """A Config of ``module`` (nplm, or the real kenlm module) that prints nothing
+    while loading."""
+    if module is None:
+        import nplm as module
+    cfg = module.Config()
     cfg.show_progress = False
-    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
+    cfg.arpa_complain = module.ARPALoadComplain.NONE
     return cfg
 
 

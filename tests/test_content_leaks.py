@@ -13,15 +13,11 @@ from _bounded import ROOT
 import nplm
 from nplm.errors import content_hidden, quoted
 
+from helpers import quiet_config
+
 TOY_ARPA = str(ROOT / "examples" / "toy.arpa")
 SECRET = "root:$6$SECRETHASH:19000:0:99999:7:::"
 
-
-def quiet():
-    cfg = nplm.Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
-    return cfg
 
 
 @pytest.fixture
@@ -58,7 +54,7 @@ def test_a_file_named_by_a_spec_is_not_quoted(tmp_path, secret, layout):
         spec_inner = _spec(inner, [str(secret)])
         spec = _spec(tmp_path, [TOY_ARPA, spec_inner])
     with pytest.raises(nplm.ModelLoadError) as e:
-        nplm.Model(spec, quiet())
+        nplm.Model(spec, quiet_config())
     text = _all_messages(e.value)
     assert "SECRETHASH" not in text and "root:" not in text, text
     assert str(secret) in text                   # the path is named, the content is not
@@ -67,7 +63,7 @@ def test_a_file_named_by_a_spec_is_not_quoted(tmp_path, secret, layout):
 
 def test_a_file_named_directly_is_quoted(secret):
     with pytest.raises(nplm.ModelLoadError, match="SECRETHASH"):
-        nplm.Model(str(secret), quiet())
+        nplm.Model(str(secret), quiet_config())
 
 
 def test_bad_ngram_lines_through_a_spec_are_not_quoted(tmp_path):
@@ -77,10 +73,10 @@ def test_bad_ngram_lines_through_a_spec_are_not_quoted(tmp_path):
     bad = tmp_path / "bad.arpa"
     bad.write_text("\n".join(lines))
     with pytest.raises(nplm.ModelLoadError) as direct:
-        nplm.Model(str(bad), quiet())
+        nplm.Model(str(bad), quiet_config())
     assert "PRIVATEWORD" in str(direct.value)
     with pytest.raises(nplm.ModelLoadError) as through:
-        nplm.Model(_spec(tmp_path, [str(bad)]), quiet())
+        nplm.Model(_spec(tmp_path, [str(bad)]), quiet_config())
     assert "PRIVATEWORD" not in _all_messages(through.value)
 
 

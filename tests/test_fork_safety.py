@@ -7,7 +7,6 @@ on Linux) forked after a batch call hung in its first batch call.  Each test for
 a pool after the parent scored with two threads and waits with a timeout, so that
 a hang fails the test instead of stalling the run.
 """
-import json
 import multiprocessing as mp
 import os
 
@@ -16,7 +15,7 @@ import pytest
 
 import nplm
 
-from helpers import make_net
+from helpers import linear_spec, make_net, quiet_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY_ARPA = os.path.join(ROOT, "examples", "toy.arpa")
@@ -26,13 +25,6 @@ TIMEOUT = 60
 _MODEL = None      # the model the pool's children inherit
 
 
-def _quiet():
-    cfg = nplm.Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
-    return cfg
-
-
 def _model(kind, tmp_path):
     if kind == "backoff":
         path = str(tmp_path / "toy.nplm")
@@ -40,14 +32,11 @@ def _model(kind, tmp_path):
     elif kind == "interpolated":
         neural = str(tmp_path / "net.nplm")
         make_net("class-full-1").save(neural)
-        path = str(tmp_path / "mix.json")
-        with open(path, "w") as f:
-            json.dump({"nplm": "interpolation", "version": 1, "mode": "linear",
-                       "models": [TOY_ARPA, neural], "weights": [0.5, 0.5]}, f)
+        path = linear_spec(tmp_path / "mix.json", [TOY_ARPA, neural], [0.5, 0.5])
     else:
         path = str(tmp_path / f"{kind}.nplm")
         make_net(kind).save(path)
-    return nplm.Model(path, _quiet())
+    return nplm.Model(path, quiet_config())
 
 
 def _child_scores(_):

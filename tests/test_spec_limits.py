@@ -15,6 +15,8 @@ from _bounded import ROOT, run_python
 import nplm
 from nplm.compose.interpolate import MAX_SPEC_COMPONENTS, MAX_SPEC_DEPTH
 
+from helpers import quiet_config
+
 TOY_ARPA = str(ROOT / "examples" / "toy.arpa")
 
 
@@ -25,12 +27,6 @@ def write_spec(path, models, weights=None, **fields):
     path.write_text(json.dumps(spec))
     return str(path)
 
-
-def quiet():
-    cfg = nplm.Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
-    return cfg
 
 
 def fanout_specs(d, depth, fan=16):
@@ -58,20 +54,20 @@ except nplm.ModelLoadError as e:
 def test_shared_components_are_loaded_once(tmp_path):
     inner = write_spec(tmp_path / "inner.json", [TOY_ARPA, TOY_ARPA])
     outer = write_spec(tmp_path / "outer.json", [inner, TOY_ARPA, inner])
-    m = nplm.Model(outer, quiet())
+    m = nplm.Model(outer, quiet_config())
     comps = m._data.mixture.components
     assert comps[0] is comps[2]                                  # the inner spec, once
     inner_comps = comps[0]._data.mixture.components
     assert inner_comps[0] is inner_comps[1] is comps[1]          # the ARPA, once
-    alone = nplm.Model(TOY_ARPA, quiet())
+    alone = nplm.Model(TOY_ARPA, quiet_config())
     for s in ("the dog saw a cat", "a b c"):
         assert abs(m.score(s) - alone.score(s)) < 1e-4          # a mixture of one model
 
 
 def test_within_the_budget_loads(tmp_path):
     spec = fanout_specs(tmp_path, 1, fan=15)       # 15 + 15 * 15 = 240 components
-    m = nplm.Model(spec, quiet())
-    alone = nplm.Model(TOY_ARPA, quiet())
+    m = nplm.Model(spec, quiet_config())
+    alone = nplm.Model(TOY_ARPA, quiet_config())
     assert abs(m.score("the dog saw a cat") - alone.score("the dog saw a cat")) < 1e-4
 
 
@@ -80,9 +76,9 @@ def test_a_chain_of_specs_is_refused_past_the_depth_limit(tmp_path):
     for i in range(n):
         write_spec(tmp_path / f"chain{i}.json", [str(tmp_path / f"chain{i + 1}.json") if i < n - 1 else TOY_ARPA])
     with pytest.raises(nplm.ModelLoadError, match=f"nested more than {MAX_SPEC_DEPTH} deep"):
-        nplm.Model(str(tmp_path / "chain0.json"), quiet())
+        nplm.Model(str(tmp_path / "chain0.json"), quiet_config())
     ok = n - MAX_SPEC_DEPTH         # a chain of MAX_SPEC_DEPTH specs loads
-    nplm.Model(str(tmp_path / f"chain{ok}.json"), quiet())
+    nplm.Model(str(tmp_path / f"chain{ok}.json"), quiet_config())
 
 
 def test_deeply_nested_json_is_a_format_error(tmp_path):
@@ -90,7 +86,7 @@ def test_deeply_nested_json_is_a_format_error(tmp_path):
     path.write_text('{"nplm": "interpolation", "version": 1, "mode": "linear", "x": '
                     + "[" * 100000 + "]" * 100000 + f', "models": [{json.dumps(TOY_ARPA)}], "weights": [1]}}')
     with pytest.raises(nplm.ModelLoadError, match="nested too deeply") as e:
-        nplm.Model(str(path), quiet())
+        nplm.Model(str(path), quiet_config())
     assert str(path) in str(e.value)
 
 
@@ -101,14 +97,14 @@ def test_huge_weights_are_format_errors(tmp_path, weights):
                        "models": [TOY_ARPA, TOY_ARPA], "weights": [0, 1]})
     path.write_text(text.replace("[0, 1]", "[" + ", ".join(map(str, weights)).replace("inf", "1e400") + "]"))
     with pytest.raises(nplm.ModelLoadError, match="weights"):
-        nplm.Model(str(path), quiet())
+        nplm.Model(str(path), quiet_config())
 
 
 @pytest.mark.parametrize("version", [True, 1.0, "1"])
 def test_version_must_be_an_integer(tmp_path, version):
     spec = write_spec(tmp_path / "v.json", [TOY_ARPA], [1.0], version=version)
     with pytest.raises(nplm.ModelLoadError, match="version"):
-        nplm.Model(spec, quiet())
+        nplm.Model(spec, quiet_config())
 
 
 def test_cli_names_the_spec_without_a_traceback(tmp_path):

@@ -7,7 +7,6 @@ sentences.  Every API that takes a thread count refuses what is not an integer f
 in a subprocess, so that the abort they replace fails the test instead of ending
 the test run.
 """
-import json
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from _bounded import ROOT, run_python
 import nplm
 from nplm import _kernels
 
-from helpers import make_net
+from helpers import linear_spec, make_net
 
 TOY_ARPA = ROOT / "examples" / "toy.arpa"
 SENTENCES = ["the dog saw a cat", "w1 w2 w3", "a cat the dog"] * 40
@@ -29,10 +28,7 @@ def models(tmp_path_factory):
     nplm.build_binary(str(TOY_ARPA), binary)
     neural = str(d / "net.nplm")
     make_net("class-full-1").save(neural)
-    spec = str(d / "mix.json")
-    with open(spec, "w") as f:
-        json.dump({"nplm": "interpolation", "version": 1, "mode": "linear",
-                   "models": [binary, neural], "weights": [0.5, 0.5]}, f)
+    spec = linear_spec(d / "mix.json", [binary, neural], [0.5, 0.5])
     return {"backoff": binary, "neural": neural, "interpolated": spec}
 
 

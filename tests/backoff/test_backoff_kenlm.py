@@ -20,12 +20,6 @@ ARPAS = sorted(p.name for p in REFERENCE.glob("*.arpa.xz")) if REFERENCE.is_dir(
 TEXTS = ["ptb5k.txt", "wiki3k.txt", "tiny200.txt"]
 
 
-def _kquiet():
-    c = kenlm.Config()
-    c.show_progress = False
-    c.arpa_complain = kenlm.ARPALoadComplain.NONE
-    return c
-
 
 @pytest.fixture(scope="module")
 def texts():
@@ -44,7 +38,7 @@ def texts():
 def pair(request, tmp_path_factory):
     need_shared()
     path = str(REFERENCE / request.param)
-    km = kenlm.Model(path, _kquiet())
+    km = kenlm.Model(path, quiet_config(kenlm))
     nm = nplm.Model(path, quiet_config())
     binary = tmp_path_factory.mktemp("bin") / (request.param + ".nplm")
     nplm.build_binary(path, str(binary))
@@ -194,7 +188,7 @@ def test_log10_distribution_sums_to_one(pair, texts):
 def test_srilm_conventions_and_pruned_suffixes_match_kenlm(tmp_path, texts):
     need_shared()
     for path in srilm_variants(tmp_path):
-        km = kenlm.Model(path, _kquiet())
+        km = kenlm.Model(path, quiet_config(kenlm))
         nm = nplm.Model(path, quiet_config())
         for line in texts[::3]:
             for (kp, kl, ko), (p, l, o) in zip(km.full_scores(line), nm.full_scores(line)):
@@ -378,7 +372,7 @@ def _write(tmp_path, text, name="m.arpa"):
 @pytest.mark.parametrize("name", list(LOADABLE))
 def test_hand_written_arpa_matches_kenlm(tmp_path, name):
     path = _write(tmp_path, LOADABLE[name])
-    km = kenlm.Model(path, _kquiet())
+    km = kenlm.Model(path, quiet_config(kenlm))
     nm = nplm.Model(path, quiet_config())
     nplm.build_binary(path, str(tmp_path / "m.nplm"))
     words = ["a", "b", "c"] + (_ODD if name == "odd words" else [])
@@ -390,7 +384,7 @@ def test_hand_written_arpa_matches_kenlm(tmp_path, name):
 def test_hand_written_arpa_refused_like_kenlm(tmp_path, name):
     path = _write(tmp_path, BOTH_REFUSE[name])
     with pytest.raises(OSError, match="Cannot read model"):
-        kenlm.Model(path, _kquiet())
+        kenlm.Model(path, quiet_config(kenlm))
     with pytest.raises(OSError, match="Cannot read model") as info:
         nplm.Model(path, quiet_config())
     assert isinstance(info.value, nplm.FormatError) and "m.arpa" in str(info.value)
@@ -400,7 +394,7 @@ def test_hand_written_arpa_refused_like_kenlm(tmp_path, name):
 def test_defective_arpa_kenlm_loads_is_refused_with_its_line(tmp_path, name):
     text, line, message = NPLM_REFUSES[name]
     path = _write(tmp_path, text)
-    kenlm.Model(path, _kquiet())            # kenlm says nothing
+    kenlm.Model(path, quiet_config(kenlm))            # kenlm says nothing
     with pytest.raises(nplm.FormatError) as info:
         nplm.Model(path, quiet_config())
     assert info.value.line == line and message in str(info.value), str(info.value)
@@ -412,7 +406,7 @@ def test_missing_unk_keeps_unk_in_the_state(tmp_path):
     state, and p(<s> | that) is +0.0, not -0.0."""
     path = _write(tmp_path, LOADABLE["no <unk>"])
     nm = nplm.Model(path, quiet_config())
-    for model, S in ((kenlm.Model(path, _kquiet()), kenlm.State), (nm, nplm.State)):
+    for model, S in ((kenlm.Model(path, quiet_config(kenlm)), kenlm.State), (nm, nplm.State)):
         s, out, null = S(), S(), S()
         model.NullContextWrite(s)
         assert model.BaseScore(s, "zzqx", out) == -100.0
@@ -473,7 +467,7 @@ def test_random_arpa_matches_kenlm(tmp_path, model, seed):
     text, vocab = model
     path = _write(tmp_path, text)
     try:
-        km = kenlm.Model(path, _kquiet())
+        km = kenlm.Model(path, quiet_config(kenlm))
     except OSError as e:
         # Tiny probing tables with many missing suffixes can run out of blank
         # slots in KenLM; nplm grows its tables instead.

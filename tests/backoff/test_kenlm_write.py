@@ -18,7 +18,7 @@ from nplm.backoff.arpa import read_arpa
 from nplm.backoff.kenlm import write as kenlm_write
 from nplm.cli.main import main
 
-from helpers import REFERENCE, arpa_text, need_shared, random_arpa, read_lines, srilm_variants
+from helpers import REFERENCE, arpa_text, need_shared, quiet_config, random_arpa, read_lines, srilm_variants
 
 KENLM_BINARY = REFERENCE / "kenlm-binary"
 # file part -> nplm.build_binary's type and options (README.md there gives the flags)
@@ -36,12 +36,6 @@ FLAGS = {
 BUILD_BINARY = os.environ.get("NPLM_BUILD_BINARY") or shutil.which("build_binary") or \
     "/opt/kenlm-src/build/bin/build_binary"
 
-
-def _kquiet():
-    c = kenlm.Config()
-    c.show_progress = False
-    c.arpa_complain = kenlm.ARPALoadComplain.NONE
-    return c
 
 
 def _walk(model, words):
@@ -105,7 +99,7 @@ def test_kenlm_scores_the_written_file_as_its_own(tables, texts, tmp_path, part)
     theirs = tmp_path / "ref.bin"
     with lzma.open(KENLM_BINARY / f"ptb5k.o5.{part}.bin.xz") as f:
         theirs.write_bytes(f.read())
-    assert_same_models(kenlm.Model(str(ours), _kquiet()), kenlm.Model(str(theirs), _kquiet()), texts[:60])
+    assert_same_models(kenlm.Model(str(ours), quiet_config(kenlm)), kenlm.Model(str(theirs), quiet_config(kenlm)), texts[:60])
 
 
 def test_cli_takes_build_binarys_arguments(tmp_path):
@@ -173,7 +167,7 @@ def test_estimate_writes_the_binary_in_one_pass(tmp_path):
 
 def _kenlm_loads(path):
     try:
-        return kenlm.Model(str(path), _kquiet())
+        return kenlm.Model(str(path), quiet_config(kenlm))
     except (OSError, RuntimeError, Exception):   # kenlm raises OSError or its own errors
         return None
 
@@ -191,11 +185,11 @@ def test_pruned_suffixes_get_kenlms_blanks(tmp_path, texts):
     for path in (full, pruned):
         out = tmp_path / "m.bin"
         nplm.build_binary(path, str(out), "probing")
-        assert_same_models(kenlm.Model(str(out), _kquiet()), kenlm.Model(path, _kquiet()), lines)
+        assert_same_models(kenlm.Model(str(out), quiet_config(kenlm)), kenlm.Model(path, quiet_config(kenlm)), lines)
         nplm.build_binary(path, str(tmp_path / "t.bin"), "trie", prob_bits=8)
-        assert_same_models(kenlm.Model(str(tmp_path / "t.bin"), _kquiet()),
-                           kenlm.Model(str(_build_binary_file(tmp_path, path, ["-q", "8", "trie"])), _kquiet())
-                           if os.access(BUILD_BINARY, os.X_OK) else kenlm.Model(path, _kquiet()), lines)
+        assert_same_models(kenlm.Model(str(tmp_path / "t.bin"), quiet_config(kenlm)),
+                           kenlm.Model(str(_build_binary_file(tmp_path, path, ["-q", "8", "trie"])), quiet_config(kenlm))
+                           if os.access(BUILD_BINARY, os.X_OK) else kenlm.Model(path, quiet_config(kenlm)), lines)
 
 
 @pytest.mark.parametrize("kind", ["probing", "trie"])
@@ -205,10 +199,10 @@ def test_missing_unk_gets_the_u_probability(tmp_path, kind):
                           ["-0.3\t<s> a", "-0.2\ta b", "-0.4\ta </s>"]))
     out = tmp_path / "m.bin"
     nplm.build_binary(str(path), str(out), kind, unknown_logprob=-7.5, messages=None)
-    m = kenlm.Model(str(out), _kquiet())
+    m = kenlm.Model(str(out), quiet_config(kenlm))
     assert list(m.full_scores("a zzz b"))[1] == pytest.approx((-7.5 - 0.2, 1, True))   # a's back-off
     nplm.build_binary(str(path), str(out), kind, messages=None)     # KenLM's default -100
-    assert_same_models(kenlm.Model(str(out), _kquiet()), kenlm.Model(str(path), _kquiet()),
+    assert_same_models(kenlm.Model(str(out), quiet_config(kenlm)), kenlm.Model(str(path), quiet_config(kenlm)),
                        ["b a zzz", "a b", "zzz zzz a b"])
 
 
@@ -243,7 +237,7 @@ def test_random_models_load_in_kenlm_as_their_arpa(tmp_path_factory, case):
     for kind in ("probing", "trie"):
         out = d / f"{kind}.bin"
         nplm.build_binary(str(path), str(out), kind, messages=None)
-        assert_same_models(kenlm.Model(str(out), _kquiet()), reference, lines)
+        assert_same_models(kenlm.Model(str(out), quiet_config(kenlm)), reference, lines)
 
 
 @pytest.mark.skipif(not os.access(BUILD_BINARY, os.X_OK), reason="KenLM's build_binary is not built here")
@@ -271,7 +265,7 @@ def test_missing_sentence_markers_need_s(tmp_path):
         with pytest.raises(nplm.FormatError, match="missing </s>.*-s builds it"):
             nplm.build_binary(str(path), str(tmp_path / "m.bin"), kind)
         assert main(["build-binary", "-s", kind, str(path), str(tmp_path / "m.bin")]) == 0
-        m = kenlm.Model(str(tmp_path / "m.bin"), _kquiet())
+        m = kenlm.Model(str(tmp_path / "m.bin"), quiet_config(kenlm))
         assert [p for p, _, _ in m.full_scores("a b", eos=False)] == pytest.approx([-0.3, -0.2])
         if os.access(BUILD_BINARY, os.X_OK):
             ref = _build_binary_file(tmp_path, path, ["-s", kind])
@@ -285,7 +279,7 @@ def test_nplm_serves_its_smallest_file_as_kenlm_does(tables, texts, tmp_path):
     out = tmp_path / "small.bin"
     nplm.build_binary(str(REFERENCE / "ptb5k.o5.arpa.xz"), str(out), "trie", prob_bits=8, backoff_bits=8,
                       pointer_bits=22)
-    km, nm = kenlm.Model(str(out), _kquiet()), nplm.Model(str(out))
+    km, nm = kenlm.Model(str(out), quiet_config(kenlm)), nplm.Model(str(out))
     for line in texts:
         assert [tuple(x) for x in nm.full_scores(line)] == list(km.full_scores(line)), line
 

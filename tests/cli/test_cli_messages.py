@@ -14,7 +14,7 @@ import nplm
 from nplm.cli.main import main
 from nplm.io import container
 
-from helpers import ROOT, make_net
+from helpers import ROOT, make_net, quiet_config
 
 TOY = ROOT / "examples" / "toy.txt"
 
@@ -24,12 +24,6 @@ def nplm_cli(*args, stdin=None, **kw):
     return subprocess.run([sys.executable, "-m", "nplm", *map(str, args)], input=stdin, capture_output=True,
                           text=True, cwd=ROOT, env=env, timeout=300, **kw)
 
-
-def quiet():
-    cfg = nplm.Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = nplm.ARPALoadComplain.NONE
-    return cfg
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +43,7 @@ SENTENCES = ["w1 w2 w3", "w5 zzqx w0 w7", "", "the cat sat on the mat"]
 
 
 def same_scores(a, b, tol=1e-5):
-    ma, mb = nplm.Model(a, quiet()), nplm.Model(b, quiet())
+    ma, mb = nplm.Model(a, quiet_config()), nplm.Model(b, quiet_config())
     assert ma.order == mb.order
     for s in SENTENCES:
         x = [p for p, _, _ in ma.full_scores(s)]
@@ -368,7 +362,7 @@ def test_verify_checks_each_component_of_a_spec(models, tmp_path):
     spec = max(container.read(models["binary"])._specs.values(), key=lambda s: s["nbytes"])
     raw[spec["offset"] + spec["nbytes"] // 2] ^= 4       # inside the largest array's payload
     bad.write_bytes(bytes(raw))
-    nplm.Model(str(bad), quiet())                # loads: only a full read finds it
+    nplm.Model(str(bad), quiet_config())                # loads: only a full read finds it
     good = _spec(tmp_path / "good.json", [models["binary"], {"path": models["softmax"], "normalization": "exact"}])
     damaged = _spec(tmp_path / "damaged.json", ["bad.nplm", models["softmax"]])
     r = nplm_cli("verify", good, damaged, bad)
@@ -390,7 +384,8 @@ def test_verify_says_missing_or_unreadable_not_damaged(models, tmp_path):
     assert errs[0] == f"{tmp_path / 'nothere.nplm'}: MISSING: no such file"
     assert errs[1].startswith(f"{tmp_path}: UNREADABLE: ") and "directory" in errs[1]
     assert errs[2].startswith(f"{spec}: DAMAGED: ") and "component 1 of 2 (gone.nplm) is missing" in errs[2]
-    assert r.stdout == f"{models['arpa']}: ARPA file, order 3, {len(nplm.Model(models['arpa'], quiet()).vocab)} words: OK\n"
+    words = len(nplm.Model(models['arpa'], quiet_config()).vocab)
+    assert r.stdout == f"{models['arpa']}: ARPA file, order 3, {words} words: OK\n"
 
 
 @pytest.mark.parametrize("byte,bit", [(0, 0), (1, 3), (3, 5), (4, 0), (7, 1)])
@@ -404,7 +399,7 @@ def test_a_flipped_magic_byte_is_called_a_damaged_nplm_binary(models, tmp_path, 
     assert r.stderr.startswith(f"{bad}: DAMAGED: ") and "damaged nplm binary" in r.stderr, r.stderr
     assert "not an ARPA file" not in r.stderr
     with pytest.raises(nplm.ModelLoadError, match="damaged nplm binary"):
-        nplm.Model(str(bad), quiet())
+        nplm.Model(str(bad), quiet_config())
     r = nplm_cli("convert", bad, tmp_path / "x.arpa")
     assert r.returncode == 1 and "damaged nplm binary" in r.stderr
 
@@ -455,7 +450,7 @@ def test_convert_of_a_spec_points_to_distil(models, tmp_path):
     assert not (tmp_path / "o.nplm").exists()
     r = nplm_cli("distil", spec, "--text", TOY, "--order", "2", "--arpa", tmp_path / "o.arpa", "-q")
     assert r.returncode == 0, r.stderr
-    assert nplm.Model(str(tmp_path / "o.arpa"), quiet()).order == 2
+    assert nplm.Model(str(tmp_path / "o.arpa"), quiet_config()).order == 2
 
 
 def test_train_warns_of_options_without_effect_and_checks_the_time_limit(tmp_path, capsys):
