@@ -58,11 +58,13 @@ def read_lines(path, unk_to="UNK", limit=None):
 
 
 def linear_spec(path, models, weights):
-    """Write an nplm interpolation spec mixing ``models`` linearly; its path."""
+    """Write an nplm interpolation spec mixing ``models`` (paths, or component dicts)
+    linearly; its path."""
     import json
     with open(path, "w") as f:
         json.dump({"nplm": "interpolation", "version": 1, "mode": "linear",
-                   "models": [str(m) for m in models], "weights": list(weights)}, f)
+                   "models": [m if isinstance(m, dict) else str(m) for m in models],
+                   "weights": list(weights)}, f)
     return str(path)
 
 
@@ -77,12 +79,14 @@ def quiet_config(module=None):
     return cfg
 
 
-def run_cli(*args, stdin=None, env=None, cwd=ROOT, check=False):
-    """``python -m nplm ARGS`` in a fresh interpreter that imports this tree's nplm."""
+def run_cli(*args, stdin=None, env=None, cwd=ROOT, check=False, text=None, timeout=600):
+    """``python -m nplm ARGS`` in a fresh interpreter that imports this tree's nplm.
+    Output is text unless ``text=False`` or ``stdin`` is bytes."""
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    text = not isinstance(stdin, bytes) if text is None else text
     return subprocess.run([sys.executable, "-m", "nplm", *map(str, args)], input=stdin, capture_output=True,
-                          text=True, env=env, cwd=cwd, check=check)
+                          text=text, env=env, cwd=cwd, check=check, timeout=timeout)
 
 
 try:

@@ -4,22 +4,18 @@ itself, a symbolic link or a hard link).  ``nplm cluster --text t -o t`` and
 every writing command now declares its inputs and the CLI checks each output
 against them before any work."""
 import os
-import subprocess
-import sys
 
 import pytest
 from _bounded import ROOT
 
-from helpers import make_net
+from helpers import make_net, run_cli
 
 TOY_ARPA = ROOT / "examples" / "toy.arpa"
 TOY_TEXT = ROOT / "examples" / "toy.txt"
 
 
 def cli(*args, cwd):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "nplm", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
+    return run_cli(*args, cwd=cwd, timeout=300)
 
 
 @pytest.fixture

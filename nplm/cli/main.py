@@ -9,6 +9,7 @@ import difflib
 import glob
 import os
 import shlex
+import stat
 import sys
 import warnings
 
@@ -30,7 +31,7 @@ from nplm.convert import backoff_tables, convert, detect, target_format
 from nplm.evaluate import evaluate, kenlm_floats
 from nplm.io import container
 from nplm.io.atomic import check_output, refuse_stdout, same_file
-from nplm.io.files import open_text
+from nplm.io.files import open_text, sniff
 from nplm.io.resources import arpa_header_counts
 from nplm.io.text import split_words
 from nplm.neural import clusters
@@ -953,6 +954,17 @@ class Distil:
         return 0
 
 
+def _is_stream(path):
+    """Whether ``path`` is stdin, a pipe, a FIFO or a device: readable once, so its
+    format is sniffed from the one stream that then reads it."""
+    if path == "-":
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path)
+    except OSError:
+        return False
+
+
 @command("convert", "Convert between ARPA, nplm back-off/neural binaries, float16/int8 neural and ISI NPLM; "
          "KenLM binaries to ARPA")
 class Convert:
@@ -974,7 +986,7 @@ class Convert:
 
     @staticmethod
     def run(args):
-        if "-" in (args.input, args.output):
+        if "-" in (args.input, args.output) or _is_stream(args.input):
             return Convert.stdio(args)
         sf, tf, report = convert(args.input, args.output, to=args.to, text=args.text,
                                  messages=lambda m: print(f"nplm: {m}", file=sys.stderr))
@@ -992,7 +1004,14 @@ class Convert:
         """'-' as the input (stdin) or the output (stdout): a stream carries ARPA text
         only.  Stdin can be read once, so it is not sniffed for its format first; a
         binary is memory-mapped from a file, so it cannot go to a pipe."""
-        sf = "arpa" if args.input == "-" else detect(args.input)
+        stream = None
+        if _is_stream(args.input):
+            kind, stream = sniff(args.input)
+            if kind != "arpa":
+                stream.close()
+                raise ValueError(f"{args.input}: a {kind} binary is memory-mapped, so it must be a regular "
+                                 "file, not a pipe; a stream carries ARPA text only")
+        sf = "arpa" if stream is not None else detect(args.input)
         if sf not in ("arpa", "binary", "kenlm"):
             raise ValueError(f"{args.input} is a {sf} model: '-' (stdout) takes ARPA text only; give "
                              "the output a file name")
@@ -1004,7 +1023,11 @@ class Convert:
         if args.text is not None:
             raise ValueError(f"--text measures the perplexity change of a neural model's conversion; "
                              f"{sf} -> {tf} changes no value")
-        tables = read_arpa(args.input) if sf == "arpa" else backoff_tables(args.input, sf)
+        if stream is not None:
+            with stream:
+                tables = read_arpa(args.input, stream=stream)
+        else:
+            tables = read_arpa(args.input) if sf == "arpa" else backoff_tables(args.input, sf)
         if tf == "arpa":
             write_arpa(tables, args.output)
         else:

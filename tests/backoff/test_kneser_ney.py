@@ -5,7 +5,6 @@ import io
 import lzma
 import math
 import random
-import subprocess
 import sys
 from collections import defaultdict
 
@@ -16,7 +15,7 @@ from nplm.backoff.kneser_ney import DiscountError, estimate
 from nplm.errors import FormatError
 
 from helpers import LMPLZ_CASES as CASES
-from helpers import REFERENCE, ROOT, need_reference
+from helpers import REFERENCE, need_reference, run_cli
 
 
 def parse_arpa(data):
@@ -479,22 +478,17 @@ def test_progress_goes_to_stderr(capsys):
 # --------------------------------------------------------------------------- CLI
 
 
-def run_cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "nplm", "estimate", *args], cwd=ROOT, input=stdin,
-                          capture_output=True)
-
-
 def test_cli_matches_python_api(tmp_path):
     corpus = random_corpus(26, 600, 150)
     raw = as_text(corpus).getvalue()
     path = write(tmp_path, "c.txt", raw)
-    r = run_cli("-o", "3", "--prune", "0", "0", "1", "-S", "1G", "-T", str(tmp_path), stdin=raw)
+    r = estimate_cli("-o", "3", "--prune", "0", "0", "1", "-S", "1G", "-T", str(tmp_path), stdin=raw)
     assert r.returncode == 0, r.stderr.decode()
     assert b"=== 1/5 Counting and sorting n-grams ===" in r.stderr
     expected = table_entries(estimate(path, 3, prune=[0, 0, 1], progress=False))
     assert_same_model(parse_arpa(r.stdout.decode()), expected, tol=1e-6)
     out = tmp_path / "m.arpa"
-    r = run_cli("-o", "3", "--text", str(path), "--arpa", str(out), "--verbose_header", "-q",
+    r = estimate_cli("-o", "3", "--text", str(path), "--arpa", str(out), "--verbose_header", "-q",
                 "--interpolate_unigrams", "0")
     assert r.returncode == 0 and r.stderr == b"", r.stderr.decode()
     text = out.read_text()
@@ -522,7 +516,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch):
 
 def test_cli_refuses_to_overwrite_input(tmp_path):
     path = write(tmp_path, "c.txt", as_text(random_corpus(27, 100, 8)).getvalue())
-    r = run_cli("-o", "2", "--text", str(path), "--arpa", str(path), "-q")
+    r = estimate_cli("-o", "2", "--text", str(path), "--arpa", str(path), "-q")
     assert r.returncode == 1 and b"refusing to overwrite" in r.stderr
     assert path.read_bytes() == as_text(random_corpus(27, 100, 8)).getvalue()
 
@@ -536,3 +530,7 @@ def test_binary_output_scores_like_arpa(tmp_path):
     b = nplm.Model(str(tmp_path / "m.nplm"))
     for s in corpus[:20]:
         assert a.score(" ".join(s)) == pytest.approx(b.score(" ".join(s)), abs=1e-4)
+
+
+def estimate_cli(*args, stdin=None):
+    return run_cli("estimate", *args, stdin=stdin, text=False)

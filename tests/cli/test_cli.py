@@ -1,19 +1,12 @@
 """The command line: query / perplexity / build-binary, as KenLM's query reports."""
-import subprocess
-import sys
 
 import kenlm
 import numpy as np
 import pytest
 
-from helpers import DATA, REFERENCE, need_shared, read_lines
+from helpers import DATA, REFERENCE, need_shared, read_lines, run_cli
 
 ARPA = str(REFERENCE / "ptb5k.o3.arpa.xz") if REFERENCE.is_dir() else ""
-
-
-def nplm_cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "nplm", *args], input=stdin, capture_output=True,
-                          text=True)
 
 
 def kenlm_summary(lines):
@@ -41,7 +34,7 @@ def parse_summary(out):
 def test_query_summary_matches_kenlm():
     need_shared()
     lines = read_lines(DATA / "ptb" / "ptb.valid.txt", unk_to="<unk>", limit=300)
-    r = nplm_cli("query", ARPA, "-v", "summary", stdin="\n".join(lines) + "\n")
+    r = run_cli("query", ARPA, "-v", "summary", stdin="\n".join(lines) + "\n")
     assert r.returncode == 0, r.stderr
     ppl, ppl_ex, oovs, tokens = parse_summary(r.stdout)
     k = kenlm_summary(lines)
@@ -51,7 +44,7 @@ def test_query_summary_matches_kenlm():
 
 def test_query_word_lines():
     need_shared()
-    r = nplm_cli("query", ARPA, stdin="the company said\nzzqx\n")
+    r = run_cli("query", ARPA, stdin="the company said\nzzqx\n")
     assert r.returncode == 0, r.stderr
     first, second = r.stdout.splitlines()[:2]
     items = first.split("\t")
@@ -120,10 +113,10 @@ def test_query_prints_kenlm_query_digits():
         section = f.read().split("\\1-grams:\n")[1].split("\n\n")[0]
     ids = {row.split("\t")[1]: i for i, row in enumerate(section.splitlines())}
     lines = read_lines(DATA / "ptb" / "ptb.valid.txt", unk_to="<unk>", limit=200) + ["", "zzqx yyqx"]
-    r = nplm_cli("query", ARPA, stdin="\n".join(lines) + "\n")
+    r = run_cli("query", ARPA, stdin="\n".join(lines) + "\n")
     assert r.returncode == 0, r.stderr
     assert r.stdout == kenlm_query_output(lines, ids)
-    r = nplm_cli("query", ARPA, stdin="")
+    r = run_cli("query", ARPA, stdin="")
     assert r.stdout == kenlm_query_output([], ids) and "\tNaN\n" in r.stdout
 
 
@@ -133,10 +126,10 @@ def test_perplexity_and_build_binary(tmp_path):
     lines = read_lines(REFERENCE / "ptb5k.txt", unk_to=None, limit=200)
     text.write_text("\n".join(lines) + "\n")
     binary = tmp_path / "m.nplm"
-    r = nplm_cli("build-binary", ARPA, str(binary))
+    r = run_cli("build-binary", ARPA, str(binary))
     assert r.returncode == 0, r.stderr
-    a = nplm_cli("perplexity", ARPA, str(text))
-    b = nplm_cli("perplexity", str(binary), str(text))
+    a = run_cli("perplexity", ARPA, str(text))
+    b = run_cli("perplexity", str(binary), str(text))
     assert a.returncode == 0 and b.returncode == 0
     assert a.stdout == b.stdout
     assert parse_summary(a.stdout)[0] == pytest.approx(kenlm_summary(lines)[0], rel=1e-6)
@@ -144,11 +137,11 @@ def test_perplexity_and_build_binary(tmp_path):
 
 def test_cli_errors_are_messages_not_tracebacks(tmp_path):
     need_shared()
-    r = nplm_cli("perplexity", str(tmp_path / "missing.arpa"), "-")
+    r = run_cli("perplexity", str(tmp_path / "missing.arpa"), "-")
     assert r.returncode == 1 and "Cannot read model" in r.stderr and "Traceback" not in r.stderr
-    r = nplm_cli("build-binary", ARPA, ARPA)
+    r = run_cli("build-binary", ARPA, ARPA)
     assert r.returncode == 1 and "refusing to overwrite" in r.stderr
-    r = nplm_cli()
+    r = run_cli()
     assert r.returncode == 2 and "query" in r.stdout
 
 

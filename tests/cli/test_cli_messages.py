@@ -14,16 +14,9 @@ import nplm
 from nplm.cli.main import main
 from nplm.io import container
 
-from helpers import ROOT, make_net, quiet_config
+from helpers import ROOT, linear_spec, make_net, quiet_config, run_cli
 
 TOY = ROOT / "examples" / "toy.txt"
-
-
-def nplm_cli(*args, stdin=None, **kw):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "nplm", *map(str, args)], input=stdin, capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=300, **kw)
-
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +67,23 @@ def test_convert_quantised_names_apply_to_neural_models_only(models, tmp_path, c
     assert main(["convert", models["softmax"], str(tmp_path / "x.arpa")]) == 1
     assert "nplm distil" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_convert_reads_an_arpa_from_a_pipe_once(models, tmp_path):
+    """/dev/stdin is read once: its format is sniffed from the stream that then reads
+    it, so the output is the file's own conversion; a binary, which is memory-mapped,
+    is refused from a pipe with the reason."""
+    direct = tmp_path / "direct.arpa"
+    assert run_cli("convert", models["arpa"], direct).returncode == 0
+    with open(models["arpa"], "rb") as f:
+        r = run_cli("convert", "/dev/stdin", tmp_path / "piped.arpa", stdin=f.read())
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "piped.arpa").read_bytes() == direct.read_bytes()
+    with open(models["binary"], "rb") as f:
+        r = run_cli("convert", "/dev/stdin", tmp_path / "b.arpa", stdin=f.read())
+    assert r.returncode == 1 and b"Traceback" not in r.stderr
+    assert b"/dev/stdin" in r.stderr and b"regular file" in r.stderr, r.stderr
+    assert not (tmp_path / "b.arpa").exists()
 
 
 # --- stdout closed early, --help, --version ----------------------------------------
@@ -133,20 +143,20 @@ BANNER = "Loading the LM will be faster"
 def test_truncated_nplm_binary_is_called_truncated(models, tmp_path):
     t = tmp_path / "t.nplm"
     t.write_bytes(Path(models["binary"]).read_bytes()[:7])
-    r = nplm_cli("query", t, stdin="a b\n")
+    r = run_cli("query", t, stdin="a b\n")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "truncated or damaged nplm binary" in r.stderr and "load it with" not in r.stderr
     assert BANNER not in r.stderr
-    r = nplm_cli("convert", t, tmp_path / "x.arpa")
+    r = run_cli("convert", t, tmp_path / "x.arpa")
     assert r.returncode == 1 and "truncated or damaged nplm binary" in r.stderr
 
 
 def test_no_banner_before_an_error(tmp_path, models):
-    r = nplm_cli("query", tmp_path / "missing.arpa", stdin="a\n")
+    r = run_cli("query", tmp_path / "missing.arpa", stdin="a\n")
     assert r.returncode == 1 and "No such file" in r.stderr and BANNER not in r.stderr
-    r = nplm_cli("query", models["arpa"], stdin="a\n")
+    r = run_cli("query", models["arpa"], stdin="a\n")
     assert r.returncode == 0 and r.stderr.startswith(BANNER)       # KenLM's advice, for an ARPA that loaded
-    r = nplm_cli("query", models["binary"], stdin="a\n")
+    r = run_cli("query", models["binary"], stdin="a\n")
     assert r.returncode == 0 and BANNER not in r.stderr
 
 
@@ -156,11 +166,11 @@ def test_kenlm_binary_messages(tmp_path):
     k = tmp_path / "lm.binary"
     k.write_bytes(b"mmap lm http://kheafield.com/code format version 5\n\0" + bytes(range(256)) * 8)
     for args in (("query", k), ("convert", k, tmp_path / "x.arpa")):
-        r = nplm_cli(*args, stdin="a\n")
+        r = run_cli(*args, stdin="a\n")
         assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
         assert "KenLM binary from a build with other type sizes" in r.stderr, r.stderr
         assert BANNER not in r.stderr
-    r = nplm_cli("build-binary", k, tmp_path / "x.nplm")
+    r = run_cli("build-binary", k, tmp_path / "x.nplm")
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert "KenLM binary file, not an ARPA file" in r.stderr and "nplm convert" in r.stderr, r.stderr
 
@@ -169,7 +179,7 @@ def test_truncated_compressed_arpa_is_one_message(models, tmp_path):
     import lzma
     t = tmp_path / "t.arpa.xz"
     t.write_bytes(lzma.compress(Path(models["arpa"]).read_bytes())[:-64])
-    r = nplm_cli("query", t, stdin="a\n")
+    r = run_cli("query", t, stdin="a\n")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     line = r.stderr.strip()
     assert "\n" not in line and line.count("corrupt or truncated compressed data") == 1, line
@@ -347,13 +357,6 @@ def test_distil_prune_to_must_be_positive(models, tmp_path, capsys, value):
 # --- verify: specs component by component, missing files, altered magic ----------------
 
 
-def _spec(path, models_):
-    import json
-    path.write_text(json.dumps({"nplm": "interpolation", "version": 1, "models": models_,
-                                "weights": [1 / len(models_)] * len(models_), "mode": "linear"}))
-    return path
-
-
 def test_verify_checks_each_component_of_a_spec(models, tmp_path):
     """A payload flip in a component is found through the spec (loading the spec maps
     the component without reading it), and a sound spec lists its components."""
@@ -363,9 +366,10 @@ def test_verify_checks_each_component_of_a_spec(models, tmp_path):
     raw[spec["offset"] + spec["nbytes"] // 2] ^= 4       # inside the largest array's payload
     bad.write_bytes(bytes(raw))
     nplm.Model(str(bad), quiet_config())                # loads: only a full read finds it
-    good = _spec(tmp_path / "good.json", [models["binary"], {"path": models["softmax"], "normalization": "exact"}])
-    damaged = _spec(tmp_path / "damaged.json", ["bad.nplm", models["softmax"]])
-    r = nplm_cli("verify", good, damaged, bad)
+    good = linear_spec(tmp_path / "good.json", [models["binary"], {"path": models["softmax"], "normalization": "exact"}],
+                       [0.5, 0.5])
+    damaged = linear_spec(tmp_path / "damaged.json", ["bad.nplm", models["softmax"]], [0.5, 0.5])
+    r = run_cli("verify", good, damaged, bad)
     assert "Traceback" not in r.stderr and r.returncode == 1
     line = r.stdout.strip()
     assert line.startswith(f"{good}: interpolation spec (linear, 2 components: ") and line.endswith(": OK")
@@ -377,8 +381,8 @@ def test_verify_checks_each_component_of_a_spec(models, tmp_path):
 
 
 def test_verify_says_missing_or_unreadable_not_damaged(models, tmp_path):
-    spec = _spec(tmp_path / "s.json", ["gone.nplm", models["binary"]])
-    r = nplm_cli("verify", tmp_path / "nothere.nplm", tmp_path, spec, models["arpa"])
+    spec = linear_spec(tmp_path / "s.json", ["gone.nplm", models["binary"]], [0.5, 0.5])
+    r = run_cli("verify", tmp_path / "nothere.nplm", tmp_path, spec, models["arpa"])
     assert "Traceback" not in r.stderr and r.returncode == 1
     errs = r.stderr.splitlines()
     assert errs[0] == f"{tmp_path / 'nothere.nplm'}: MISSING: no such file"
@@ -394,20 +398,20 @@ def test_a_flipped_magic_byte_is_called_a_damaged_nplm_binary(models, tmp_path, 
     raw[byte] ^= 1 << bit
     bad = tmp_path / "flip.nplm"
     bad.write_bytes(bytes(raw))
-    r = nplm_cli("verify", bad)
+    r = run_cli("verify", bad)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"{bad}: DAMAGED: ") and "damaged nplm binary" in r.stderr, r.stderr
     assert "not an ARPA file" not in r.stderr
     with pytest.raises(nplm.ModelLoadError, match="damaged nplm binary"):
         nplm.Model(str(bad), quiet_config())
-    r = nplm_cli("convert", bad, tmp_path / "x.arpa")
+    r = run_cli("convert", bad, tmp_path / "x.arpa")
     assert r.returncode == 1 and "damaged nplm binary" in r.stderr
 
 
 def test_binary_garbage_is_not_an_nplm_binary_or_arpa_file(tmp_path):
     junk = tmp_path / "junk.bin"
     junk.write_bytes(bytes(range(256)) * 4)
-    r = nplm_cli("verify", junk)
+    r = run_cli("verify", junk)
     assert r.returncode == 1 and "not an nplm binary or ARPA file" in r.stderr
 
 
@@ -434,7 +438,7 @@ def test_binary_garbage_is_not_an_nplm_binary_or_arpa_file(tmp_path):
 ])
 def test_bad_option_values_name_the_option(models, tmp_path, args, message):
     args = [str(a).format(tmp=tmp_path, **models) for a in args]
-    r = nplm_cli(*args)
+    r = run_cli(*args)
     assert r.returncode in (1, 2) and "Traceback" not in r.stderr
     assert message in r.stderr, r.stderr
     assert not any(tmp_path.iterdir())            # nothing written
@@ -443,12 +447,12 @@ def test_bad_option_values_name_the_option(models, tmp_path, args, message):
 def test_convert_of_a_spec_points_to_distil(models, tmp_path):
     """A mixture has no single-file format: convert says so and names `nplm distil`,
     which does turn the spec into an ARPA table."""
-    spec = _spec(tmp_path / "mix.json", [models["binary"], models["softmax"]])
-    r = nplm_cli("convert", spec, tmp_path / "o.nplm")
+    spec = linear_spec(tmp_path / "mix.json", [models["binary"], models["softmax"]], [0.5, 0.5])
+    r = run_cli("convert", spec, tmp_path / "o.nplm")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "interpolation spec" in r.stderr and "nplm distil" in r.stderr, r.stderr
     assert not (tmp_path / "o.nplm").exists()
-    r = nplm_cli("distil", spec, "--text", TOY, "--order", "2", "--arpa", tmp_path / "o.arpa", "-q")
+    r = run_cli("distil", spec, "--text", TOY, "--order", "2", "--arpa", tmp_path / "o.arpa", "-q")
     assert r.returncode == 0, r.stderr
     assert nplm.Model(str(tmp_path / "o.arpa"), quiet_config()).order == 2
 

@@ -4,24 +4,21 @@ text outputs compressed by their extension everywhere."""
 import bz2
 import gzip
 import lzma
-import subprocess
-import sys
 
 import kenlm
 import pytest
 
 import nplm
 
-from helpers import REFERENCE, need_shared
+from helpers import REFERENCE, ROOT, need_shared, run_cli
 
 SENTENCES = ["the cat sat on the mat", "a dog", "the the the", "zzz unknown words here"]
 COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}
 DECOMPRESS = {".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress}
 
 
-def cli(*args, stdin=b"", cwd=None):
-    return subprocess.run([sys.executable, "-m", "nplm", *map(str, args)], input=stdin, capture_output=True,
-                          cwd=cwd)
+def cli(*args, stdin=b"", cwd=ROOT):
+    return run_cli(*args, stdin=stdin, cwd=cwd, text=False)
 
 
 def ok(r):

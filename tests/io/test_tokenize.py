@@ -2,7 +2,6 @@
 in training, clustering, distillation, tuning and precomputing as in scoring, so a
 word with U+00A0 / U+2003 / U+3000 inside is one word in a model and when scored."""
 import random
-import subprocess
 import sys
 
 import kenlm
@@ -12,12 +11,14 @@ import pytest
 import nplm
 from nplm.io.text import split_words
 
+from helpers import run_cli
+
 WORDS = ["café", "x\u00a0y", "b\u3000c", "d\u2003e", "the", "a", "of"]
 ODD = ["x\u00a0y", "b\u3000c", "d\u2003e"]
 
 
 def cli(*args):
-    r = subprocess.run([sys.executable, "-m", "nplm", *map(str, args)], capture_output=True, text=True)
+    r = run_cli(*args)
     assert r.returncode == 0, r.stderr
     return r
 
