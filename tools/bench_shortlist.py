@@ -22,6 +22,11 @@ objectives of the class output: each configuration trains for S seconds from its
 initial weights, in ``--repeat`` interleaved rounds, best kept.  Class NCE costs about
 the same per example at any output size (2k + 2 output rows); maximum likelihood costs
 C + V/C rows, which a shortlist shrinks.
+
+``--timings-only`` skips training and measures the models a previous run left in
+``--models`` by CPU time (process time, every thread), which the other jobs of a busy
+machine disturb far less than wall time: query CPU µs per token and training examples
+per CPU second.
 """
 import argparse
 import math
@@ -94,30 +99,53 @@ def throughput(args, data):
                 net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
                 trainer = Trainer(net, corpus, TrainConfig(threads=args.threads, seed=1), log=None, progress=False)
                 trainer.deadline = time.time() + args.throughput
+                cpu = time.process_time()
                 speed = trainer.run_epoch()[1]
+                if args.timings_only:           # examples per CPU second instead of per second
+                    seen = trainer.cut_short or trainer.train_rows[1].size
+                    speed = seen / max(time.process_time() - cpu, 1e-9)
                 cells[name, objective] = max(cells.get((name, objective), 0.0), speed)
-                print(f"   {name} {objective}: {speed:,.0f} ex/s", flush=True)
+                print(f"   {name} {objective}: {speed:,.0f} ex/{'CPU ' if args.timings_only else ''}s", flush=True)
     names = [c[0] for c in configs(args)]
     rows = [[n, round(cells[n, "nce"]), round(cells[n, "mle"])] for n in names]
-    return {"title": "Training speed alone (examples/s) by objective", "columns": ["model", "class NCE", "class MLE"],
-            "rows": rows, "notes": f"{args.throughput:g} s of training per cell, best of {args.repeat} interleaved "
-                                   "rounds, same network and threads as above."}
+    unit = "examples per CPU second" if args.timings_only else "examples/s"
+    return {"title": f"Training speed alone ({unit}) by objective", "columns": ["model", "class NCE", "class MLE"],
+            "rows": rows, "notes": f"{args.throughput:g} s of training per cell from the initial weights, best of "
+                                   f"{args.repeat} interleaved rounds, same network and threads as above."}
 
 
-def query_times(models, lines, repeat):
-    """Best µs per token of score_sentences (one thread) and of score per sentence."""
+def query_times(models, lines, repeat, clock=time.perf_counter):
+    """Best µs per token of score_sentences (one thread) and of score per sentence, by
+    ``clock`` (wall time, or time.process_time for CPU time)."""
     tokens = sum(len(li.split()) + 1 for li in lines)
     best = {k: [math.inf, math.inf] for k in models}
     for _ in range(repeat):
         for k, m in models.items():
-            t = time.perf_counter()
+            t = clock()
             m.score_sentences(lines, threads=1)
-            best[k][0] = min(best[k][0], time.perf_counter() - t)
-            t = time.perf_counter()
+            best[k][0] = min(best[k][0], clock() - t)
+            t = clock()
             for li in lines:
                 m.score(li)
-            best[k][1] = min(best[k][1], time.perf_counter() - t)
+            best[k][1] = min(best[k][1], clock() - t)
     return {k: (v[0] / tokens * 1e6, v[1] / tokens * 1e6) for k, v in best.items()}
+
+
+def timings_only(args, data):
+    """Tables of CPU-timed queries and training speed of the models in args.models."""
+    test = read_sentences(data["test"])
+    lines = [" ".join(s) for s in test[:args.query_lines]]
+    models = {name: nplm.Model(str(Path(args.models) / f"wiki-{name}.nplm")) for name, _, _ in configs(args)}
+    times = query_times(models, lines, args.repeat, time.process_time)
+    columns = ["model", "output units", "batch CPU µs/tok", "score CPU µs/tok"]
+    rows = [[k, m._data.net.n_units, round(times[k][0], 2), round(times[k][1], 2)] for k, m in models.items()]
+    tables = [{"title": "Query CPU time per token", "columns": columns, "rows": rows,
+               "notes": f"Best of {args.repeat} interleaved rounds over {len(lines)} test lines: score_sentences "
+                        "on one thread (batched kernels) and score per sentence (single queries through the "
+                        "context cache), exact class mode."}]
+    if args.throughput:
+        tables.append(throughput(args, data))
+    return tables
 
 
 def main():
@@ -137,10 +165,21 @@ def main():
                     help="seconds of training per cell of the speed-by-objective table (0: no table)")
     ap.add_argument("--models", default=str(CACHE / "shortlist-models"), help="folder for the trained models")
     ap.add_argument("--json", help="save the table here for tools/docs_benchmarks.py")
+    ap.add_argument("--timings-only", action="store_true",
+                    help="no training: CPU-time the queries and training speed of the models in --models")
     args = ap.parse_args()
     if not WIKI.is_dir():
         sys.exit(f"no WikiText-2 at {WIKI}")
     data = {s: nonblank_copy(s) for s in ("train", "valid", "test")}
+    if args.timings_only:
+        tables = timings_only(args, data)
+        for t in tables:
+            print("\n" + t["title"] + "\n" + " | ".join(t["columns"]))
+            for row in t["rows"]:
+                print(" | ".join(str(c) for c in row))
+        if args.json:
+            save_results(args.json, "Shortlist output layers on WikiText-2: CPU time", tables)
+        return
     test = read_sentences(data["test"])
     Path(args.models).mkdir(parents=True, exist_ok=True)
     rows = []

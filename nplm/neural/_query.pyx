@@ -700,9 +700,8 @@ cdef class NeuralCore(LMCore):
     def sample_class_rows(self, ctx, uniforms):
         """Output rows (class order, over the network's units) drawn from the exact
         class-factored distribution of each context (N, m) int32 of word ids, oldest
-        first: the class by uniforms[:, 0], then the
-        word within it by uniforms[:, 1] ((N, 2) float64 in [0, 1)), each by the inverse
-        of the cumulative distribution.  The products are a single query's (the
+        first: the class by uniforms[:, 0], then the word within it by uniforms[:, 1]
+        ((N, 2) float64 in [0, 1)), each by the inverse of the cumulative distribution.  The products are a single query's (the
         zero-skipping kernels); the rows are grouped by drawn class for the word step,
         so each class's block stays in cache, as in _class_log_probs_sparse."""
         if not self.samples_classes:

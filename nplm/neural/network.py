@@ -56,7 +56,13 @@ WORK_NAMES = _nn.WORK_NAMES
 
 @dataclasses.dataclass
 class NeuralConfig:
-    """Shape of the network.  The defaults are the recommended PTB model."""
+    """Shape of the network.  The defaults are the recommended PTB model.
+
+    ``shortlist`` N > 0 gives output units for only the N most frequent training words
+    (the specials always have theirs) and one out-of-shortlist unit, whose probability
+    the other words share in proportion to their training counts; ``shortlist_input``
+    maps the context side the same way.  The model still scores every word of its
+    vocabulary (see nplm.neural.shortlist)."""
     order: int = 5
     embedding_dim: int = 1000
     hidden: tuple = ()
