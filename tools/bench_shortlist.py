@@ -200,7 +200,7 @@ def main():
     table = []
     for r in rows:
         rel = f"{100 * (r['test'] / full['test'] - 1):+.1f}%" if full else "–"
-        table.append([r["name"], r["units"], r["rows"], round(r["mb"], 1), round(r["valid"], 2), round(r["test"], 2),
+        table.append([r["name"], r["units"], r["rows"], round(r["mb"], 1), f"{r['valid']:.2f}", f"{r['test']:.2f}",
                       rel, round(r["speed"]), r["epochs"], round(r["seconds"]), round(times[r["name"]][0], 1),
                       round(times[r["name"]][1], 1)])
     columns = ["model", "output units", "embedding rows", "weights MB", "valid ppl", "test ppl", "vs full",
@@ -215,10 +215,11 @@ def main():
         for row in tables[-1]["rows"]:
             print(" | ".join(str(c) for c in row))
     if args.json:
+        objective = "auto (class NCE, k=10)" if args.objective == "auto" else args.objective
         notes = (f"WikiText-2 without blank lines (train {sum(1 for _ in open(data['train']))} lines); "
                  f"{args.order}-gram, diagonal contexts, {args.embedding_dim}-d, no hidden layer, class output "
-                 f"(frequency bins, about sqrt(units) classes), objective {args.objective}, {args.threads} "
-                 f"threads, {args.epochs} epochs each (seed 1). 'full': every word an output unit; 'N': a "
+                 f"(frequency bins, about sqrt(units) classes), objective {objective}, "
+                 f"{args.threads} threads, {args.epochs} epochs each (seed 1). 'full': every word an output unit; 'N': a "
                  "shortlist of N words plus the OOS unit; '-in': the shortlist on the input side too. "
                  "Perplexities exact over the whole vocabulary. Query times: best of "
                  f"{args.repeat} interleaved rounds over {len(lines)} test lines.")
