@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from nplm.neural.clusters import frequency_bins, huffman_tree
 from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet
+from nplm.neural.shortlist import Shortlist
 from nplm.neural.vocab import SPECIALS, Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,12 +135,14 @@ def tiny_net(seed=0, V=12, n_classes=3, **cfg):
     config = NeuralConfig(**cfg)
     counts = rng.integers(1, 30, V)
     vocab = Vocabulary(list(SPECIALS) + [f"w{i}" for i in range(V - 4)], counts)
-    word_class = (rng.permutation(V) % n_classes).astype(np.int32)
+    shortlist = Shortlist.of(config, vocab)       # the output side's units, not words
+    U, unit_counts = (shortlist.n_units, shortlist.unit_counts) if shortlist else (V, counts)
+    word_class = (rng.permutation(U) % n_classes).astype(np.int32)
     if huffman_tree is not None:
-        t = huffman_tree(counts)
+        t = huffman_tree(unit_counts)
         tree = (t.points, t.codes, t.lengths)
     else:
-        tree = random_tree(V, rng)
+        tree = random_tree(U, rng)
     net = NeuralNet.create(config, vocab, word_class=word_class, tree=tree, seed=seed + 1)
     # move away from the symmetric/zero initialisation so every path is exercised
     for n in PARAM_NAMES:
@@ -165,7 +168,7 @@ def reference_log_distribution(net, contexts):
             a = act(a @ P["w1"] + P["b1"])
         if P["w2"].size:
             a = act(a @ P["w2"] + P["b2"])
-        V = len(net.vocab)
+        V = net.n_units          # output units (the words without a shortlist)
         if c.output == "softmax":
             s = P["out_w"] @ a + P["out_b"]
             lp = s - np.logaddexp.reduce(s)
@@ -205,15 +208,19 @@ KINDS = {
 }
 
 
-def make_net(kind, order=4, seed=0):
+def make_net(kind, order=4, seed=0, **shortlist):
+    """A randomised net of one of the KINDS over WORDS; ``shortlist=N`` (and
+    ``shortlist_input=True``) give it a shortlist output layer."""
     context, hidden, output, act = KINDS[kind]
     cfg = NeuralConfig(order=order, embedding_dim=8, hidden=hidden, context=context, output=output,
-                       objective="mle", classes=5, activation=act)
+                       objective="mle", classes=5, activation=act, **shortlist)
     vocab = Vocabulary(WORDS, COUNTS)
-    wc = frequency_bins(COUNTS, 5) if output == "class" else None
+    sl = Shortlist.of(cfg, vocab)
+    counts = sl.unit_counts if sl else COUNTS          # the output units'
+    wc = frequency_bins(counts, 5) if output == "class" else None
     tree = None
     if output == "tree":
-        t = huffman_tree(COUNTS)
+        t = huffman_tree(counts)
         tree = (t.points, t.codes, t.lengths)
     net = NeuralNet.create(cfg, vocab, word_class=wc, tree=tree, seed=seed)
     return randomise(net, seed + 1)
@@ -248,7 +255,7 @@ def numpy_log_dist(net, ctx):
         h = act(h @ p["w1"] + p["b1"])
     if p["w2"].size:
         h = act(h @ p["w2"] + p["b2"])
-    V = len(net.vocab)
+    V = net.n_units              # output units (the words without a shortlist)
     if c.output == "softmax":
         s = p["out_w"] @ h + p["out_b"]
         return s - _lse(s)

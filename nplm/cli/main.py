@@ -723,6 +723,13 @@ class Train:
                             "wide as the embeddings; default %(default)s)")
         g.add_argument("--variable-history", action="store_true",
                        help="train on randomly truncated contexts too, so one net serves every order")
+        g.add_argument("--shortlist", type=_nonneg_int, default=n.shortlist, metavar="N",
+                       help="output units for only the N most frequent training words plus one "
+                            "out-of-shortlist unit, whose probability the other words share by their "
+                            "training counts (default: every word)")
+        g.add_argument("--shortlist-input", action="store_true",
+                       help="with --shortlist: the context side too (the words outside it share one "
+                            "embedding)")
         g = p.add_argument_group("training")
         g.add_argument("--objective", choices=["nce", "mle"], default=n.objective,
                        help="noise-contrastive estimation or exact maximum likelihood "
@@ -771,7 +778,8 @@ class Train:
                               context=args.context, activation=args.activation, output=args.output,
                               objective=args.objective, noise_samples=args.noise_samples,
                               classes=args.classes, clustering=args.clustering,
-                              variable_history=args.variable_history, tie_embeddings=args.tie_embeddings)
+                              variable_history=args.variable_history, tie_embeddings=args.tie_embeddings,
+                              shortlist=args.shortlist, shortlist_input=args.shortlist_input)
         tc = TrainConfig(epochs=args.epochs, minibatch=args.minibatch, learning_rate=args.learning_rate,
                          optimizer=args.optimizer, l2=args.l2, dropout=args.dropout,
                          input_dropout=args.input_dropout, threads=args.threads,

@@ -280,14 +280,16 @@ def _distribution_provider(model):
                 return net.log10_distribution(ctx)
         h = core.hidden(ctx).astype(np.float64)
         ws = h @ par["out_w"].T + par["out_b"]
+        # (over the net's output units: word_scores gives the words' scores, each
+        # out-of-shortlist word its unit's share)
         if kind == "softmax":
-            return (log_softmax_rows(ws) * LOG10E).astype(np.float32)
+            return net.word_scores(log_softmax_rows(ws), LOG10E)
         lc = log_softmax_rows(h @ par["cls_w"].T + par["cls_b"])
         mx = ws.max(axis=1, keepdims=True)
         lse = np.zeros((len(ws), len(sizes)))
         lse[:, nonempty] = np.log(np.add.reduceat(np.exp(ws - mx), start[nonempty], axis=1)) + mx
         by_pos = ws - lse[:, pos_class] + lc[:, pos_class]
-        return (by_pos[:, word_pos] * LOG10E).astype(np.float32)
+        return net.word_scores(by_pos[:, word_pos], LOG10E)
     return provide
 
 

@@ -61,7 +61,12 @@ cdef enum:
 
 cdef struct NetWeights:
     # The network (see nplm/neural/network.py) and its output structure; read-only.
-    int V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len
+    # V: output units, V_in: embedding rows, n_words: the model's vocabulary (all
+    # three equal without a shortlist, see nplm/neural/shortlist.py).
+    int V, V_in, n_words, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len
+    const int32_t *in_map                # word -> embedding row, or NULL (the word's id)
+    const int32_t *out_map               # word -> output unit, or NULL (the word's id)
+    const double *log_ratio              # word -> ln(c(w) / c(OOS set)) (0 in the shortlist), or NULL
     bint half_w                          # emb, out_w, cls_w hold float16 (else float32):
     const void *emb                      # a float16 ReLU net on AVX2 or AVX-512
     const float *ctxw

@@ -37,7 +37,7 @@ cdef bint first_layer(const NetWeights *w, const int32_t *ctx, int B, float *X, 
                 # The table is too big for the caches: ask for every line of the
                 # m rows at once so their DRAM fetches overlap.
                 for j in range(m):
-                    rows[j] = w.T + (<int64_t>j * w.V + ctx[b * m + j]) * r0
+                    rows[j] = w.T + (<int64_t>j * w.V_in + ctx[b * m + j]) * r0
                     for i in range(0, r0, 16):
                         __builtin_prefetch(rows[j] + i)
                 # bias, the m rows and ReLU in one pass
@@ -198,12 +198,14 @@ cdef float fallback_lookup(const Normalisers *z, int m, int k, const int32_t *ct
 # ---------------------------------------------------------------- single queries
 
 cdef inline void _context(const NetWeights *w, const NState *s, int k, int32_t *ctx) noexcept nogil:
-    """The net's input for the last k words of state s (others <null>), oldest first."""
+    """The net's input for the last k words of state s (others <null>), oldest first:
+    embedding rows (through in_map where the shortlist covers the input side; the
+    specials keep their ids)."""
     cdef int i
     for i in range(w.m):
         ctx[i] = NULL_ID
     for i in range(k):
-        ctx[w.m - 1 - i] = <int32_t>s.words[i]
+        ctx[w.m - 1 - i] = <int32_t>s.words[i] if w.in_map == NULL else w.in_map[s.words[i]]
 
 
 cdef int _cached_hidden(const NetWeights *w, const Normalisers *z, ContextCache *cache, const int32_t *ctx,
@@ -317,20 +319,24 @@ cdef double _locked_log_prob(const NetWeights *w, const Normalisers *z, ContextC
 
 cdef void net_score_word(const NetWeights *w, const Normalisers *z, ContextCache *cache, const NState *ins,
                          WordId word, NState *out, Ret *ret) noexcept nogil:
-    """LMCore.score_word of a neural net: log10 p(word | ins) and the successor state."""
+    """LMCore.score_word of a neural net: log10 p(word | ins) and the successor state.
+    States hold word ids; with a shortlist the word's output unit is scored and an
+    out-of-shortlist word's log unigram ratio added."""
     cdef int k = ins.length, i
     cdef double lp
     if k > w.m:
         k = w.m
-    if word >= <WordId>w.V:
+    if word >= <WordId>w.n_words:
         word = 0
     for i in range(k):
-        if ins.words[i] >= <WordId>w.V:
+        if ins.words[i] >= <WordId>w.n_words:
             k = i          # a foreign state: use the valid part only
             break
     pthread_mutex_lock(&cache.lock)
-    lp = _locked_log_prob(w, z, cache, ins, word, &k)
+    lp = _locked_log_prob(w, z, cache, ins, word if w.out_map == NULL else <WordId>w.out_map[word], &k)
     pthread_mutex_unlock(&cache.lock)
+    if w.log_ratio != NULL:
+        lp += w.log_ratio[word]
     # Successor state: the new word, then the context, capped at m words.
     for i in range(min(ins.length, w.m - 1), 0, -1):
         out.words[i] = ins.words[i - 1]

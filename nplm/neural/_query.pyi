@@ -10,7 +10,7 @@ HALF_WEIGHTS: bool
 MODES: dict
 
 class NeuralCore(LMCore):
-    def __init__(self, dims: dict, params: dict, structs: dict, mode: int, T: Any = ..., fallback: Any = ..., cache_slots: int = ...) -> Any: ...
+    def __init__(self, dims: dict, params: dict, structs: dict, mode: int, T: Any = ..., fallback: Any = ..., cache_slots: int = ..., shortlist: Any = ...) -> Any: ...
     cache_hits: Any
     cache_misses: Any
     cache_size: Any

@@ -139,6 +139,7 @@ cdef class NeuralCore(LMCore):
     cdef object _keep                    # arrays the pointers of w and z point into
     cdef dict _flat                      # the parameters by name, flattened (float32 or float16)
     cdef object _w32                     # float32 copies made for BLAS paths (half_w)
+    cdef object _in_map, _out_map, _log_ratio   # a shortlist's maps (see NetWeights), or None
 
     def __cinit__(self):
         pthread_mutex_init(&self.cache.lock, NULL)
@@ -159,11 +160,15 @@ cdef class NeuralCore(LMCore):
         pthread_mutex_destroy(&self.cache.lock)
 
     def __init__(self, dict dims, dict params, dict structs, int mode, T=None, fallback=None,
-                 int cache_slots=4096):
-        """dims: V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len.
-        params: float32 C-contiguous arrays (see nplm.neural).  fallback: list over
-        k = 0..m of (keys uint64, vals float32 natural-log normalisers) or None."""
+                 int cache_slots=4096, shortlist=None):
+        """dims: V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len
+        (and V_in, n_words where they differ from V).  params: float32 C-contiguous
+        arrays (see nplm.neural).  fallback: list over k = 0..m of (keys uint64, vals
+        float32 natural-log normalisers) or None.  shortlist: a Shortlist
+        (nplm.neural.shortlist) or None: the core then takes word ids everywhere and
+        maps them to the network's rows and units itself."""
         self.w.V, self.w.m, self.w.d = dims["V"], dims["m"], dims["d"]
+        self.w.V_in, self.w.n_words = dims.get("V_in", dims["V"]), dims.get("n_words", dims["V"])
         self.w.r0, self.w.h1, self.w.h2 = dims["r0"], dims["h1"], dims["h2"]
         self.w.n_dense, self.w.r, self.w.C = dims["n_dense"], dims["r"], dims["C"]
         self.w.ctx_kind, self.w.act, self.w.out_kind = dims["ctx_kind"], dims["act"], dims["out_kind"]
@@ -178,6 +183,7 @@ cdef class NeuralCore(LMCore):
         self._bind_fallback(fallback)
         if mode == MODE_FALLBACK and fallback is None:
             raise ValueError("fallback normalisation needs precomputed normaliser tables")
+        self._bind_shortlist(shortlist)
         self._allocate_cache(cache_slots)
         if (self.w.out_kind == OUT_SOFTMAX and mode != MODE_UNNORMALIZED and self.w.act == ACT_RELU
                 and nq_simd_level() == 3):
@@ -251,6 +257,46 @@ cdef class NeuralCore(LMCore):
         if T is not None:
             fv = T.reshape(-1)
             self.w.T = &fv[0]
+
+    cdef void _bind_shortlist(self, shortlist) except *:
+        """Point the NetWeights at a shortlist's maps (NULL without one)."""
+        cdef const int32_t[::1] iv
+        cdef const double[::1] dv
+        self.w.in_map = self.w.out_map = NULL
+        self.w.log_ratio = NULL
+        self._in_map = self._out_map = self._log_ratio = None
+        if shortlist is None:
+            if not (self.w.V == self.w.V_in == self.w.n_words):
+                raise ValueError("a network with fewer units than words needs its shortlist")
+            return
+        out_map = np.ascontiguousarray(shortlist.out_map, dtype=np.int32)
+        log_ratio = np.ascontiguousarray(shortlist.log_ratio, dtype=np.float64)
+        if out_map.shape != (self.w.n_words,) or log_ratio.shape != (self.w.n_words,) or \
+                np.min(out_map) < 0 or np.max(out_map) >= self.w.V:
+            raise ValueError("shortlist maps do not match the network")
+        self._out_map, self._log_ratio = out_map, log_ratio
+        iv = out_map
+        self.w.out_map = &iv[0]
+        dv = log_ratio
+        self.w.log_ratio = &dv[0]
+        if shortlist.in_map is not None:
+            in_map = np.ascontiguousarray(shortlist.in_map, dtype=np.int32)
+            if in_map.shape != (self.w.n_words,) or np.min(in_map) < 0 or np.max(in_map) >= self.w.V_in:
+                raise ValueError("shortlist maps do not match the network")
+            self._in_map = in_map
+            iv = in_map
+            self.w.in_map = &iv[0]
+        elif self.w.V_in != self.w.n_words:
+            raise ValueError("shortlist maps do not match the network")
+
+    cdef object _input_rows(self, ctx):
+        """Contexts (N, m) of word ids, checked, as the network's input rows (int32)."""
+        c = np.ascontiguousarray(ctx, dtype=np.int32)
+        if c.ndim != 2 or c.shape[1] != self.w.m:
+            raise ValueError(f"contexts must have {self.w.m} columns")
+        if c.size and (np.min(c) < 0 or np.max(c) >= self.w.n_words):
+            raise ValueError("context word id out of range")
+        return c if self._in_map is None else np.ascontiguousarray(self._in_map[c])
 
     cdef void _bind_fallback(self, fallback) except *:
         """Point the Normalisers at the fallback tables, a list over k = 0..m of (keys,
@@ -457,13 +503,9 @@ cdef class NeuralCore(LMCore):
                 np.empty(B * max(self.w.h1, 1), np.float32), np.empty(B * max(self.w.h2, 1), np.float32))
 
     def hidden(self, ctx):
-        """Hidden states (N, r) float32 of contexts (N, m) int32, oldest first."""
-        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+        """Hidden states (N, r) float32 of contexts (N, m) int32 of word ids, oldest first."""
+        cdef const int32_t[:, ::1] c = self._input_rows(ctx)
         cdef int N = c.shape[0]
-        if c.shape[1] != self.w.m:
-            raise ValueError(f"contexts must have {self.w.m} columns")
-        if N and (np.min(c) < 0 or np.max(c) >= self.w.V):
-            raise ValueError("context word id out of range")
         out = np.empty((N, self.w.r), np.float32)
         cdef float[:, ::1] o = out
         cdef int B = 256, lo, nb
@@ -482,16 +524,30 @@ cdef class NeuralCore(LMCore):
     def log_probs(self, ctx, words, softmax_logz=None):
         """Natural-log p(word | context) per row in this core's mode (exact, or the
         unnormalised score; fallback rows need ``softmax_logz`` from the caller).
-        ctx (N, m) int32 oldest first, words (N,) int32.  Rows go in blocks, without
-        the GIL; how a block's hidden states and normalisers are computed is below."""
-        # (One function: the three block strategies share one nogil loop and its per-mode scratch.)
+        ctx (N, m) int32 word ids oldest first, words (N,) int32.  With a shortlist the
+        rows are mapped to the network's input rows and units and an out-of-shortlist
+        word's log unigram ratio is added to its unit's score."""
         cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
         cdef const int32_t[::1] wv = np.ascontiguousarray(words, dtype=np.int32)
         cdef int N = c.shape[0]
         if wv.shape[0] != N or (N and c.shape[1] != self.w.m):
             raise ValueError("contexts and words disagree in length")
-        if N and (np.min(c) < 0 or np.max(c) >= self.w.V or np.min(wv) < 0 or np.max(wv) >= self.w.V):
+        if N and (np.min(c) < 0 or np.max(c) >= self.w.n_words or np.min(wv) < 0
+                  or np.max(wv) >= self.w.n_words):
             raise ValueError("word id out of range")
+        if self._out_map is None:
+            return self._unit_log_probs(c, wv, softmax_logz)
+        w_np = np.asarray(wv)
+        out = self._unit_log_probs(self._input_rows(np.asarray(c)), self._out_map[w_np], softmax_logz)
+        out += self._log_ratio[w_np]
+        return out
+
+    def _unit_log_probs(self, const int32_t[:, ::1] c, const int32_t[::1] wv, softmax_logz):
+        """log_probs over the network's input rows and output units (checked by the
+        caller).  Rows go in blocks, without the GIL; how a block's hidden states and
+        normalisers are computed is below."""
+        # (One function: the three block strategies share one nogil loop and its per-mode scratch.)
+        cdef int N = c.shape[0]
         out = np.empty(N, np.float64)
         cdef double[::1] o = out
         cdef const double[::1] given
@@ -642,21 +698,19 @@ cdef class NeuralCore(LMCore):
         return self.z.cls_t != NULL and self.w.act == ACT_RELU
 
     def sample_class_rows(self, ctx, uniforms):
-        """Output rows (class order) drawn from the exact class-factored distribution of
-        each context (N, m) int32 oldest first: the class by uniforms[:, 0], then the
-        word within it by uniforms[:, 1] ((N, 2) float64 in [0, 1)), each by the inverse
-        of the cumulative distribution.  The products are a single query's (the
+        """Output rows (class order, over the network's units) drawn from the exact
+        class-factored distribution of each context (N, m) int32 of word ids, oldest
+        first: the class by uniforms[:, 0], then the word within it by uniforms[:, 1]
+        ((N, 2) float64 in [0, 1)), each by the inverse of the cumulative distribution.  The products are a single query's (the
         zero-skipping kernels); the rows are grouped by drawn class for the word step,
         so each class's block stays in cache, as in _class_log_probs_sparse."""
-        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
-        cdef const double[:, ::1] u = np.ascontiguousarray(uniforms, dtype=np.float64)
-        cdef int N = c.shape[0], r = self.w.r, C = self.w.C
         if not self.samples_classes:
             raise ValueError("class sampling needs exact class mode of a ReLU net")
-        if u.shape[0] != N or u.shape[1] != 2 or (N and c.shape[1] != self.w.m):
+        cdef const int32_t[:, ::1] c = self._input_rows(ctx)
+        cdef const double[:, ::1] u = np.ascontiguousarray(uniforms, dtype=np.float64)
+        cdef int N = c.shape[0], r = self.w.r, C = self.w.C
+        if u.shape[0] != N or u.shape[1] != 2:
             raise ValueError(f"need contexts (N, {self.w.m}) and uniforms (N, 2)")
-        if N and (np.min(ctx) < 0 or np.max(ctx) >= self.w.V):
-            raise ValueError("context word id out of range")
         cdef int nt = max(1, min(openmp.omp_get_max_threads(), 64))
         cdef int b, i, t, cl, c_lo, width
         cdef int hid = row_scratch(&self.w), wide = max(C, _widest_class(&self.w)) + 16
@@ -755,9 +809,10 @@ cdef class NeuralCore(LMCore):
         return out
 
     def fallback_orders(self, ctx):
-        """For fallback mode: for each context (N, m) with its real-word count
-        implied by leading <null>s, the longest stored order k and its normaliser."""
-        cdef const int32_t[:, ::1] c = np.ascontiguousarray(ctx, dtype=np.int32)
+        """For fallback mode: for each context (N, m) of word ids with its real-word
+        count implied by leading <null>s, the longest stored order k and its normaliser
+        (the tables are keyed by the network's input rows)."""
+        cdef const int32_t[:, ::1] c = self._input_rows(ctx)
         cdef int N = c.shape[0], b, k, j
         ks = np.empty(N, np.int32)
         zs = np.empty(N, np.float64)

@@ -52,7 +52,8 @@ cdef enum:
 
 
 cdef struct Net:
-    int V, m, d, r0, h1, h2, n_dense, r, C, n_out_rows
+    # V: output units (words, or a shortlist's units); V_in: embedding rows
+    int V, V_in, m, d, r0, h1, h2, n_dense, r, C, n_out_rows
     int ctx_kind, act, out_kind, obj, k, max_len, nthreads, bmax
     double in_drop             # dropout rate on the input embeddings (this step)
     void* p[N_PARAMS]
@@ -67,13 +68,13 @@ cdef struct Net:
     const int* points          # (V, max_len)
     const signed char* codes   # (V, max_len)
     const int* lengths         # (V,)
-    unsigned char* mark_emb    # (V,) rows of emb touched in this batch
+    unsigned char* mark_emb    # (V_in,) rows of emb touched in this batch
     unsigned char* mark_out    # (n_out_rows,)
     int* order                 # (B,) examples sorted by class
     int* cls_count             # (C+1,)
     # distinct words per context position (full contexts; see group_positions)
     bint grouped               # the last forward() went through the distinct words
-    int* uslot                 # (V,) -1, or a word's index among its position's distinct words
+    int* uslot                 # (V_in,) -1, or a word's index among its position's distinct words
     int* uniq                  # (m*bmax,) distinct words, position by position
     int* ustart                # (m+1,) where each position's run starts in uniq
     int* uinv                  # (bmax*m,) example b, position j -> index in its run

@@ -605,7 +605,7 @@ cdef void run_update(Net* net, double lr, double l2, bint adagrad, real tag) noe
         # no weight decay on biases
         update_dense(<real*>net.p[i], <real*>net.g[i], <real*>net.a[i], net.size[i], lr,
                      0.0 if (i == P_B0 or i == P_B1 or i == P_B2 or i == P_CB) else l2, adagrad, net.nthreads)
-    update_rows(<real*>net.p[P_EMB], <real*>net.g[P_EMB], <real*>net.a[P_EMB], net.mark_emb, net.V, net.d,
+    update_rows(<real*>net.p[P_EMB], <real*>net.g[P_EMB], <real*>net.a[P_EMB], net.mark_emb, net.V_in, net.d,
                 lr, l2, adagrad, False, NULL, NULL, NULL, net.nthreads)
     update_rows(<real*>net.p[P_OW], <real*>net.g[P_OW], <real*>net.a[P_OW], net.mark_out, net.n_out_rows,
                 net.r, lr, l2, adagrad, True, <real*>net.p[P_OB], <real*>net.g[P_OB], <real*>net.a[P_OB],
@@ -788,7 +788,7 @@ cdef class Engine:
         self.dbl = params[0].dtype == np.float64
         want = np.float64 if self.dbl else np.float32
         n = &self.net
-        n.V = dims["V"]; n.m = dims["m"]; n.d = dims["d"]; n.r0 = dims["r0"]
+        n.V = dims["V"]; n.V_in = dims.get("V_in", dims["V"]); n.m = dims["m"]; n.d = dims["d"]; n.r0 = dims["r0"]
         n.h1 = dims["h1"]; n.h2 = dims["h2"]; n.n_dense = dims["n_dense"]; n.r = dims["r"]
         n.C = dims["C"]; n.n_out_rows = dims["n_out_rows"]; n.ctx_kind = dims["ctx_kind"]
         n.act = dims["act"]; n.out_kind = dims["out_kind"]; n.obj = dims["obj"]; n.k = dims["k"]
@@ -809,7 +809,7 @@ cdef class Engine:
             n.size[i] = params[i].size
         for i in range(N_WORK):
             n.w[i] = <void*><Py_ssize_t>work[i].ctypes.data
-        self.mark_emb = np.zeros(n.V, np.uint8)
+        self.mark_emb = np.zeros(n.V_in, np.uint8)
         self.mark_out = np.zeros(n.n_out_rows + n.C + 1, np.uint8)
         self.order = np.zeros(max(n.bmax, 1), np.int32)
         self.cls_count = np.zeros(n.C + 2, np.int32)
@@ -818,7 +818,7 @@ cdef class Engine:
         n.order = <int*><Py_ssize_t>self.order.ctypes.data
         n.cls_count = <int*><Py_ssize_t>self.cls_count.ctypes.data
         bm = max(n.bmax, 1)
-        self._groups = (np.full(n.V, -1, np.int32), np.zeros(n.m * bm, np.int32),
+        self._groups = (np.full(n.V_in, -1, np.int32), np.zeros(n.m * bm, np.int32),
                         np.zeros(n.m + 1, np.int32), np.zeros(bm * n.m, np.int32))
         n.uslot = <int*><Py_ssize_t>self._groups[0].ctypes.data
         n.uniq = <int*><Py_ssize_t>self._groups[1].ctypes.data
@@ -859,7 +859,8 @@ cdef class Engine:
         with grad, adds gscale * d(loss)/d(params) into the gradient arrays.
 
         noise: None for MLE, else (noise1 int32, logkq1 real, noise2 int32, logkq2 real)
-        as described at run_step.  Ids must already be validated (0 <= id < V)."""
+        as described at run_step.  Ids must already be validated (contexts 0 <= id < V_in,
+        targets 0 <= id < V)."""
         self._check(ctx, tgt)
         if not (0.0 <= input_dropout < 1.0 and 0.0 <= dropout < 1.0):
             raise ValueError("dropout rates must lie in [0, 1)")

@@ -394,6 +394,9 @@ def from_neural(net, extra_config=None, extra_arrays=None):
     layers).  With the ``isi`` metadata of a converted file the original word lists
     and <null> embedding come back."""
     c = net.config
+    if net.shortlist is not None:
+        raise ValueError("the ISI NPLM format has no shortlist (its output covers its output words only): "
+                         "this network's shortlist cannot be converted")
     if c.context != "full" or c.output != "softmax" or len(c.hidden) not in (1, 2) or c.activation not in _ACT_OUT:
         raise ValueError(f"the ISI NPLM format holds full-context softmax networks with one or two hidden "
                          f"layers; this one has context={c.context!r}, output={c.output!r}, hidden={c.hidden}")

@@ -27,6 +27,7 @@ from nplm._kernels import thread_count
 from nplm.errors import FormatError
 from nplm.io import container
 from nplm.neural.quantize import dequantize_arrays
+from nplm.neural.shortlist import Shortlist
 from nplm.neural.vocab import SPECIALS, Vocabulary
 
 # A spinning OpenMP pool steals the cores OpenBLAS's own threads need between the many
@@ -40,7 +41,10 @@ except ImportError as e:  # pragma: no cover - build problem
                       f"in the source tree ({e})") from None
 
 KIND = "neural"
-FORMAT = 1
+# Model file versions: 2 added the shortlist; a net without one is written as 1, which
+# every reader of this kind understands.  Both load.
+FORMAT = 2
+FORMATS = (1, 2)
 LOG10E = 1.0 / math.log(10.0)
 CTX_CODES = {"full": 0, "diagonal": 1}
 ACT_CODES = {"relu": 0, "tanh": 1, "identity": 2}
@@ -52,7 +56,13 @@ WORK_NAMES = _nn.WORK_NAMES
 
 @dataclasses.dataclass
 class NeuralConfig:
-    """Shape of the network.  The defaults are the recommended PTB model."""
+    """Shape of the network.  The defaults are the recommended PTB model.
+
+    ``shortlist`` N > 0 gives output units for only the N most frequent training words
+    (the specials always have theirs) and one out-of-shortlist unit, whose probability
+    the other words share in proportion to their training counts; ``shortlist_input``
+    maps the context side the same way.  The model still scores every word of its
+    vocabulary (see nplm.neural.shortlist)."""
     order: int = 5
     embedding_dim: int = 1000
     hidden: tuple = ()
@@ -65,6 +75,8 @@ class NeuralConfig:
     clustering: str = "brown"
     variable_history: bool = False
     tie_embeddings: bool = False  # one table for input and output word vectors (Press & Wolf 2017)
+    shortlist: int = 0          # output units for only this many most frequent words + OOS (0: all words)
+    shortlist_input: bool = False  # the context side too: OOS words share the OOS unit's embedding
 
     def resolved_objective(self):
         """The objective "auto" stands for: MLE for a tree output (NCE does not apply
@@ -97,7 +109,17 @@ class NeuralConfig:
         need(self.classes >= 0, f"number of classes must be positive (or 0 for automatic), not {self.classes}")
         need(self.clustering in ("brown", "frequency"),
              f"clustering must be 'brown' or 'frequency', not {self.clustering!r}")
+        need(not isinstance(self.shortlist, bool) and isinstance(self.shortlist, (int, np.integer))
+             and self.shortlist >= 0,
+             f"shortlist must be a non-negative number of words (0: none), not {self.shortlist!r}")
+        self.shortlist = int(self.shortlist)
+        self.shortlist_input = bool(self.shortlist_input)
+        need(not self.shortlist_input or self.shortlist,
+             "a shortlist input vocabulary needs a shortlist (give its size)")
         if self.tie_embeddings:
+            need(not self.shortlist or self.shortlist_input,
+                 "tied embeddings with a shortlist need the shortlist on the input side too "
+                 "(the output has no rows for the words outside it)")
             need(self.output in ("softmax", "class"),
                  "tied embeddings need a softmax or class output (a tree's rows are inner nodes, not words)")
             r = self.layer_sizes[1][-1] if self.layer_sizes[1] else self.layer_sizes[0]
@@ -146,6 +168,21 @@ def class_layout(word_class, n_classes):
     return class_start, class_words, word_pos
 
 
+def _init_classes(p, structs, word_class, counts, r, rng):
+    """A class output's layout into ``structs`` and its initial weights into ``p``: rows
+    of out_w in class order, word bias log p(w | class), class bias log p(class), from
+    the units' ``counts`` (smoothed)."""
+    word_class = np.ascontiguousarray(word_class, np.int32)
+    C = int(word_class.max()) + 1
+    class_start, class_words, word_pos = class_layout(word_class, C)
+    structs.update(word_class=word_class, class_start=class_start, class_words=class_words, word_pos=word_pos)
+    logq = np.log(counts / counts.sum())
+    ccount = np.bincount(word_class, weights=counts, minlength=C)
+    p["out_b"] = (logq - np.log(ccount[word_class] / counts.sum()))[class_words].astype(np.float32)
+    p["cls_w"] = rng.uniform(-0.05, 0.05, size=(C, r)).astype(np.float32)
+    p["cls_b"] = np.log(ccount / ccount.sum()).astype(np.float32)
+
+
 def dummy_structs(V):
     z = np.zeros(1, np.int32)
     return {"word_class": np.zeros(V, np.int32), "class_start": np.array([0, V], np.int32),
@@ -172,13 +209,22 @@ def _own_structs(output, V, structs):
 class NeuralNet:
     """A network: ``config`` (NeuralConfig), ``vocab`` (Vocabulary), ``params`` (dict of
     float32 arrays, names as in PARAM_NAMES; unused ones have size 0) and ``structs``
-    (class layout / Huffman arrays)."""
+    (class layout / Huffman arrays).
+
+    With a shortlist (``config.shortlist``; ``shortlist`` then holds the map, see
+    nplm.neural.shortlist) the network's output units are the shortlist's words, the
+    specials and one out-of-shortlist unit, and its input rows either every word or
+    the same units: ``structs`` and the output parameters are over units, ``emb`` over
+    input rows.  Every method here takes and gives word ids of the whole vocabulary
+    (the model's); the training engines work on unit ids (``unit_ids``,
+    ``input_ids``)."""
 
     def __init__(self, config, vocab, params, structs):
         self.config = config.validate()
         self.vocab = vocab
+        self.shortlist = Shortlist.of(self.config, vocab)
         self.params = params
-        self.structs = _own_structs(self.config.output, len(vocab), structs)
+        self.structs = _own_structs(self.config.output, self.n_units, structs)
         self._engine = None
         self._check()
 
@@ -186,9 +232,12 @@ class NeuralNet:
     @classmethod
     def create(cls, config, vocab, word_class=None, tree=None, seed=1):
         """Randomly initialised network.  ``word_class`` (V,) int for class output;
-        ``tree`` = (points, codes, lengths) for tree output."""
+        ``tree`` = (points, codes, lengths) for tree output; with a shortlist both are
+        over its output units (V = ``Shortlist.n_units``), not the words."""
         config.validate()
-        V = len(vocab)
+        sl = Shortlist.of(config, vocab)
+        V = sl.n_units if sl else len(vocab)          # output units
+        V_in = sl.n_inputs if sl else len(vocab)      # embedding rows
         m, d = config.order - 1, config.embedding_dim
         r0, dense = config.layer_sizes
         rng = np.random.default_rng(seed)
@@ -198,7 +247,7 @@ class NeuralNet:
             return rng.uniform(-a, a, size=shape).astype(np.float32)
 
         p = {}
-        p["emb"] = rng.uniform(-0.1, 0.1, size=(V, d)).astype(np.float32)
+        p["emb"] = rng.uniform(-0.1, 0.1, size=(V_in, d)).astype(np.float32)
         if config.context == "full":
             p["ctx"] = uni((m * d, r0), m * d, r0)
         else:
@@ -213,7 +262,7 @@ class NeuralNet:
                 p[name] = np.zeros((0, 0), np.float32)
                 p["b" + name[1]] = np.zeros(0, np.float32)
         r = sizes[-1]
-        counts = vocab.counts.astype(np.float64) + 0.5
+        counts = (sl.unit_counts if sl else vocab.counts).astype(np.float64) + 0.5
         logq = np.log(counts / counts.sum())
         structs = dummy_structs(V)
         if config.output == "tree":
@@ -230,16 +279,7 @@ class NeuralNet:
         if config.output == "class":
             if word_class is None:
                 raise ValueError("class output needs a word-class assignment")
-            word_class = np.ascontiguousarray(word_class, np.int32)
-            C = int(word_class.max()) + 1
-            class_start, class_words, word_pos = class_layout(word_class, C)
-            structs.update(word_class=word_class, class_start=class_start, class_words=class_words,
-                           word_pos=word_pos)
-            # rows of out_w in class order; word bias = log p(w | class)
-            ccount = np.bincount(word_class, weights=counts, minlength=C)
-            p["out_b"] = (logq - np.log(ccount[word_class] / counts.sum()))[class_words].astype(np.float32)
-            p["cls_w"] = rng.uniform(-0.05, 0.05, size=(C, r)).astype(np.float32)
-            p["cls_b"] = np.log(ccount / ccount.sum()).astype(np.float32)
+            _init_classes(p, structs, word_class, counts, r, rng)
         else:
             p["cls_w"] = np.zeros((0, 0), np.float32)
             p["cls_b"] = np.zeros(0, np.float32)
@@ -248,13 +288,13 @@ class NeuralNet:
         return cls(config, vocab, p, structs)
 
     def _check(self):
-        V = len(self.vocab)
+        V = self.n_units
         c = self.config
         m, d = c.order - 1, c.embedding_dim
         r0, dense = c.layer_sizes
         sizes = [r0] + list(dense)
         C = self.n_classes
-        expect = {"emb": (V, d), "ctx": (m * d, r0) if c.context == "full" else (m, d), "b0": (r0,),
+        expect = {"emb": (self.n_inputs, d), "ctx": (m * d, r0) if c.context == "full" else (m, d), "b0": (r0,),
                   "w1": (sizes[0], sizes[1]) if len(dense) >= 1 else (0, 0), "b1": (sizes[1],) if len(dense) >= 1 else (0,),
                   "w2": (sizes[1], sizes[2]) if len(dense) >= 2 else (0, 0), "b2": (sizes[2],) if len(dense) >= 2 else (0,),
                   "out_w": (self.n_out_rows, sizes[-1]), "out_b": (self.n_out_rows,),
@@ -297,8 +337,50 @@ class NeuralNet:
 
     @property
     def n_out_rows(self):
-        V = len(self.vocab)
+        V = self.n_units
         return max(V - 1, 1) if self.config.output == "tree" else V
+
+    @property
+    def n_units(self):
+        """Output units: the vocabulary's words, or with a shortlist its words, the
+        specials and the out-of-shortlist unit."""
+        return self.shortlist.n_units if self.shortlist is not None else len(self.vocab)
+
+    @property
+    def n_inputs(self):
+        """Rows of the embedding table (the words, or the shortlist's units)."""
+        return self.shortlist.n_inputs if self.shortlist is not None else len(self.vocab)
+
+    @property
+    def unit_counts(self):
+        """Training counts per output unit (the vocabulary's counts without a shortlist)."""
+        return self.shortlist.unit_counts if self.shortlist is not None else self.vocab.counts
+
+    def unit_ids(self, word_ids):
+        """Output units of word ids (the ids themselves without a shortlist)."""
+        if self.shortlist is None:
+            return word_ids
+        return self.shortlist.out_map[word_ids]
+
+    def input_ids(self, word_ids):
+        """Embedding rows of word ids (the ids themselves unless the shortlist covers
+        the input side too)."""
+        if self.shortlist is None:
+            return word_ids
+        return self.shortlist.inputs_of(word_ids)
+
+    def word_scores(self, unit_scores, scale=1.0, dtype=np.float32):
+        """(N, V) natural-log scores of the vocabulary's words, times ``scale``, from
+        (N, n_units) ones of the units: an out-of-shortlist word's is its unit's plus
+        its log unigram ratio (see nplm.neural.shortlist)."""
+        if self.shortlist is None:
+            return (np.asarray(unit_scores, np.float64) * scale).astype(dtype, copy=False)
+        return self.shortlist.word_scores(unit_scores, scale, dtype)
+
+    @property
+    def file_format(self):
+        """The model-file version this net needs: 2 with a shortlist, else 1."""
+        return 2 if self.shortlist is not None else 1
 
     @property
     def order(self):
@@ -309,7 +391,8 @@ class NeuralNet:
         c = self.config
         r0, dense = c.layer_sizes
         sizes = [r0] + list(dense)
-        return {"V": len(self.vocab), "m": c.order - 1, "d": c.embedding_dim, "r0": r0,
+        return {"V": self.n_units, "V_in": self.n_inputs, "n_words": len(self.vocab),
+                "m": c.order - 1, "d": c.embedding_dim, "r0": r0,
                 "h1": sizes[1] if len(sizes) > 1 else 0, "h2": sizes[2] if len(sizes) > 2 else 0,
                 "n_dense": len(dense), "r": sizes[-1], "C": max(self.n_classes, 1),
                 "n_out_rows": self.n_out_rows, "ctx_kind": CTX_CODES[c.context], "act": ACT_CODES[c.activation],
@@ -375,6 +458,7 @@ class NeuralNet:
 
     # -- scoring
     def _contexts(self, context_ids, n=None):
+        """Checked contexts (N, n-1) of word ids, mapped to the network's input rows."""
         ctx = np.ascontiguousarray(context_ids, dtype=np.int32)
         if ctx.ndim != 2 or ctx.shape[1] != self.order - 1:
             raise ValueError(f"contexts must have shape (N, {self.order - 1}), not {ctx.shape}")
@@ -383,7 +467,7 @@ class NeuralNet:
         V = len(self.vocab)
         if ctx.size and (ctx.min() < 0 or ctx.max() >= V):
             raise ValueError(f"context word id outside 0..{V - 1}")
-        return ctx
+        return np.ascontiguousarray(self.input_ids(ctx), dtype=np.int32)
 
     def log_prob(self, context_ids, word_ids, normalised=True, batch=1024, threads=None):
         """Natural-log probabilities of ``word_ids`` (N,) after ``context_ids`` (N, n-1)
@@ -400,12 +484,15 @@ class NeuralNet:
         out = np.empty(words.size, np.float64)
         threads = _default_threads() if threads is None else thread_count(threads)
         engines = self._eval_engines(min(batch, max(words.size, 1)), threads)
+        units = np.ascontiguousarray(self.unit_ids(words), dtype=np.int32)
 
         def work(lo0, hi0, w):
             for lo in range(lo0, hi0, batch):
                 hi = min(lo + batch, hi0)
-                out[lo:hi] = engines[w].logprob(ctx[lo:hi], words[lo:hi], normalised)
+                out[lo:hi] = engines[w].logprob(ctx[lo:hi], units[lo:hi], normalised)
         _run_split(work, words.size, threads)
+        if self.shortlist is not None:
+            out += self.shortlist.log_ratio[words]
         return out
 
     def log10_prob(self, context_ids, word_ids, normalised=True):
@@ -413,7 +500,8 @@ class NeuralNet:
         return self.log_prob(context_ids, word_ids, normalised) * LOG10E
 
     def log10_distribution(self, context_ids, batch=256):
-        """(N, V) log10 p(w | context) over the whole vocabulary, exact."""
+        """(N, V) log10 p(w | context) over the whole vocabulary, exact (with a
+        shortlist, every word: the out-of-shortlist ones get their split)."""
         ctx = self._contexts(context_ids)
         out = np.empty((ctx.shape[0], len(self.vocab)), np.float32)
         threads = _default_threads()
@@ -422,7 +510,10 @@ class NeuralNet:
         def work(lo0, hi0, w):
             for lo in range(lo0, hi0, batch):
                 hi = min(lo + batch, hi0)
-                out[lo:hi] = engines[w].distribution(ctx[lo:hi]) * LOG10E
+                if self.shortlist is None:
+                    out[lo:hi] = engines[w].distribution(ctx[lo:hi]) * LOG10E
+                else:
+                    out[lo:hi] = self.shortlist.word_scores(engines[w].distribution(ctx[lo:hi]), LOG10E)
         _run_split(work, ctx.shape[0], threads)
         return out
 
@@ -442,7 +533,7 @@ class NeuralNet:
 
     def save(self, path, extra_config=None, extra_arrays=None):
         """Write atomically to nplm's binary container (kind 'neural')."""
-        config = {"format": FORMAT, "net": self.config.to_json(), "specials": list(SPECIALS)}
+        config = {"format": self.file_format, "net": self.config.to_json(), "specials": list(SPECIALS)}
         if extra_config:
             config.update(extra_config)
         arrays = self.arrays()
@@ -457,9 +548,12 @@ class NeuralNet:
         each when first used: see formats.quantize.dequantize_arrays)."""
         c = container.read(path, expect_kind=KIND, copy=copy)
         try:
-            if c.config.get("format") != FORMAT:
-                raise FormatError(f"neural model format {c.config.get('format')!r}, expected {FORMAT}", path)
+            if c.config.get("format") not in FORMATS:
+                raise FormatError(f"neural model format {c.config.get('format')!r}; this version reads "
+                                  f"{' and '.join(map(str, FORMATS))}", path)
             config = NeuralConfig.from_json(c.config["net"])
+            if config.shortlist and c.config["format"] < 2:
+                raise FormatError("a shortlist in a format 1 model (shortlists came with format 2)")
             vocab = Vocabulary.from_arrays(c.arrays)
             if c.config.get("quantized"):
                 params = dequantize_arrays(c, PARAM_NAMES, lazy)    # float16/int8 weights -> float32

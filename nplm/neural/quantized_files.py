@@ -3,7 +3,7 @@ the perplexity check that compares a copy with its source."""
 import warnings
 
 from nplm.io import container
-from nplm.neural.network import FORMAT, KIND, NeuralNet
+from nplm.neural.network import KIND, NeuralNet
 from nplm.neural.quantize import quantize_params, same_weights
 from nplm.neural.vocab import SPECIALS, examples, read_sentences
 
@@ -35,7 +35,7 @@ def quantize_file(src, dst, dtype, messages=None):
             messages(note)
         else:
             warnings.warn(note, stacklevel=2)
-    config = {"format": FORMAT, "net": net.config.to_json(), "specials": list(SPECIALS),
+    config = {"format": net.file_format, "net": net.config.to_json(), "specials": list(SPECIALS),
               "quantized": {"dtype": dtype, "params": names}}
     config.update(extra_config)
     arrays.update(net.vocab.to_arrays())

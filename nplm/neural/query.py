@@ -15,6 +15,9 @@ over the network's mapped arrays:
 
 States hold the last n-1 words (most recent first); ``ngram_length`` is the number of
 context words used + 1.  Words outside the vocabulary score as ``<unk>`` (oov=True).
+A shortlist model's vocabulary is every training word: the core maps words to the
+network's units and gives an out-of-shortlist word its share of the OOS unit
+(nplm/neural/shortlist.py) in every mode.
 """
 import numpy as np
 from tqdm import tqdm
@@ -57,16 +60,17 @@ def resolve_mode(net, normalization):
 
 def _dims(net):
     d = net.dims()
-    return {k: int(d[k]) for k in ("V", "m", "d", "r0", "h1", "h2", "n_dense", "r", "C", "ctx_kind", "act",
-                                   "out_kind", "max_len")}
+    return {k: int(d[k]) for k in ("V", "V_in", "n_words", "m", "d", "r0", "h1", "h2", "n_dense", "r", "C",
+                                   "ctx_kind", "act", "out_kind", "max_len")}
 
 
 def first_layer_table(net):
-    """(m, V, r0) float32 products emb @ C_j, or None when too big / not a full context."""
+    """(m, V_in, r0) float32 products emb @ C_j (V_in: the embedding rows), or None when
+    too big / not a full context."""
     c = net.config
     if c.context != "full":
         return None
-    V, m, d = len(net.vocab), c.order - 1, c.embedding_dim
+    V, m, d = net.n_inputs, c.order - 1, c.embedding_dim
     r0 = net.params["ctx"].shape[1]
     if m * V * r0 * 4 > PRECOMPUTE_BYTES:
         return None
@@ -128,7 +132,7 @@ def load(path, normalization=None, cache_size=4096, copy=False):
                           "`nplm precompute MODEL --text TRAIN --min-count C` first", path)
     stored = getattr(net.params, "stored", net.params.__getitem__)
     core = _nquery.NeuralCore(_dims(net), {n: stored(n) for n in net.params}, dict(net.structs), mode,
-                              first_layer_table(net), fallback, cache_size)
+                              first_layer_table(net), fallback, cache_size, shortlist=net.shortlist)
     words = list(net.vocab.words)
     vocab = _kernels.Vocab(*_kernels.build_vocab_arrays(words, unreachable=("<null>",)))
     return NeuralData(net, core, vocab, name, c.arrays)
@@ -217,7 +221,8 @@ def batch_log10(model, contexts, words, ctx_len):
 def precompute(path, text, min_count=2, out=None, progress=True):
     """Store exact softmax normalisers of the contexts seen at least ``min_count``
     times in ``text`` at every order (the one-word table covers every word, and the
-    empty context is always stored), so ``normalization="fallback"`` can use them.
+    empty context is always stored; with a shortlist on the input side, contexts that
+    read the same embedding rows count as one), so ``normalization="fallback"`` can use them.
     Rewrites ``path`` (or writes ``out``) atomically.  Returns the number of contexts
     stored per context length 0..n-1."""
     net, c = NeuralNet.load(path, return_container=True)
@@ -227,7 +232,7 @@ def precompute(path, text, min_count=2, out=None, progress=True):
         raise ValueError(f"min-count must be at least 1, not {min_count}")
     m = net.order - 1
     core = _nquery.NeuralCore(_dims(net), dict(net.params), dict(net.structs), 0,
-                              first_layer_table(net), None, 16)
+                              first_layer_table(net), None, 16, shortlist=net.shortlist)
     lines = [line.rstrip("\n") for line in utf8_lines(text)]   # invalid UTF-8: an error naming the line
     if not any(split_words(line) for line in lines):
         raise FormatError("the text has no words: no contexts to store normalisers for", text)
@@ -241,16 +246,21 @@ def precompute(path, text, min_count=2, out=None, progress=True):
         if k == 0:
             rows = np.full((1, m), NULL, np.int32)
         elif k == 1:
-            rows = np.full((V - 1, m), NULL, np.int32)
-            rows[:, -1] = [w for w in range(V) if w != NULL]
+            # one word per embedding row (a shortlist's input side reads every
+            # out-of-shortlist word as one row)
+            words = np.array([w for w in range(V) if w != NULL], np.int32)
+            _, first = np.unique(net.input_ids(words), return_index=True)
+            rows = np.full((len(first), m), NULL, np.int32)
+            rows[:, -1] = words[np.sort(first)]
         else:
             cand = contexts[ctx_len >= k]
-            keys = _nquery.context_keys(cand, k)
+            keys = _nquery.context_keys(net.input_ids(cand), k)
             _, first, counts = np.unique(keys, return_index=True, return_counts=True)
             rows = cand[first[counts >= min_count]].copy()
             rows[:, :m - k] = NULL
         z = softmax_logz(core, net, rows) if len(rows) else np.zeros(0)
-        tk, tv = _nquery.build_key_table(_nquery.context_keys(rows, k), z, FALLBACK_MULTIPLIER)
+        # keyed by the network's input rows, as a query looks them up
+        tk, tv = _nquery.build_key_table(_nquery.context_keys(net.input_ids(rows), k), z, FALLBACK_MULTIPLIER)
         arrays[f"fallback.{k}.keys"] = tk
         arrays[f"fallback.{k}.vals"] = tv
         sizes.append(len(rows))

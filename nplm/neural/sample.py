@@ -19,6 +19,10 @@ Gumbel-max trick (argmax of log p + Gumbel noise is a draw from p):
 * softmax / tree output: by the inverse cumulative distribution of each stream's exact
   distribution over V (one uniform per stream, not a Gumbel per word).
 
+With a shortlist a class draw gives a unit; the out-of-shortlist unit then becomes a
+word drawn by its unigram share (what the model gives those words).  The whole
+distributions of softmax and tree outputs hold every word already.
+
 A sentence starts from the context the query API uses after ``<s>`` (``<null>``
 padding, then ``<s>``) and ends at ``</s>`` or at ``max_len`` words.  ``<s>``,
 ``</s>``-as-word and ``<null>`` are never emitted as words: a draw of ``<s>`` or
@@ -41,7 +45,7 @@ from nplm.neural.vocab import BOS, EOS, NULL
 
 
 def _class_draw(net, H, rng):
-    """Word ids drawn from a class-output net for hidden states H (S, r)."""
+    """Output units drawn from a class-output net for hidden states H (S, r)."""
     p, s = net.params, net.structs
     cls = H @ p["cls_w"].T
     cls += p["cls_b"]
@@ -59,6 +63,15 @@ def _class_draw(net, H, rng):
         sc += rng.gumbel(size=sc.shape).astype(np.float32)
         out[rows] = words[lo + np.argmax(sc, axis=1)]
     return out
+
+
+def _words(net, units, rng):
+    """Word ids of drawn output units: with a shortlist, a draw of the OOS unit becomes
+    an out-of-shortlist word drawn by its unigram share, which is the model's
+    distribution of those words."""
+    if net.shortlist is None:
+        return units
+    return net.shortlist.words_of(units, rng)
 
 
 def _full_draw(net, ctx, rng, rows=256):
@@ -134,9 +147,11 @@ def sample_sentences(data, n_tokens, seed=1, streams=4096, max_len=100, progress
             break
         c = ctx[idx]
         if by_core:
-            w = net.structs["class_words"][core.sample_class_rows(c, rng.random((len(idx), 2)))]
+            w = _words(net, net.structs["class_words"][core.sample_class_rows(c, rng.random((len(idx), 2)))], rng)
+        elif class_out:
+            w = _words(net, _class_draw(net, core.hidden(c), rng), rng)
         else:
-            w = _class_draw(net, core.hidden(c), rng) if class_out else _full_draw(net, c, rng)
+            w = _full_draw(net, c, rng)
         step = 0
         for j in np.flatnonzero((w != BOS) & (w != NULL)):
             i, wi = int(idx[j]), int(w[j])

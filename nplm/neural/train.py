@@ -21,6 +21,7 @@ from nplm._kernels import MAX_THREADS
 from nplm.errors import FormatError
 from nplm.neural import _noise, clusters
 from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet, set_blas_threads
+from nplm.neural.shortlist import Shortlist
 from nplm.neural.vocab import BOS, NULL, Vocabulary, check_corpus, count_words, examples, read_sentences
 
 CHECKPOINT_SUFFIX = ".ckpt"
@@ -100,10 +101,10 @@ class Corpus:
             self.valid = examples(valid, vocab, order)
 
 
-def noise_weights(vocab):
-    """Unigram noise distribution: training counts, every predictable word at least 1;
-    <s> and <null> (never predicted) nearly never drawn."""
-    w = np.maximum(vocab.counts.astype(np.float64), 1.0)
+def noise_weights(net):
+    """Unigram noise distribution over the net's output units: training counts, every
+    predictable word at least 1; <s> and <null> (never predicted) nearly never drawn."""
+    w = np.maximum(net.unit_counts.astype(np.float64), 1.0)
     w[BOS] = w[NULL] = 0.01
     return w
 
@@ -114,7 +115,7 @@ class Noise:
     def __init__(self, net, seed):
         self.k = net.config.noise_samples
         self.state = np.array([seed * 0x9E3779B97F4A7C15 % (1 << 64)], np.uint64)
-        w = noise_weights(net.vocab)
+        w = noise_weights(net)
         k = self.k
         if net.config.output == "softmax":
             self.prob, self.alias = _noise.build_alias(w)
@@ -167,21 +168,27 @@ def truncate_histories(contexts, rng):
 # ------------------------------------------------------------------ classes and trees
 
 def output_structures(config, vocab, train_targets, seed, log):
-    """Word classes (class output) or Huffman tree (tree output) from nplm.clusters."""
-    V = len(vocab)
+    """Word classes (class output) or Huffman tree (tree output) from nplm.clusters,
+    over the net's output units (with a shortlist: its words, the specials and the OOS
+    unit, which then stands for every other word in the text and counts)."""
+    sl = Shortlist.of(config, vocab)
+    V = sl.n_units if sl else len(vocab)
+    counts = sl.unit_counts if sl else vocab.counts
+    if sl:
+        train_targets = sl.out_map[train_targets]
     if config.output == "class":
         C = config.classes or max(2, int(round(math.sqrt(V))))
         if C > V:
             raise ValueError(f"{C} classes for a vocabulary of {V} words")
         if config.clustering == "frequency":
-            wc = clusters.frequency_bins(vocab.counts, C)
+            wc = clusters.frequency_bins(counts, C)
         else:
             t0 = time.time()
             wc = clusters.brown_clusters(train_targets, V, C, seed=seed)
             log(f"Brown clustering into {C} classes: {time.time() - t0:.1f} s")
         return np.asarray(wc, np.int32), None
     if config.output == "tree":
-        tree = clusters.huffman_tree(np.maximum(vocab.counts, 1))
+        tree = clusters.huffman_tree(np.maximum(counts, 1))
         return None, (tree.points, tree.codes, tree.lengths)
     return None, None
 
@@ -191,6 +198,12 @@ def output_structures(config, vocab, train_targets, seed, log):
 class Trainer:
     def __init__(self, net, corpus, tc, log=print, progress=True):
         self.net, self.corpus, self.tc, self.log, self.progress = net, corpus, tc, log, progress
+        # the examples as the engines read them: embedding rows and output units (word
+        # ids themselves without a shortlist); validation goes through the net's
+        # word-level scoring
+        ctx, tgt = corpus.train
+        self.train_rows = (np.ascontiguousarray(net.input_ids(ctx), np.int32),
+                           np.ascontiguousarray(net.unit_ids(tgt), np.int32))
         # training works on private writeable copies; net.params are replaced at the end
         self.params = [np.array(net.params[n], dtype=np.float32, copy=True) for n in PARAM_NAMES]
         # Tied embeddings: one table in output-row order serves as both layers; the
@@ -272,7 +285,7 @@ class Trainer:
 
     def run_epoch(self):  # noqa: C901 - the epoch loop: updates, averaging, validation and time limit in order
         tc, _eng = self.tc, self.engine
-        ctx_all, tgt_all = self.corpus.train
+        ctx_all, tgt_all = self.train_rows
         N = tgt_all.size
         rng = np.random.default_rng([tc.seed, self.epoch])
         perm = rng.permutation(N)

@@ -303,15 +303,18 @@ def test_lower_teacher_supplies_lower_orders(tiny):
         distil.distil(str(lower_path), 3, text=str(text), lower_teacher=teacher)
 
 
-def test_neural_teacher(tmp_path, tiny):
+@pytest.mark.parametrize("shortlist", [0, 10])
+def test_neural_teacher(tmp_path, tiny, shortlist):
     """A (random) neural network as the teacher: its probabilities land in the
-    table, <null> is not a word of it, and every context sums to one."""
+    table, <null> is not a word of it, and every context sums to one (with a shortlist
+    output layer too, whose out-of-shortlist words get their split)."""
     from nplm.neural.network import NeuralConfig, NeuralNet
     from nplm.neural.vocab import SPECIALS, Vocabulary
     teacher_bo, text, held, d = tiny
     words = sorted({w for line in text.read_text().splitlines() for w in line.split()})
     vocab = Vocabulary(list(SPECIALS) + words, np.arange(len(words) + 4) + 1)
-    cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(16, 8), context="full", output="softmax")
+    cfg = NeuralConfig(order=3, embedding_dim=8, hidden=(16, 8), context="full", output="softmax",
+                       shortlist=shortlist)
     net = NeuralNet.create(cfg, vocab, seed=3)
     rng = np.random.default_rng(3)
     for k, v in net.params.items():
@@ -458,15 +461,18 @@ def test_pruning_criterion_is_the_exact_relative_entropy(tiny, tmp_path):
         assert abs(math.exp(logP) * kl - D[3][i]) <= 1e-6 * D[3][i], (h, kl, D[3][i])
 
 
-def test_network_fast_path_equals_the_query_core(tmp_path):
+@pytest.mark.parametrize("shortlist", [0, 15])
+def test_network_fast_path_equals_the_query_core(tmp_path, shortlist):
     """Exactly normalised neural teachers are scored in batches by the network's own
-    kernels; the numbers are the query core's."""
+    kernels; the numbers are the query core's (with a shortlist too: 25 of the words
+    share its out-of-shortlist unit)."""
     from nplm.compose import _distil
     from nplm.neural.network import NeuralConfig, NeuralNet
     from nplm.neural.vocab import SPECIALS, Vocabulary
     words = list(SPECIALS) + [f"w{i}" for i in range(40)]
     net = NeuralNet.create(NeuralConfig(order=4, embedding_dim=8, hidden=(16, 8), context="full",
-                                        output="softmax"), Vocabulary(words), seed=5)
+                                        output="softmax", shortlist=shortlist),
+                           Vocabulary(words, np.arange(len(words))[::-1] + 1), seed=5)
     path = tmp_path / "n.nplm"
     net.save(path)
     model = _model(path)
@@ -679,13 +685,15 @@ def test_out_of_range_options_are_refused(tiny, kwargs, message):
         distil.distil(teacher, 3, text=str(text), **kwargs)
 
 
+@pytest.mark.parametrize("shortlist", [0, 20])
 @pytest.mark.parametrize("output,mode", [("class", "class"), ("tree", "tree"), ("softmax", "exact")])
-def test_top_k_of_one_word_contexts_from_distributions_equals_the_query_core(tmp_path, output, mode):
+def test_top_k_of_one_word_contexts_from_distributions_equals_the_query_core(tmp_path, output, mode, shortlist):
     """The one-word contexts' top-k continuations come from whole distributions (GEMM
     blocks) instead of V queries per context; the chosen words, best first, are those
-    the query core ranks first."""
+    the query core ranks first (also where a shortlist splits its OOS unit's mass)."""
     from helpers import tiny_net
-    net = tiny_net(seed=7, V=64, n_classes=6, output=output, order=4, hidden=(16,), embedding_dim=8)
+    net = tiny_net(seed=7, V=64, n_classes=6, output=output, order=4, hidden=(16,), embedding_dim=8,
+                   shortlist=shortlist, shortlist_input=bool(shortlist))
     words = net.vocab.words
     rng = np.random.default_rng(7)
     path = tmp_path / "n.nplm"
@@ -701,4 +709,14 @@ def test_top_k_of_one_word_contexts_from_distributions_equals_the_query_core(tmp
     _distil.score_rows(model.core, rows, core)
     expect = rows.reshape(len(ctx), len(cand), 2)[np.arange(len(ctx))[:, None],
                                                    np.argsort(-core.reshape(len(ctx), -1), axis=1, kind="stable")[:, :5]]
-    np.testing.assert_array_equal(fast, expect.reshape(-1, 2))
+    if not shortlist:
+        np.testing.assert_array_equal(fast, expect.reshape(-1, 2))
+        return
+    # out-of-shortlist words of equal counts tie exactly, and the two paths' last-bit
+    # differences may order them either way: the chosen words' probabilities are the
+    # best ones, best first
+    score = dict(zip(map(tuple, rows.tolist()), core.tolist()))
+    got = np.array([score[tuple(r)] for r in fast.tolist()]).reshape(len(ctx), 5)
+    best = np.array([score[tuple(r)] for r in expect.reshape(-1, 2).tolist()]).reshape(len(ctx), 5)
+    np.testing.assert_allclose(got, best, atol=1e-6)
+    np.testing.assert_array_equal(fast[:, 0], expect.reshape(-1, 2)[:, 0])

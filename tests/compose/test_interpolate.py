@@ -688,14 +688,18 @@ def test_argument_errors(models, kenlm_o3):
 # --- a neural component (the lead's NeuralCore) ---------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["softmax-full-2", "class-diag-2", "tree-full-1"])
+@pytest.fixture(scope="module", params=["softmax-full-2", "class-diag-2", "tree-full-1",
+                                        "softmax-full-2+shortlist", "class-diag-2+shortlist-input",
+                                        "tree-full-1+shortlist"])
 def neural_pair(request, tmp_path_factory):
-    """A small random neural model and a KN model over the same words."""
+    """A small random neural model (some with a shortlist output layer of 12 words:
+    w12..w36 share the out-of-shortlist unit) and a KN model over the same words."""
     import random
 
     from helpers import make_net
     tmp = tmp_path_factory.mktemp("nnmix")
-    net = make_net(request.param)
+    kind, _, shortlist = request.param.partition("+")
+    net = make_net(kind, **({"shortlist": 12, "shortlist_input": shortlist.endswith("input")} if shortlist else {}))
     nn_path = str(tmp / "n.nplm")
     net.save(nn_path)
     rng = random.Random(3)

@@ -1,5 +1,6 @@
 """Finite-difference gradient checks (float64) of the training kernels: every context
-kind, hidden depth, activation, output layer and objective, with and without dropout."""
+kind, hidden depth, activation, output layer and objective, with and without dropout,
+and with a shortlist output (fewer output units than embedding rows, or both mapped)."""
 import itertools
 
 import numpy as np
@@ -11,7 +12,7 @@ from helpers import tiny_net
 
 
 def _noise(net, rng):
-    k, V = net.config.noise_samples, len(net.vocab)
+    k, V = net.config.noise_samples, net.n_units
     if net.config.objective != "nce":
         return None
     if net.config.output == "softmax":
@@ -27,8 +28,8 @@ def gradient_error(net, dropout=0.0, seed=0, B=7, probes=12, input_dropout=0.0, 
     batch's distinct words."""
     rng = np.random.default_rng(seed)
     params = [net.params[n].astype(np.float64) for n in PARAM_NAMES]
-    V, m = len(net.vocab), net.order - 1
-    ctx = rng.integers(0, V, (B, m)).astype(np.int32)
+    V, m = net.n_units, net.order - 1          # (a shortlist's units; the words without one)
+    ctx = rng.integers(0, net.n_inputs, (B, m)).astype(np.int32)
     if net.config.tie_embeddings:
         # as the trainer runs it: one table in output-row order, contexts through word_pos
         params[PARAM_NAMES.index("emb")] = params[PARAM_NAMES.index("out_w")]
@@ -176,3 +177,26 @@ def _same_with_threads(net, ctx, tgt, noise, dropout, input_dropout):
     for a, b in zip(results[0][1], results[1][1]):
         np.testing.assert_array_equal(a, b)
     return eng.grouped
+
+
+@pytest.mark.parametrize("inputs", [False, True])
+@pytest.mark.parametrize("context", ["full", "diagonal"])
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_gradients_with_a_shortlist(output, context, inputs):
+    """A shortlist net's engine: output layers over the units (shortlist, specials, OOS),
+    the embedding table over every word or over the same units."""
+    net = tiny_net(seed=21, V=14, context=context, hidden=(6,), output=output[0], objective=output[1],
+                   shortlist=5, shortlist_input=inputs)
+    assert net.n_units == 10 and net.n_inputs == (10 if inputs else 14)
+    assert gradient_error(net, seed=21) < 1e-5
+    assert gradient_error(net, seed=22, dropout=0.3, input_dropout=0.2) < 1e-5
+    # the grouped first layer (full contexts, many repeats) over the embedding rows
+    if context == "full":
+        assert gradient_error(net, seed=23, B=40, grouped=True) < 1e-5
+
+
+@pytest.mark.parametrize("output", OUTPUTS[:4])
+def test_gradients_tied_embeddings_with_a_shortlist(output):
+    net = tiny_net(seed=24, V=14, embedding_dim=5, hidden=(6, 5), output=output[0], objective=output[1],
+                   tie_embeddings=True, shortlist=5, shortlist_input=True)
+    assert gradient_error(net, seed=24) < 1e-5
