@@ -6,9 +6,11 @@ The networks are the quick ones of ``bench_rescore.py`` (150-d diagonal contexts
 frequency classes, class NCE k=10, ``--epochs`` epochs on 2 threads), seeds 1, 2, 3;
 KN5 is lmplz's (or nplm.estimate's) on PTB train.  Weights are tuned by EM on PTB
 valid; perplexities are on PTB test (<unk> spelled UNK, as the KN5 reference).
-Models are cached in the benchmark cache.
+Models are cached in the benchmark cache.  ``--networks`` takes three networks
+trained elsewhere instead, e.g. default ones (``nplm train --seed S``).
 
     python tools/bench_ensemble.py [--epochs 3]
+    python tools/bench_ensemble.py --networks d1.nplm d2.nplm d3.nplm
 """
 import argparse
 import sys
@@ -56,8 +58,10 @@ def perplexity(model):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=3, help="epochs of each network (3)")
+    p.add_argument("--networks", nargs=3, metavar="NPLM", help="three trained networks to use instead")
     args = p.parse_args()
-    members = [network(args.epochs, seed) for seed in (1, 2, 3)]
+    members = args.networks or [network(args.epochs, seed) for seed in (1, 2, 3)]
+    what = "the given networks" if args.networks else f"{args.epochs}-epoch networks"
     kn5 = common.CACHE / "ptb.o5.nplm"
     if not kn5.exists():
         nplm.build_binary(str(common.kn_arpa(5)), str(kn5))
@@ -76,7 +80,7 @@ def main():
         mix = nplm.interpolate(comps)
         res = mix.tune(valid)
         rows.append((label, perplexity(mix), " / ".join(f"{w:.3f}" for w in res.weights)))
-    print(f"\nPTB test perplexity ({args.epochs}-epoch networks)\n\n| model | test perplexity | weights |"
+    print(f"\nPTB test perplexity ({what})\n\n| model | test perplexity | weights |"
           "\n|---|---:|---|")
     for label, ppl, w in rows:
         print(f"| {label} | {ppl:.2f} | {w} |")
