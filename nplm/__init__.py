@@ -11,13 +11,9 @@ import sys as _sys
 # must be set before the first kernel loads the OpenMP runtime.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# Under an address-space limit too small for a 32 MiB OpenBLAS buffer per CPU, the
-# OpenBLAS the neural kernels load would hang: one BLAS thread then, or an ImportError
-# where even that cannot fit (before it loads).
-from nplm.io.resources import prepare_blas  # noqa: E402
-
-prepare_blas()
-
+# scipy's BLAS, which only the neural kernels use, loads with the first neural model
+# or training run (nplm.neural._blas), not here: importing it would take most of the
+# start-up time of ``import nplm`` and of every ``nplm`` command.
 from nplm import _compat
 from nplm._kernels import FullScoreReturn, State, Vocab
 from nplm.backoff.arpa import read_arpa as _read_arpa

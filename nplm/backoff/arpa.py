@@ -34,13 +34,13 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from tqdm import tqdm
 
 from nplm.backoff.tables import NGramTables
 from nplm.errors import CompressedDataError, FormatError, quoted
 from nplm.io import container
 from nplm.io.atomic import text_output
 from nplm.io.files import decompressed, open_binary
+from nplm.io.progress import tqdm
 
 try:
     from nplm.backoff import _arpa

@@ -27,6 +27,7 @@ from nplm.neural._netcore cimport (
 import numpy as np
 
 from nplm.io.resources import l3_cache_bytes
+from nplm.neural import _blas
 cimport numpy as cnp
 
 cnp.import_array()
@@ -163,6 +164,7 @@ cdef class NeuralCore(LMCore):
         """dims: V, m, d, r0, h1, h2, n_dense, r, C, ctx_kind, act, out_kind, max_len.
         params: float32 C-contiguous arrays (see nplm.neural).  fallback: list over
         k = 0..m of (keys uint64, vals float32 natural-log normalisers) or None."""
+        _blas.bind()                     # scipy's BLAS, before the first product
         self.w.V, self.w.m, self.w.d = dims["V"], dims["m"], dims["d"]
         self.w.r0, self.w.h1, self.w.h2 = dims["r0"], dims["h1"], dims["h2"]
         self.w.n_dense, self.w.r, self.w.C = dims["n_dense"], dims["r"], dims["C"]

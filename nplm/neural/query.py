@@ -17,11 +17,11 @@ States hold the last n-1 words (most recent first); ``ngram_length`` is the numb
 context words used + 1.  Words outside the vocabulary score as ``<unk>`` (oov=True).
 """
 import numpy as np
-from tqdm import tqdm
 
 from nplm import _kernels
 from nplm.errors import FormatError
 from nplm.io import container
+from nplm.io.progress import tqdm
 from nplm.io.resources import check_blas_room
 from nplm.io.text import split_words, utf8_lines
 from nplm.neural import _query as _nquery

@@ -129,8 +129,8 @@ typedef struct {
 static inline int klm_min(int a, int b) { return a < b ? a : b; }
 
 /* The result and the successor state of word w, whose walk is r, after state in
- * (in != out).  The state decides how much of the walk counts: a walk may go deeper
- * than the state's context, never less deep. */
+ * (in != out).  Only the part of the walk within the state's context counts: a walk
+ * may go deeper, but stops short of the context's end only at a missing n-gram. */
 static inline void klm_finish(int order, const klm_walk *r, uint32_t w, const klm_state *in, klm_state *out,
                               klm_ret *ret) {
     int n_ctx = klm_min(in->length, order - 1), d, top, next_use, length, i;
