@@ -134,7 +134,7 @@ class _Reader:
     """The state machine over the parts of an ARPA file; n-gram lines go to the
     Cython parser, every other line comes here."""
 
-    def __init__(self, path, plain_size, progress):
+    def __init__(self, path, plain_size, progress, on_section=None):
         self.path = path
         self.plain_size = plain_size    # bytes of a plain file (None if compressed)
         self.parser = _arpa.Parser()
@@ -147,6 +147,7 @@ class _Reader:
         self.ids, self.prob, self.backoff, self.first_line = [], [], [], []
         self.vocab = None
         self.bar = None
+        self.on_section = on_section
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-arpa-parse")
         self.split = _idle_core() if SPLIT is None else SPLIT
         if progress:
@@ -306,8 +307,11 @@ class _Reader:
         self.first_line.append(self.parser.first_line or self.parser.line + 1)
         if n == 1:
             self._finish_vocab()
+            self.ids[0] = np.arange(len(self.vocab), dtype=np.int32)[:, None]
         self.n = n + 1
         self.state = "header" if self.n <= len(self.counts) else "end"
+        if self.on_section is not None:
+            self.on_section(self.tables(self.path), tuple(self.counts))
 
     def _finish_vocab(self):
         raw = self.parser.vocab_bytes()
@@ -445,10 +449,10 @@ class _Reader:
         raise FormatError("truncated file: missing \\end\\", self.path, line)
 
     def tables(self, source):
-        ids0 = np.arange(len(self.vocab), dtype=np.int32)[:, None]
-        self.ids[0] = ids0
-        return NGramTables(vocab=self.vocab, ids=self.ids, logprob=self.prob, backoff=self.backoff,
-                           comments=self.comments, source=source, first_line=self.first_line)
+        """The sections read so far."""
+        return NGramTables(vocab=self.vocab, ids=list(self.ids), logprob=list(self.prob),
+                           backoff=list(self.backoff), comments=list(self.comments), source=source,
+                           first_line=list(self.first_line))
 
 
 def _idle_core():
@@ -481,10 +485,13 @@ def _plain_size(f, source):  # noqa: C901 - the ARPA grammar's section loop, wit
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
-def read_arpa(path, progress=False, stream=None):
+def read_arpa(path, progress=False, stream=None, on_section=None):
     """Read an ARPA file (plain, .gz, .bz2 or .xz; '-' is stdin) into NGramTables.
     ``stream``: ``path`` already open (nplm.io.files.sniff's stream, at its start),
     read instead of opening ``path`` again, which a pipe would not survive.
+    ``on_section(tables, counts)`` is called as each section has been read, with
+    the NGramTables of the orders read so far and the header's counts: a consumer
+    may start on an order while the next one is read.
 
     Raises FormatError naming the file and line for anything KenLM would reject
     (and for NaN/inf values and invalid UTF-8, which it does not check), OSError
@@ -493,7 +500,7 @@ def read_arpa(path, progress=False, stream=None):
     f = open_binary(source) if stream is None else decompressed(stream, source)
     try:
         plain_size = _plain_size(f, source)
-        reader = _Reader(source, plain_size, progress)
+        reader = _Reader(source, plain_size, progress, on_section)
         carry = b""
         try:
             for chunk in _chunks(f, CHUNK):
