@@ -106,11 +106,12 @@ def check_probing_memory(counts, opts):
 
 
 class ProbingBuilder:
-    """KenLM's probing file, built one order at a time in the ARPA's order, as KenLM's
-    build_binary builds it while it reads the ARPA: an order's insertion needs only
-    the orders below it.  ``tables`` holds the model's unigrams at least (and
-    names the source), ``counts`` every order's count; ``add(tables, n)`` inserts
-    order n (2, 3, ... in turn) from ``tables``, which holds it by then."""
+    """KenLM's probing file, built in the ARPA's order, as KenLM's build_binary builds
+    it while it reads the ARPA: an order's n-grams need only the orders below them.
+    ``tables`` holds the model's unigrams at least (and names the source),
+    ``counts`` every order's count; ``add(tables, n)`` inserts the n-grams of order n
+    (2, 3, ... in turn) that ``tables`` holds beyond those inserted before: a whole
+    order, or its next rows as they are read."""
 
     def __init__(self, tables, counts, opts, messages):
         self.order, self.counts, self.opts = len(counts), tuple(int(c) for c in counts), opts
@@ -137,14 +138,21 @@ class ProbingBuilder:
         self.offsets = np.array([t.offset - layout.unigram.offset for t in ngram_tables], dtype=np.uint64)
         self.buckets = np.array([t.buckets for t in ngram_tables], dtype=np.uint64)
         self.used = np.zeros(self.order - 1, dtype=np.uint64)
+        self.done = [len(self.vocab.ids)] + [0] * (self.order - 1)      # n-grams inserted, by order
 
     def add(self, tables, n):
-        ids = np.ascontiguousarray(tables.ids[n - 1])
+        start, stop = self.done[n - 1], len(tables.logprob[n - 1])
+        if stop <= start:
+            return
+        ids = np.ascontiguousarray(tables.ids[n - 1][start:stop])
         ids = ids.view(np.uint32) if self.same_ids else self.vocab.ids[ids]
         # (the kernel reads a zero back-off as -0.0, as kenlm_backoffs does)
-        backoff = np.ascontiguousarray(tables.backoff[n - 1]) if n < self.order else np.zeros(0, np.float32)
-        code, index = _write.probing_order(n, self.order, ids, np.ascontiguousarray(tables.logprob[n - 1]),
+        backoff = (np.ascontiguousarray(tables.backoff[n - 1][start:stop]) if n < self.order
+                   else np.zeros(0, np.float32))
+        code, index = _write.probing_order(n, self.order, ids, np.ascontiguousarray(tables.logprob[n - 1][start:stop]),
                                            backoff, self.uni, self.search, self.offsets, self.buckets, self.used)
+        self.done[n - 1] = stop
+        index += start
         if code == _write.NO_CONTEXT:
             path, line = where(tables, n, index)
             raise FormatError(f"the context of every {n}-gram should appear as a {n - 1}-gram",
@@ -163,29 +171,28 @@ class ProbingBuilder:
 
 
 class _StreamedProbing:
-    """ProbingBuilder fed by read_arpa's on_section, in a worker thread: each order is
-    inserted while the ARPA's next section is read.  The first error stops it and
-    waits for the end of the read (whose own error, coming first in the file, wins)."""
+    """ProbingBuilder fed by read_arpa's on_read, in a worker thread: n-grams are
+    inserted while the lines after them are read.  The first error stops it and
+    waits for the end of the read (whose own error, coming first in the file, wins).
+    (The parser refuses positive log probabilities itself: no check_probs.)"""
 
     def __init__(self, opts, messages):
         self.opts, self.messages = opts, messages
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-kenlm-probing")
         self.jobs, self.failed, self.builder = [], False, None
 
-    def section(self, tables, counts):
+    def read(self, tables, counts):
         self.jobs.append(self.pool.submit(self._add, tables, counts))
 
     def _add(self, tables, counts):
         if self.failed:
             return
         try:
-            n = tables.order
-            check_probs(tables, n - 1)
-            if n == 1:
+            if self.builder is None:           # the unigrams, complete
                 if len(counts) < 2:
                     raise FormatError("KenLM's binary formats need at least a bigram model", tables.source)
                 self.builder = ProbingBuilder(tables, counts, self.opts, self.messages)
-            else:
+            for n in range(2, tables.order + 1):
                 self.builder.add(tables, n)
         except BaseException:
             self.failed = True
@@ -200,16 +207,16 @@ class _StreamedProbing:
 
 def build_binary_from_arpa(arpa_path, out, type=None, *, progress=False, messages=sys.stderr, **options):
     """read_arpa(arpa_path) then build_binary(tables, out, type, **options), but
-    KenLM's probing file is built while the ARPA is read: each order's insertion
-    (its file's layout is the order of insertion, so it runs in one thread) overlaps
-    the reading of the next section.  Returns the type written."""
+    KenLM's probing file is built while the ARPA is read: the n-grams are inserted
+    (in one thread and in the file's order, which fixes the layout) as the lines
+    after them are parsed.  Returns the type written."""
     kind = resolve_type(type, out)
     opts = check_options(kind, **options)
     if opts is None or opts.type != PROBING:
         return build_binary(read_arpa(arpa_path, progress=progress), out, kind, messages=messages, **options)
     streamed = _StreamedProbing(opts, messages)
     try:
-        read_arpa(arpa_path, progress=progress, on_section=streamed.section)
+        read_arpa(arpa_path, progress=progress, on_read=streamed.read)
         parts = streamed.parts()
     finally:
         streamed.pool.shutdown(cancel_futures=True)
