@@ -11,16 +11,11 @@ import sys as _sys
 # must be set before the first kernel loads the OpenMP runtime.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# Under an address-space limit too small for a 32 MiB OpenBLAS buffer per CPU, the
-# OpenBLAS the neural kernels load would hang: one BLAS thread then, or an ImportError
-# where even that cannot fit (before it loads).
-from nplm.io.resources import prepare_blas  # noqa: E402
-
-prepare_blas()
-
+# scipy's BLAS, which only the neural kernels use, loads with the first neural model
+# or training run (nplm.neural._blas), not here: importing it would take most of the
+# start-up time of ``import nplm`` and of every ``nplm`` command.
 from nplm import _compat
 from nplm._kernels import FullScoreReturn, State, Vocab
-from nplm.backoff.arpa import read_arpa as _read_arpa
 from nplm.backoff.kenlm import write as _kenlm_write
 from nplm.backoff.kneser_ney import estimate
 from nplm.compose.interpolate import InterpolatedModel, interpolate
@@ -58,7 +53,7 @@ def build_binary(arpa_path, out_path, type=None, **options):
     allow_missing_markers=True for -s); ``"nplm"`` writes nplm's own format.  With no
     type, an output named ``*.nplm`` gets nplm's format and any other name KenLM's
     probing format (build_binary's default).  Returns the type written."""
-    return _kenlm_write.build_binary(_read_arpa(arpa_path), out_path, type, **options)
+    return _kenlm_write.build_binary_from_arpa(arpa_path, out_path, type, **options)
 
 
 def install_as_kenlm():

@@ -21,6 +21,10 @@ cnp.import_array()
 # The highest order a model can have (MAX_ORDER of _kernels.pxd), for the Python layer.
 QUERY_MAX_ORDER = MAX_ORDER
 
+cdef enum:
+    # Words a sentence's scoring hands to the core at once (LMCore.score_words).
+    SCORE_RUN = 64
+
 cdef extern from "hash.h":
     uint64_t nplm_fastrange(uint64_t h, uint64_t n) noexcept nogil
     uint64_t nplm_hash_bytes(const char *s, Py_ssize_t n) noexcept nogil
@@ -283,6 +287,20 @@ cdef class LMCore:
         with gil:
             raise NotImplementedError("score_word")
 
+    cdef int score_words(self, const NState *in_state, const WordId *words, int n, NState *out_state,
+                         Ret *rets) except -1 nogil:
+        """score_word over words[0..n) in turn from in_state: rets[i] is word i's
+        result, out_state (which may be in_state) the state after the last.  Kinds
+        whose lookups gain from seeing a run of words at once override it."""
+        cdef NState st[2]
+        cdef int i, cur = 0
+        st[0] = in_state[0]
+        for i in range(n):
+            self.score_word(&st[cur], words[i], &st[1 - cur], &rets[i])
+            cur = 1 - cur
+        out_state[0] = st[cur]
+        return 0
+
     cdef void begin_state(self, NState *out) noexcept nogil:
         out.length = 1
         out.words[0] = self.bos_id
@@ -411,16 +429,17 @@ cdef class ModelBase:
     cdef Py_ssize_t _score_buf(self, const char *s, Py_ssize_t n, bint bos, bint eos, float *total,
                                float *probs, int32_t *lengths, uint8_t *oovs, Py_ssize_t cap) except -1 nogil:
         """Score the tokens of s[:n]; optionally record per-token results (up to cap).
-        Returns the number of items scored (tokens + </s>)."""
-        cdef NState st[2]
-        cdef int cur = 0
-        cdef Ret ret
+        Returns the number of items scored (tokens + </s>).  The words go to the core
+        in runs of up to SCORE_RUN (LMCore.score_words)."""
+        cdef NState st
+        cdef WordId ids[SCORE_RUN]
+        cdef Ret rets[SCORE_RUN]
         cdef Py_ssize_t i = 0, start, count = 0
-        cdef WordId w
+        cdef int k = 0
         if bos:
-            self._core.begin_state(&st[0])
+            self._core.begin_state(&st)
         else:
-            self._core.null_state(&st[0])
+            self._core.null_state(&st)
         while True:
             while i < n and is_word_delimiter(s[i]):
                 i += 1
@@ -429,22 +448,32 @@ cdef class ModelBase:
             start = i
             while i < n and not is_word_delimiter(s[i]):
                 i += 1
-            w = self._vocab.index(s + start, i - start)
-            self._core.score_word(&st[cur], w, &st[1 - cur], &ret)
-            cur = 1 - cur
-            total[0] += ret.prob
-            if count < cap:
-                probs[count] = ret.prob
-                lengths[count] = ret.ngram_length
-                oovs[count] = w == 0
-            count += 1
+            ids[k] = self._vocab.index(s + start, i - start)
+            k += 1
+            if k == SCORE_RUN:
+                count = self._score_run(&st, ids, k, rets, total, probs, lengths, oovs, cap, count, False)
+                k = 0
         if eos:
-            self._core.score_word(&st[cur], self._eos, &st[1 - cur], &ret)
-            total[0] += ret.prob
+            ids[k] = self._eos
+            k += 1
+        if k > 0:
+            count = self._score_run(&st, ids, k, rets, total, probs, lengths, oovs, cap, count, eos)
+        return count
+
+    cdef Py_ssize_t _score_run(self, NState *st, const WordId *ids, int k, Ret *rets, float *total, float *probs,
+                               int32_t *lengths, uint8_t *oovs, Py_ssize_t cap, Py_ssize_t count,
+                               bint ends_with_eos) except -1 nogil:
+        """Score the run ids[0..k) from st (left as the state after it), adding to
+        total in order and recording items from index ``count`` on; returns the new
+        count.  With ends_with_eos the last id is </s> (never an OOV)."""
+        cdef int j
+        self._core.score_words(st, ids, k, st, rets)
+        for j in range(k):
+            total[0] += rets[j].prob
             if count < cap:
-                probs[count] = ret.prob
-                lengths[count] = ret.ngram_length
-                oovs[count] = 0
+                probs[count] = rets[j].prob
+                lengths[count] = rets[j].ngram_length
+                oovs[count] = ids[j] == 0 and not (ends_with_eos and j == k - 1)
             count += 1
         return count
 

@@ -1,9 +1,9 @@
 """Under an address-space limit (ulimit -v), neural models fail with a clear error
 instead of hanging inside OpenBLAS, which retries a refused allocation of its 32 MiB
-work buffer without end (a neural load under a ~200 MB limit hung).  nplm makes
-OpenBLAS single-threaded when the limit is tight, refuses to import when the
-limit cannot hold the BLAS library, and refuses to load a neural model when it
-cannot hold a work buffer (then reserves one with a first product)."""
+work buffer without end (a neural load under a ~200 MB limit hung).  nplm loads
+scipy's OpenBLAS with the first neural model (back-off models never need it), makes
+it single-threaded when the limit is tight, refuses a neural model when the limit
+cannot hold the library or a work buffer (then reserves one with a first product)."""
 from _bounded import run_python
 
 from helpers import make_net
@@ -11,19 +11,25 @@ from helpers import make_net
 VM = "int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()"
 
 
-def test_import_under_a_limit_too_small_for_blas():
+def test_a_limit_too_small_for_blas_refuses_neural_models_only(tmp_path):
+    path = tmp_path / "net.nplm"
+    make_net("softmax-full-2").save(str(path))
     r = run_python(f"""
 import resource, numpy
 vm = {VM}
 resource.setrlimit(resource.RLIMIT_AS, (vm + (60 << 20), vm + (60 << 20)))
+import nplm
+print("imported")
 try:
-    import nplm
-    print("imported")
-except ImportError as e:
+    nplm.Model({str(path)!r})
+    print("loaded")
+except nplm.ModelLoadError as e:
     print("refused:", e)
 """, timeout=60, env={"OPENBLAS_NUM_THREADS": ""})
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.startswith("refused:") and "ulimit -v" in r.stdout, r.stdout
+    first, second = r.stdout.split("\n", 1)
+    assert first == "imported", r.stdout
+    assert second.startswith("refused:") and "ulimit -v" in second and str(path) in second, r.stdout
 
 
 def test_neural_load_under_a_limit_too_small_for_a_blas_buffer(tmp_path):
@@ -43,13 +49,16 @@ except nplm.ModelLoadError as e:
     assert r.stdout.startswith("refused:") and "ulimit -v" in r.stdout and str(path) in r.stdout, r.stdout
 
 
-def test_tight_limit_makes_blas_single_threaded():
-    r = run_python("""
+def test_tight_limit_makes_blas_single_threaded(tmp_path):
+    path = tmp_path / "net.nplm"
+    make_net("softmax-full-2").save(str(path))
+    r = run_python(f"""
 import os, resource, numpy
-vm = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()
+vm = {VM}
 resource.setrlimit(resource.RLIMIT_AS, (vm + (200 << 20), vm + (200 << 20)))
 os.environ.pop("OPENBLAS_NUM_THREADS", None)
 import nplm
+nplm.Model({str(path)!r})
 print(os.environ.get("OPENBLAS_NUM_THREADS"))
 """, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]

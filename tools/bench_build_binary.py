@@ -5,18 +5,22 @@ nplm.estimate) becomes probing, trie, trie -q 8 -b 8 and trie -a 22 -q 8 -b 8 fi
 once by each tool per round; the rounds interleave the two (best wall time of each
 kept).  Both run as commands, as a user would run them (nplm's time includes starting
 Python and importing the package, printed on its own); nplm's in-process time
-(nplm.build_binary, no interpreter start) is printed too.  Every file nplm writes is compared byte for byte with build_binary's.
+(nplm.build_binary, no interpreter start) is printed too.  Every file nplm writes is
+compared byte for byte with build_binary's.  The package's bytecode is compiled first
+(as an installed package has it), so that no run compiles nplm's sources, which it
+would do every time under PYTHONDONTWRITEBYTECODE.
 
-    python tools/bench_build_binary.py [--repeat 3] [--build-binary PATH]
+    python tools/bench_build_binary.py [--repeat 3] [--build-binary PATH] [--json benchmarks/build_binary.json]
 """
 import argparse
+import compileall
 import filecmp
 import os
 import subprocess
 import sys
 import time
 
-from _bench_common import CACHE, ROOT, kn_arpa, lmplz_path
+from _bench_common import CACHE, ROOT, kn_arpa, lmplz_path, save_results
 
 import nplm
 
@@ -56,7 +60,9 @@ def main():
     ap.add_argument("--build-binary", default=os.path.join(os.path.dirname(lmplz_path() or
                                                                          "/opt/kenlm-src/build/bin/lmplz"),
                                                          "build_binary"))
+    ap.add_argument("--json", help="also save the table here, for tools/docs_benchmarks.py")
     args = ap.parse_args()
+    compileall.compile_dir(str(ROOT / "nplm"), quiet=1)
     arpa = kn_arpa(5)
     print(f"PTB KN5: {arpa} ({os.path.getsize(arpa) / 2**20:.1f} MiB ARPA); best of {args.repeat} "
           "interleaved rounds")
@@ -64,13 +70,26 @@ def main():
     print(f"starting the nplm command (python -m nplm --version): {startup:.2f} s")
     print(f"{'layout':<22}{'build_binary s':>15}{'nplm cmd s':>12}{'ratio':>7}{'in-process s':>14}"
           f"{'KenLM MiB':>11}{'nplm MiB':>10}  bytes")
+    rows = []
     for name in LAYOUTS:
         best, size_k, size_n, same = bench_layout(name, arpa, args.build_binary, args.repeat)
         ratio = best["build_binary"] / best["nplm build-binary"]
         print(f"{name:<22}{best['build_binary']:>15.2f}{best['nplm build-binary']:>12.2f}{ratio:>7.2f}"
               f"{best['nplm.build_binary']:>14.2f}{size_k / 2**20:>11.2f}{size_n / 2**20:>10.2f}  "
               f"{'identical' if same else 'DIFFERENT'}")
+        rows.append([name, best["build_binary"], best["nplm build-binary"], ratio, best["nplm.build_binary"],
+                     size_k / 2**20, "identical" if same else "DIFFERENT"])
     print("ratio = build_binary time / nplm command time (> 1: nplm is faster)")
+    if args.json:
+        save_results(args.json, "KenLM's binary files: nplm build-binary against KenLM's build_binary", [{
+            "columns": ["layout", "build_binary (s)", "nplm build-binary (s)", "ratio", "nplm.build_binary (s)",
+                        "file (MiB)", "nplm's file"],
+            "rows": rows,
+            "notes": (f"PTB KN5 ARPA ({os.path.getsize(arpa) / 2**20:.1f} MiB, lmplz) to each file; both tools as "
+                      f"commands, best of {args.repeat} interleaved rounds; nplm's command time includes starting "
+                      f"Python and importing nplm ({startup:.2f} s for `python -m nplm --version`), "
+                      "nplm.build_binary is the same work in-process. Ratio: build_binary time / nplm command "
+                      "time: above 1 means nplm is ahead.")}])
 
 
 if __name__ == "__main__":

@@ -5,17 +5,17 @@ nplm.estimate) is written by KenLM's build_binary as probing, trie, trie -q 8 -b
 and trie -a 22 -q 8 -b 8.  For each file, kenlm and nplm load the same file and take
 turns in every round (best of each kept): load time, then score / full_scores /
 BaseScore-loop throughput on ptb.test.txt; resident memory after load and a pass over
-the text is measured in fresh interpreters.  Prints ratios nplm/kenlm (throughput:
-> 1 means nplm is faster; memory: < 1 means nplm is smaller).
+the text is measured in fresh interpreters.  Every ratio is kenlm's time (or
+memory) over nplm's: above 1 means nplm is ahead.
 
-    python tools/bench_kenlm_binary.py [--repeat 5] [--build-binary PATH]
+    python tools/bench_kenlm_binary.py [--repeat 5] [--build-binary PATH] [--json benchmarks/kenlm_binary.json]
 """
 import argparse
 import os
 import subprocess
 
 import kenlm
-from _bench_common import CACHE, PTB, best_times, kn_arpa, lmplz_path, ptb_lines, rss_mib_of
+from _bench_common import CACHE, PTB, best_times, kn_arpa, lmplz_path, ptb_lines, rss_mib_of, save_results
 
 import nplm
 
@@ -78,7 +78,7 @@ def bench_file(name, path, lines, tokens, repeat):
     test = str(PTB / "ptb.test.txt")
     rss_k = min(rss_mib_of(RSS_CODE.format(mod="kenlm", text=test, path=path)) for _ in range(2))
     rss_n = min(rss_mib_of(RSS_CODE.format(mod="nplm", text=test, path=path)) for _ in range(2))
-    rows.append(("RSS after load+score (MiB)", rss_k, rss_n, rss_n / rss_k))
+    rows.append(("RSS after load+score (MiB)", rss_k, rss_n, rss_k / rss_n))
     print(f"\n{name}: {path} ({os.path.getsize(path) / 2**20:.1f} MiB)")
     print(f"  {'':28s} {'kenlm':>10s} {'nplm':>10s} {'ratio':>7s}")
     for label, a, b, r in rows:
@@ -92,15 +92,25 @@ def main():
     lmplz = lmplz_path()
     default_bb = os.path.join(os.path.dirname(lmplz), "build_binary") if lmplz else "build_binary"
     ap.add_argument("--build-binary", default=default_bb, help="KenLM's build_binary")
+    ap.add_argument("--json", help="also save the tables here, for tools/docs_benchmarks.py")
     args = ap.parse_args()
     arpa = kn_arpa(5)
     files = build_binaries(arpa, args.build_binary)
     lines = ptb_lines("test")
     tokens = sum(len(s.split()) + 1 for s in lines)
     print(f"model: PTB train 5-gram ({arpa}); text: ptb.test.txt, {len(lines)} sentences, {tokens} tokens "
-          f"incl. </s>; throughput ratio = nplm/kenlm speed, RSS ratio = nplm/kenlm memory")
+          f"incl. </s>; ratio = kenlm time (or memory) / nplm's: above 1 means nplm is ahead")
+    tables = []
     for name, path in files.items():
-        bench_file(name, path, lines, tokens, args.repeat)
+        rows = bench_file(name, path, lines, tokens, args.repeat)
+        tables.append({"title": f"build_binary {name} ({os.path.getsize(path) / 2**20:.1f} MiB)",
+                       "columns": ["measure", "kenlm", "nplm", "ratio"], "rows": [list(r) for r in rows]})
+    if args.json:
+        tables[-1]["notes"] = (f"KN5 of PTB train (lmplz), each file written by KenLM's build_binary and loaded "
+                               f"by both modules; ptb.test.txt, {tokens} tokens; best of {args.repeat} "
+                               "interleaved rounds. Ratio: kenlm time / nplm time (or nplm throughput / "
+                               "kenlm's), kenlm memory / nplm memory: above 1 means nplm is ahead.")
+        save_results(args.json, "KenLM's binary files: nplm against the kenlm module", tables)
 
 
 if __name__ == "__main__":

@@ -34,13 +34,13 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from tqdm import tqdm
 
 from nplm.backoff.tables import NGramTables
 from nplm.errors import CompressedDataError, FormatError, quoted
 from nplm.io import container
 from nplm.io.atomic import text_output
 from nplm.io.files import decompressed, open_binary
+from nplm.io.progress import tqdm
 
 try:
     from nplm.backoff import _arpa
@@ -134,7 +134,7 @@ class _Reader:
     """The state machine over the parts of an ARPA file; n-gram lines go to the
     Cython parser, every other line comes here."""
 
-    def __init__(self, path, plain_size, progress):
+    def __init__(self, path, plain_size, progress, on_read=None):
         self.path = path
         self.plain_size = plain_size    # bytes of a plain file (None if compressed)
         self.parser = _arpa.Parser()
@@ -147,6 +147,7 @@ class _Reader:
         self.ids, self.prob, self.backoff, self.first_line = [], [], [], []
         self.vocab = None
         self.bar = None
+        self.on_read = on_read
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-arpa-parse")
         self.split = _idle_core() if SPLIT is None else SPLIT
         if progress:
@@ -306,8 +307,11 @@ class _Reader:
         self.first_line.append(self.parser.first_line or self.parser.line + 1)
         if n == 1:
             self._finish_vocab()
+            self.ids[0] = np.arange(len(self.vocab), dtype=np.int32)[:, None]
         self.n = n + 1
         self.state = "header" if self.n <= len(self.counts) else "end"
+        if self.on_read is not None:
+            self.on_read(self.tables(self.path), tuple(self.counts))
 
     def _finish_vocab(self):
         raw = self.parser.vocab_bytes()
@@ -351,6 +355,7 @@ class _Reader:
             self.header_line(data[pos:nl])
             self.parser.line += 1
             pos = nl + 1
+        self._rows_so_far()
 
     def _comments_full(self):
         return len(self.comments) >= MAX_COMMENTS or self.comment_bytes >= MAX_COMMENT_BYTES
@@ -445,10 +450,23 @@ class _Reader:
         raise FormatError("truncated file: missing \\end\\", self.path, line)
 
     def tables(self, source):
-        ids0 = np.arange(len(self.vocab), dtype=np.int32)[:, None]
-        self.ids[0] = ids0
-        return NGramTables(vocab=self.vocab, ids=self.ids, logprob=self.prob, backoff=self.backoff,
-                           comments=self.comments, source=source, first_line=self.first_line)
+        """The sections read so far."""
+        return NGramTables(vocab=self.vocab, ids=list(self.ids), logprob=list(self.prob),
+                           backoff=list(self.backoff), comments=list(self.comments), source=source,
+                           first_line=list(self.first_line))
+
+    def _rows_so_far(self):
+        """on_read of the section being read (order 2 or more): its rows so far."""
+        got = self.parser.got
+        if self.on_read is None or self.state != "section" or self.n < 2 or got == 0:
+            return
+        ids, prob, backoff = self._cur
+        tables = self.tables(self.path)
+        tables.ids.append(ids[:got])
+        tables.logprob.append(prob[:got])
+        tables.backoff.append(backoff[:got])
+        tables.first_line.append(self.parser.first_line)
+        self.on_read(tables, tuple(self.counts))
 
 
 def _idle_core():
@@ -481,10 +499,15 @@ def _plain_size(f, source):  # noqa: C901 - the ARPA grammar's section loop, wit
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
-def read_arpa(path, progress=False, stream=None):
+def read_arpa(path, progress=False, stream=None, on_read=None):
     """Read an ARPA file (plain, .gz, .bz2 or .xz; '-' is stdin) into NGramTables.
     ``stream``: ``path`` already open (nplm.io.files.sniff's stream, at its start),
     read instead of opening ``path`` again, which a pipe would not survive.
+    ``on_read(tables, counts)`` is called as the file is read, with the NGramTables
+    read so far and the header's counts: once each section is complete, and as the
+    lines of a section of order 2 or more come in, with its rows so far (a consumer
+    may work on them while the rest is read; the arrays of completed rows do not
+    change).
 
     Raises FormatError naming the file and line for anything KenLM would reject
     (and for NaN/inf values and invalid UTF-8, which it does not check), OSError
@@ -493,7 +516,7 @@ def read_arpa(path, progress=False, stream=None):
     f = open_binary(source) if stream is None else decompressed(stream, source)
     try:
         plain_size = _plain_size(f, source)
-        reader = _Reader(source, plain_size, progress)
+        reader = _Reader(source, plain_size, progress, on_read)
         carry = b""
         try:
             for chunk in _chunks(f, CHUNK):

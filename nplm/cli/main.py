@@ -16,7 +16,6 @@ import warnings
 import numpy as np
 
 from nplm import ARPALoadComplain, Config, Model, __version__
-from nplm.backoff import arpa
 from nplm.backoff import binary as backoff
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
@@ -236,8 +235,7 @@ class BuildBinary:
         counts = arpa_header_counts(source)
         if opts is not None and opts.type == kenlm_write.PROBING and counts and len(counts) >= 2:
             kenlm_write.check_probing_memory(counts, opts)    # a huge -p fails now, not after reading
-        tables = arpa.read_arpa(source, progress=args.progress)
-        kenlm_write.build_binary(tables, out, kind, **options)
+        kenlm_write.build_binary_from_arpa(source, out, kind, progress=args.progress, **options)
         return 0
 
 

@@ -39,9 +39,9 @@ q = m / (lambda - g).  On PTB it took the distilled table from 133.82 to 132.48 
 and 141.94 to 140.25 (valid).
 """
 import numpy as np
-from tqdm import tqdm
 
 from nplm.backoff.tables import chain_log10P, expand_ranges
+from nplm.io.progress import tqdm
 
 
 def fit_unigrams(m, M, ctx, words, max_iter=200, tol=1e-12):

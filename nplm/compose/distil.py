@@ -53,7 +53,6 @@ import tempfile
 import warnings
 
 import numpy as np
-from tqdm import tqdm
 
 from nplm._kernels import thread_count
 from nplm.backoff.arpa import read_arpa, write_arpa
@@ -75,6 +74,7 @@ from nplm.compose.ngram_structure import (  # noqa: F401
 )
 from nplm.errors import FormatError
 from nplm.io.atomic import same_file
+from nplm.io.progress import tqdm
 from nplm.io.text import split_words, utf8_lines
 from nplm.model import ARPALoadComplain, Config, Model
 from nplm.neural.query import exact_network_of, network_of

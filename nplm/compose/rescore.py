@@ -28,7 +28,6 @@ import os
 import sys
 
 import numpy as np
-from tqdm import tqdm
 
 from nplm import _kernels
 from nplm.backoff._arpa import format_floats
@@ -36,6 +35,7 @@ from nplm.compose import _rescore
 from nplm.errors import FormatError
 from nplm.io.atomic import text_output
 from nplm.io.files import open_binary
+from nplm.io.progress import tqdm
 from nplm.model import ARPALoadComplain, Config, Model
 
 FORMATS = ("auto", "moses", "plain")

@@ -157,19 +157,19 @@ def address_space_left():
 
 
 def prepare_blas():
-    """Before the neural kernels load scipy's OpenBLAS: when the address space left
-    holds fewer work buffers than there are CPUs, make it one thread
-    (OPENBLAS_NUM_THREADS=1, unless the user chose a count); when it cannot hold
-    the library at all, an ImportError now instead of a hang inside it."""
+    """Before the neural kernels load scipy's OpenBLAS (nplm.neural._blas.bind): when
+    the address space left holds fewer work buffers than there are CPUs, make it one
+    thread (OPENBLAS_NUM_THREADS=1, unless the user chose a count); when it cannot
+    hold the library at all, OSError(ENOMEM) now instead of a hang inside it."""
     left = address_space_left()
     if left is None or any(name.startswith("scipy.linalg") for name in sys.modules):
         return
     if "OPENBLAS_NUM_THREADS" not in os.environ and left < BLAS_BUFFER_BYTES * (os.cpu_count() or 1) + BLAS_LOAD_BYTES:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
     if left < BLAS_LOAD_BYTES:
-        raise ImportError(f"nplm cannot load the BLAS library of its neural kernels: the address-space limit "
-                          f"(ulimit -v) leaves {left >> 20} MiB and loading it takes about {BLAS_LOAD_BYTES >> 20} "
-                          "MiB (OpenBLAS would hang, not fail); raise the limit")
+        raise OSError(errno.ENOMEM, f"the address-space limit (ulimit -v) leaves {left >> 20} MiB, but loading the "
+                                    f"BLAS library of the neural kernels takes about {BLAS_LOAD_BYTES >> 20} MiB "
+                                    "(OpenBLAS would hang, not fail); raise the limit")
 
 
 def check_blas_room(threads):

@@ -6,7 +6,7 @@
 # structs and run without the GIL.
 from libc.math cimport tanh
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from scipy.linalg.cython_blas cimport sgemm
+from nplm.neural._blas cimport sgemm
 
 from nplm._kernels cimport MAX_ORDER, NState, Ret, WordId
 from nplm.neural._netdefs cimport ACT_RELU, ACT_TANH

@@ -27,6 +27,7 @@ from nplm.neural._netcore cimport (
 import numpy as np
 
 from nplm.io.resources import l3_cache_bytes
+from nplm.neural import _blas
 cimport numpy as cnp
 
 cnp.import_array()
@@ -167,6 +168,7 @@ cdef class NeuralCore(LMCore):
         float32 natural-log normalisers) or None.  shortlist: a Shortlist
         (nplm.neural.shortlist) or None: the core then takes word ids everywhere and
         maps them to the network's rows and units itself."""
+        _blas.bind()                     # scipy's BLAS, before the first product
         self.w.V, self.w.m, self.w.d = dims["V"], dims["m"], dims["d"]
         self.w.V_in, self.w.n_words = dims.get("V_in", dims["V"]), dims.get("n_words", dims["V"])
         self.w.r0, self.w.h1, self.w.h2 = dims["r0"], dims["h1"], dims["h2"]

@@ -4,7 +4,7 @@
 from libc.math cimport exp, log
 from libc.stdint cimport uint64_t, int64_t, uint32_t
 from libc.string cimport memset, memcpy
-from scipy.linalg.cython_blas cimport sgemm, dgemm, sdot, ddot
+from nplm.neural._blas cimport sgemm, dgemm, sdot, ddot
 
 ctypedef fused real:
     float

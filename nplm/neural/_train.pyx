@@ -17,6 +17,7 @@ from libc.string cimport memset, memcpy
 
 import numpy as np
 
+from nplm.neural import _blas
 from nplm.neural._netdefs cimport CTX_FULL, ACT_RELU, ACT_TANH, ACT_IDENTITY, OUT_SOFTMAX, OUT_CLASS, OUT_TREE
 
 # Parameter slots, in this order everywhere (Python passes lists in the same order).
@@ -783,6 +784,7 @@ cdef class Engine:
 
     def __init__(self, dims, params, grads, accum, work, structs):
         cdef int i
+        _blas.bind()                     # scipy's BLAS, before the first product
         self._keep = [params, grads, accum, work, structs]
         self._work = work
         self.dbl = params[0].dtype == np.float64

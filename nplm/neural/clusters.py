@@ -13,11 +13,11 @@ Both layouts convert to and from a ``{name: ndarray}`` dict (``to_arrays`` /
 import math
 
 import numpy as np
-from tqdm import tqdm
 
 from nplm.errors import FormatError
 from nplm.io.atomic import text_output
 from nplm.io.files import open_binary
+from nplm.io.progress import tqdm
 from nplm.io.text import split_words
 
 try:

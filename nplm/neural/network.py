@@ -21,7 +21,6 @@ import os
 import threading
 
 import numpy as np
-from scipy.linalg.blas import sgemm as _sgemm
 
 from nplm._kernels import thread_count
 from nplm.errors import FormatError
@@ -35,6 +34,7 @@ from nplm.neural.vocab import SPECIALS, Vocabulary
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
+    from nplm.neural import _blas
     from nplm.neural import _train as _nn
 except ImportError as e:  # pragma: no cover - build problem
     raise ImportError("nplm._nn is not built; run `python setup.py build_ext --inplace` "
@@ -574,15 +574,16 @@ def _default_threads():
     return max(1, min(2, os.cpu_count() or 1))
 
 
-_blas = None
+_blas_calls = None
 
 
 def _blas_lib():
     """The set/get thread-count calls of the OpenBLAS behind scipy.linalg.cython_blas
-    (found in this process's maps), or None."""
-    global _blas
-    if _blas is None:
-        _blas = False
+    (found in this process's maps, where the first call loads it), or None."""
+    global _blas_calls
+    if _blas_calls is None:
+        _blas.bind()
+        _blas_calls = False
         try:
             with open("/proc/self/maps") as f:
                 libs = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
@@ -592,13 +593,14 @@ def _blas_lib():
                 lib = ctypes.CDLL(path)
                 for prefix in ("scipy_openblas", "openblas"):
                     if hasattr(lib, prefix + "_set_num_threads") and hasattr(lib, prefix + "_get_num_threads"):
-                        _blas = (getattr(lib, prefix + "_set_num_threads"), getattr(lib, prefix + "_get_num_threads"))
+                        _blas_calls = (getattr(lib, prefix + "_set_num_threads"),
+                                       getattr(lib, prefix + "_get_num_threads"))
                         break
-                if _blas:
+                if _blas_calls:
                     break
         except OSError:
-            _blas = False
-    return _blas or None
+            _blas_calls = False
+    return _blas_calls or None
 
 
 def blas_threads():
@@ -612,8 +614,7 @@ def reserve_blas_buffer():
     a buffer once it has one): run at load, after check_blas_room, because a first
     product that later finds no room left under an address-space limit retries its
     allocation without end instead of failing."""
-    a = np.ones((256, 256), np.float32)
-    _sgemm(1.0, a, a)
+    _blas.reserve_buffer()
 
 
 def set_blas_threads(n):

@@ -20,11 +20,11 @@ network's units and gives an out-of-shortlist word its share of the OOS unit
 (nplm/neural/shortlist.py) in every mode.
 """
 import numpy as np
-from tqdm import tqdm
 
 from nplm import _kernels
 from nplm.errors import FormatError
 from nplm.io import container
+from nplm.io.progress import tqdm
 from nplm.io.resources import check_blas_room
 from nplm.io.text import split_words, utf8_lines
 from nplm.neural import _query as _nquery

@@ -35,11 +35,11 @@ every started one is finished and written in the order started (see
 at a sentence boundary.
 """
 import numpy as np
-from tqdm import tqdm
 
 from nplm.errors import FormatError
 from nplm.io import container
 from nplm.io.atomic import text_output
+from nplm.io.progress import tqdm
 from nplm.neural import query as neural_model
 from nplm.neural.vocab import BOS, EOS, NULL
 

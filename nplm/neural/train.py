@@ -15,10 +15,10 @@ import threading
 import time
 
 import numpy as np
-from tqdm import tqdm
 
 from nplm._kernels import MAX_THREADS
 from nplm.errors import FormatError
+from nplm.io.progress import tqdm
 from nplm.neural import _noise, clusters
 from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet, set_blas_threads
 from nplm.neural.shortlist import Shortlist

@@ -1,10 +1,13 @@
 /* Queries on KenLM binary files, mapped as they are (see nplm/backoff/kenlm/format.py
  * for the layout).  Every function reads the mapped tables only; none allocates.
  *
- * Scoring follows KenLM's GenericModel::FullScore (lm/model.cc) step for step so that
- * probabilities, n-gram lengths and states come out bit for bit as kenlm's: the
- * longest match is found by walking the context one word at a time, then the
- * back-offs of the context n-grams longer than the match are added in order.
+ * Scoring follows KenLM's GenericModel::FullScore (lm/model.cc) so that probabilities,
+ * n-gram lengths and states come out bit for bit as kenlm's: the longest match is
+ * found by walking the context one word at a time (a word's "walk"), then the
+ * back-offs of the context n-grams longer than the match are added in order
+ * (klm_finish).  The walk depends on the words alone, the arithmetic on the state
+ * too; splitting them lets a run of words (a sentence) overlap the cache misses of
+ * all its walks, which one word at a time wait for each other (klm_*_score_run).
  *
  * The tables come from a file that may be corrupt: every index read from the file
  * (trie child ranges, array-compression offsets) is clamped to its table, and every
@@ -114,6 +117,50 @@ typedef struct {
     int ngram_length;
 } klm_ret;
 
+/* What the walk of a word found: the n-grams ending with it that hold 0..depth
+ * context words (prob[k], backoff[k]: those of the one with k context words; the
+ * longest order has no back-off). */
+typedef struct {
+    float prob[KLM_MAX_ORDER];
+    float backoff[KLM_MAX_ORDER - 1];
+    int depth;
+} klm_walk;
+
+static inline int klm_min(int a, int b) { return a < b ? a : b; }
+
+/* The result and the successor state of word w, whose walk is r, after state in
+ * (in != out).  Only the part of the walk within the state's context counts: a walk
+ * may go deeper, but stops short of the context's end only at a missing n-gram. */
+static inline void klm_finish(int order, const klm_walk *r, uint32_t w, const klm_state *in, klm_state *out,
+                              klm_ret *ret) {
+    int n_ctx = klm_min(in->length, order - 1), d, top, next_use, length, i;
+    float prob;
+    d = klm_min(r->depth, n_ctx);                      /* the context words that count */
+    top = klm_min(d, order - 2);                       /* the longest order has no back-off */
+    prob = r->prob[d];
+    length = d + 1;
+    out->backoff[0] = r->backoff[0];
+    next_use = klm_has_extension(r->backoff[0]) ? 1 : 0;
+    for (i = 1; i <= top; i++) {
+        out->backoff[i] = r->backoff[i];
+        if (klm_has_extension(r->backoff[i])) next_use = i + 1;
+    }
+    out->words[0] = w;
+    for (i = 1; i < next_use; i++) out->words[i] = in->words[i - 1];
+    out->length = (uint8_t)next_use;
+    for (i = length - 1; i < n_ctx; i++) prob += in->backoff[i];
+    ret->prob = prob;
+    ret->ngram_length = length;
+}
+
+/* Runs: words walked together, and the context word i (0: the most recent) of word
+ * j of a run: an earlier word of the run, else one of the state's words before it. */
+#define KLM_LANES 64
+
+static inline uint32_t klm_context_word(const uint32_t *run, const klm_state *in, int j, int i) {
+    return i < j ? run[j - 1 - i] : in->words[i - j];
+}
+
 /* ---- vocabularies ------------------------------------------------------------- */
 
 /* Probing: {uint64 hash, uint32 id} packed entries, hash % buckets, linear probing,
@@ -190,59 +237,91 @@ static inline const uint8_t *klm_probe(const klm_hash_table *t, uint32_t stride,
     return klm_probe_from(t, stride, key, key % t->buckets);
 }
 
-static inline void klm_probing_score(const klm_probing *m, const klm_state *in, uint32_t w,
-                                     klm_state *out, klm_ret *ret) {
-    klm_state copy;
-    const uint8_t *u, *e;
-    uint64_t node, keys[KLM_MAX_ORDER], first[KLM_MAX_ORDER];
-    float prob;
-    int independent, length = 1, next_use, n_ctx, i;
-    if (in == out) { copy = *in; in = &copy; }
-    if (w >= m->n_unigram) w = 0;
-    u = m->unigram + (uint64_t)w * m->unigram_stride;
-    prob = klm_load_float(u);
-    independent = klm_signbit(prob);
-    prob = klm_set_sign(prob);
-    out->backoff[0] = klm_load_float(u + 4);
-    next_use = klm_has_extension(out->backoff[0]) ? 1 : 0;
-    out->words[0] = w;
-    n_ctx = in->length;
-    if (n_ctx > m->order - 1) n_ctx = m->order - 1;
-    /* Every order's key and first bucket follow from the words alone: request all the
-     * buckets first, so that their cache misses overlap instead of following one
-     * another as the lookups would have them (KenLM probes one order at a time). */
-    node = w;
-    for (i = 0; i < n_ctx; i++) {
+/* The keys and first buckets of the n-grams of word j of w (context words as
+ * klm_context_word) with up to avail context words, their buckets requested: they
+ * follow from the words alone, so their cache misses can overlap. */
+static inline void klm_probing_request(const klm_probing *m, const klm_state *in, const uint32_t *w, int j,
+                                       int avail, uint64_t *key, uint64_t *bucket) {
+    uint64_t node = w[j];
+    int i;
+    for (i = 0; i < avail; i++) {
         const klm_hash_table *t = i == m->order - 2 ? &m->longest : &m->middle[i];
-        node = klm_combine(node, in->words[i]);
-        keys[i] = node;
-        first[i] = node % t->buckets;
-        __builtin_prefetch(t->table + first[i] * (i == m->order - 2 ? 12 : m->middle_stride));
+        node = klm_combine(node, klm_context_word(w, in, j, i));
+        key[i] = node;
+        bucket[i] = node % t->buckets;
+        __builtin_prefetch(t->table + bucket[i] * (i == m->order - 2 ? 12 : m->middle_stride));
     }
+}
+
+/* The walk of word w (below n_unigram) over up to n_ctx context words whose keys and
+ * buckets klm_probing_request gave; returns the length of the state after it. */
+static inline int klm_probing_walk(const klm_probing *m, uint32_t w, int n_ctx, const uint64_t *key,
+                                   const uint64_t *bucket, klm_walk *r) {
+    const uint8_t *u = m->unigram + (uint64_t)w * m->unigram_stride, *e;
+    float prob = klm_load_float(u);
+    int independent = klm_signbit(prob), next_use, i;
+    r->prob[0] = klm_set_sign(prob);
+    r->backoff[0] = klm_load_float(u + 4);
+    r->depth = 0;
+    next_use = klm_has_extension(r->backoff[0]) ? 1 : 0;
     for (i = 0; i < n_ctx && !independent; i++) {
-        node = keys[i];
         if (i == m->order - 2) {
-            e = klm_probe_from(&m->longest, 12, node, first[i]);
+            e = klm_probe_from(&m->longest, 12, key[i], bucket[i]);
             if (e != NULL) {
-                prob = klm_load_float(e + 8);
-                length = m->order;
+                r->prob[i + 1] = klm_load_float(e + 8);
+                r->depth = i + 1;
             }
             break;
         }
-        e = klm_probe_from(&m->middle[i], m->middle_stride, node, first[i]);
+        e = klm_probe_from(&m->middle[i], m->middle_stride, key[i], bucket[i]);
         if (e == NULL) break;
         prob = klm_load_float(e + 8);
         independent = klm_signbit(prob);
-        prob = klm_set_sign(prob);
-        out->backoff[i + 1] = klm_load_float(e + 12);
-        length = i + 2;
-        if (klm_has_extension(out->backoff[i + 1])) next_use = length;
+        r->prob[i + 1] = klm_set_sign(prob);
+        r->backoff[i + 1] = klm_load_float(e + 12);
+        r->depth = i + 1;
+        if (klm_has_extension(r->backoff[i + 1])) next_use = i + 2;
     }
-    for (i = 1; i < next_use; i++) out->words[i] = in->words[i - 1];
-    out->length = (uint8_t)next_use;
-    for (i = length - 1; i < n_ctx; i++) prob += in->backoff[i];
-    ret->prob = prob;
-    ret->ngram_length = length;
+    return next_use;
+}
+
+/* One word: out may be in. */
+static inline void klm_probing_score(const klm_probing *m, const klm_state *in, uint32_t w, klm_state *out,
+                                     klm_ret *ret) {
+    klm_state copy;
+    klm_walk r;
+    uint64_t key[KLM_MAX_ORDER - 1], bucket[KLM_MAX_ORDER - 1];
+    int n_ctx = klm_min(in->length, m->order - 1);
+    if (in == out) { copy = *in; in = &copy; }
+    if (w >= m->n_unigram) w = 0;
+    klm_probing_request(m, in, &w, 0, n_ctx, key, bucket);
+    klm_probing_walk(m, w, n_ctx, key, bucket, &r);
+    klm_finish(m->order, &r, w, in, out, ret);
+}
+
+/* The walks of run[0..n) (n <= KLM_LANES) after state in, in order: w gets the words
+ * as scored (an id beyond the unigrams is <unk>), r their walks.  The length of the
+ * state before each word is known from the walk before it, so no walk goes deeper
+ * than it counts; the buckets of the word KLM_AHEAD places on are requested while
+ * this one is probed (as deep as its position allows). */
+#define KLM_AHEAD 6
+
+static inline void klm_probing_walks(const void *model, const klm_state *in, const uint32_t *run, int n,
+                                     uint32_t *w, klm_walk *r) {
+    const klm_probing *m = (const klm_probing *)model;
+    uint64_t key[KLM_AHEAD + 1][KLM_MAX_ORDER - 1], bucket[KLM_AHEAD + 1][KLM_MAX_ORDER - 1];
+    int j, a, length = in->length;
+    for (j = 0; j < n; j++) w[j] = run[j] < m->n_unigram ? run[j] : 0;
+    for (j = 0; j < n && j < KLM_AHEAD; j++)
+        klm_probing_request(m, in, w, j, klm_min(j + in->length, m->order - 1), key[j], bucket[j]);
+    for (j = 0; j < n; j++) {
+        a = j + KLM_AHEAD;
+        if (a < n)
+            klm_probing_request(m, in, w, a, klm_min(a + in->length, m->order - 1), key[a % (KLM_AHEAD + 1)],
+                                bucket[a % (KLM_AHEAD + 1)]);
+        length = klm_probing_walk(m, w[j], klm_min(length, m->order - 1), key[j % (KLM_AHEAD + 1)],
+                                  bucket[j % (KLM_AHEAD + 1)], &r[j]);
+    }
 }
 
 /* KenLM's GetState: the state after a context (most recent word first). */
@@ -402,12 +481,11 @@ static inline void klm_unigram_range(const klm_trie *m, uint32_t w, uint64_t *be
     klm_clamp_range(begin, end, m->first_entries);
 }
 
-/* Middle lookup: found (1) with prob / backoff and the child range updated. */
-static inline int klm_trie_middle(const klm_bitpacked *t, uint32_t word, uint64_t *begin, uint64_t *end,
-                                  float *prob, float *backoff) {
-    uint64_t at, bit;
-    if (!klm_find_word(t, *begin, *end, word, &at)) return 0;
-    bit = at * t->total_bits + t->word_bits;
+/* The values of record at (the word found there) of a middle order: prob, backoff
+ * and its child range. */
+static inline void klm_trie_values(const klm_bitpacked *t, uint64_t at, float *prob, float *backoff,
+                                   uint64_t *begin, uint64_t *end) {
+    uint64_t bit = at * t->total_bits + t->word_bits;
     if (t->prob_table != NULL) {
         *backoff = t->backoff_table[klm_read25(t->base, bit, t->backoff_mask)];
         *prob = t->prob_table[klm_read25(t->base, bit + t->backoff_bits, t->prob_mask)];
@@ -418,57 +496,164 @@ static inline int klm_trie_middle(const klm_bitpacked *t, uint32_t word, uint64_
         bit += 63;
     }
     klm_read_next(t, at, bit, begin, end);
+}
+
+/* The probability of record at of the longest order. */
+static inline float klm_trie_longest_prob(const klm_bitpacked *t, uint64_t at) {
+    uint64_t bit = at * t->total_bits + t->word_bits;
+    if (t->prob_table != NULL) return t->prob_table[klm_read25(t->base, bit, t->prob_mask)];
+    return klm_read_nonpos31(t->base, bit);
+}
+
+/* Middle lookup: found (1) with prob / backoff and the child range updated. */
+static inline int klm_trie_middle(const klm_bitpacked *t, uint32_t word, uint64_t *begin, uint64_t *end,
+                                  float *prob, float *backoff) {
+    uint64_t at;
+    if (!klm_find_word(t, *begin, *end, word, &at)) return 0;
+    klm_trie_values(t, at, prob, backoff, begin, end);
     return 1;
 }
 
-static inline int klm_trie_longest(const klm_bitpacked *t, uint32_t word, uint64_t begin, uint64_t end,
-                                   float *prob) {
-    uint64_t at, bit;
-    if (!klm_find_word(t, begin, end, word, &at)) return 0;
-    bit = at * t->total_bits + t->word_bits;
-    if (t->prob_table != NULL) *prob = t->prob_table[klm_read25(t->base, bit, t->prob_mask)];
-    else *prob = klm_read_nonpos31(t->base, bit);
-    return 1;
+/* The start of word w's walk (w below n_unigram - 1): its unigram, and its children's
+ * range in order 2. */
+static inline void klm_trie_unigram(const klm_trie *m, uint32_t w, klm_walk *r, uint64_t *begin, uint64_t *end) {
+    const uint8_t *u = m->unigram + (uint64_t)w * 16;
+    r->prob[0] = klm_load_float(u);
+    r->backoff[0] = klm_load_float(u + 4);
+    r->depth = 0;
+    klm_unigram_range(m, w, begin, end);
 }
 
-static inline void klm_trie_score(const klm_trie *m, const klm_state *in, uint32_t w,
-                                  klm_state *out, klm_ret *ret) {
+/* One word: out may be in. */
+static inline void klm_trie_score(const klm_trie *m, const klm_state *in, uint32_t w, klm_state *out,
+                                  klm_ret *ret) {
     klm_state copy;
-    const uint8_t *u;
-    uint64_t begin, end;
-    float prob, p, bo;
-    int independent, length = 1, next_use, n_ctx, i;
+    klm_walk r;
+    uint64_t begin, end, at;
+    int n_ctx = klm_min(in->length, m->order - 1), i;
     if (in == out) { copy = *in; in = &copy; }
     if ((uint64_t)w + 1 >= m->n_unigram) w = 0;
-    u = m->unigram + (uint64_t)w * 16;
-    prob = klm_load_float(u);
-    out->backoff[0] = klm_load_float(u + 4);
-    klm_unigram_range(m, w, &begin, &end);
-    independent = begin == end;
-    next_use = klm_has_extension(out->backoff[0]) ? 1 : 0;
-    out->words[0] = w;
-    n_ctx = in->length;
-    if (n_ctx > m->order - 1) n_ctx = m->order - 1;
-    for (i = 0; i < n_ctx && !independent; i++) {
+    klm_trie_unigram(m, w, &r, &begin, &end);
+    for (i = 0; i < n_ctx && begin < end; i++) {
         if (i == m->order - 2) {
-            if (klm_trie_longest(&m->longest, in->words[i], begin, end, &p)) {
-                prob = p;
-                length = m->order;
+            if (klm_find_word(&m->longest, begin, end, in->words[i], &at)) {
+                r.prob[i + 1] = klm_trie_longest_prob(&m->longest, at);
+                r.depth = i + 1;
             }
             break;
         }
-        if (!klm_trie_middle(&m->middle[i], in->words[i], &begin, &end, &p, &bo)) break;
-        independent = begin == end;
-        out->backoff[i + 1] = bo;
-        prob = p;
-        length = i + 2;
-        if (klm_has_extension(bo)) next_use = length;
+        if (!klm_trie_middle(&m->middle[i], in->words[i], &begin, &end, &r.prob[i + 1], &r.backoff[i + 1])) break;
+        r.depth = i + 1;
     }
-    for (i = 1; i < next_use; i++) out->words[i] = in->words[i - 1];
-    out->length = (uint8_t)next_use;
-    for (i = length - 1; i < n_ctx; i++) prob += in->backoff[i];
-    ret->prob = prob;
-    ret->ngram_length = length;
+    klm_finish(m->order, &r, w, in, out, ret);
+}
+
+/* klm_find_word for the words lane[0..count) of a run at once (key[j] among records
+ * [begin[j], end[j]) for j = lane[k]), in lockstep: every round computes each pending
+ * search's next pivot and requests its record, then reads them all, so that the
+ * misses of all the searches overlap.  The pivots are klm_find_word's, so every
+ * search reads what it would alone. */
+static inline void klm_find_words(const klm_bitpacked *t, const int *lane, int count, const uint64_t *key,
+                                  const uint64_t *begin, const uint64_t *end, uint64_t *at, int *found) {
+    uint64_t before[KLM_LANES], after[KLM_LANES], before_v[KLM_LANES], after_v[KLM_LANES], pivot[KLM_LANES];
+    int pending[KLM_LANES], n_pending = 0, still, k, j;
+    for (k = 0; k < count; k++) {
+        j = lane[k];
+        if (key[j] >= t->max_vocab) {            /* klm_find_word's binary search */
+            found[j] = klm_find_word(t, begin[j], end[j], key[j], &at[j]);
+            continue;
+        }
+        found[j] = 0;
+        before[j] = begin[j] - 1;
+        after[j] = end[j];
+        before_v[j] = 0;
+        after_v[j] = t->max_vocab;
+        if (after[j] - before[j] > 1) pending[n_pending++] = j;
+    }
+    while (n_pending > 0) {
+        for (k = 0; k < n_pending; k++) {
+            uint64_t width, off, p;
+            j = pending[k];
+            width = after[j] - before[j] - 1;
+            off = key[j] - before_v[j];
+            if (width >> 32) p = (uint64_t)(((__uint128_t)off * width) / (after_v[j] - before_v[j] + 1));
+            else p = (off * width) / (after_v[j] - before_v[j] + 1);
+            pivot[j] = p + before[j] + 1;
+            __builtin_prefetch(t->base + ((pivot[j] * t->total_bits) >> 3));
+        }
+        for (k = still = 0; k < n_pending; k++) {
+            uint64_t mid;
+            j = pending[k];
+            mid = klm_read57(t->base, pivot[j] * t->total_bits, t->word_mask);
+            if (mid < key[j]) { before[j] = pivot[j]; before_v[j] = mid; }
+            else if (mid > key[j]) { after[j] = pivot[j]; after_v[j] = mid; }
+            else { at[j] = pivot[j]; found[j] = 1; continue; }
+            if (after[j] - before[j] > 1) pending[still++] = j;
+        }
+        n_pending = still;
+    }
+}
+
+/* Request both ends of a child range (for most n-grams, the lines its search reads). */
+static inline void klm_request_range(const klm_bitpacked *t, uint64_t begin, uint64_t end) {
+    __builtin_prefetch(t->base + ((begin * t->total_bits) >> 3));
+    __builtin_prefetch(t->base + (((end - 1) * t->total_bits) >> 3));
+}
+
+/* The walks of run[0..n) (n <= KLM_LANES) after state in, as klm_probing_walks'.
+ * Each level's searches need the child ranges the level before found, so the walks
+ * go level by level, all words together.  The state before a word is not known
+ * until the words before it are finished, so a walk may go deeper than it counts
+ * (klm_finish cuts it), but skips a level that the state after the word before
+ * cannot reach: that state holds i + 1 words only when the previous walk found i
+ * context words and one of its n-grams from there on extends (the previous walk
+ * going on at this level, or the back-off of its last n-gram marked as extended). */
+static inline void klm_trie_walks(const void *model, const klm_state *in, const uint32_t *run, int n,
+                                  uint32_t *w, klm_walk *r) {
+    const klm_trie *m = (const klm_trie *)model;
+    uint64_t begin[KLM_LANES], end[KLM_LANES], key[KLM_LANES], at[KLM_LANES];
+    int lane[KLM_LANES], found[KLM_LANES], alive[KLM_LANES], avail[KLM_LANES], count = 0, next, i, j, k;
+    for (j = 0; j < n; j++) {
+        w[j] = (uint64_t)run[j] + 1 < m->n_unigram ? run[j] : 0;
+        klm_trie_unigram(m, w[j], &r[j], &begin[j], &end[j]);
+        avail[j] = klm_min(j + in->length, m->order - 1);
+        alive[j] = begin[j] < end[j] && avail[j] > 0;
+        if (alive[j]) {
+            lane[count++] = j;
+            klm_request_range(m->order == 2 ? &m->longest : &m->middle[0], begin[j], end[j]);
+        }
+    }
+    for (i = 0; count > 0; i++) {
+        const klm_bitpacked *t = i == m->order - 2 ? &m->longest : &m->middle[i];
+        for (k = next = 0; k < count; k++) {
+            j = lane[k];
+            if (j > 0 && (r[j - 1].depth < i || (!alive[j - 1] && !klm_has_extension(r[j - 1].backoff[i])))) {
+                alive[j] = 0;
+                continue;
+            }
+            key[j] = klm_context_word(w, in, j, i);
+            lane[next++] = j;
+        }
+        count = next;
+        klm_find_words(t, lane, count, key, begin, end, at, found);
+        for (k = next = 0; k < count; k++) {
+            j = lane[k];
+            alive[j] = 0;
+            if (!found[j]) continue;
+            r[j].depth = i + 1;
+            if (i == m->order - 2) {
+                r[j].prob[i + 1] = klm_trie_longest_prob(t, at[j]);
+                continue;
+            }
+            klm_trie_values(t, at[j], &r[j].prob[i + 1], &r[j].backoff[i + 1], &begin[j], &end[j]);
+            if (begin[j] < end[j] && i + 1 < avail[j]) {
+                alive[j] = 1;
+                lane[next++] = j;
+                klm_request_range(i + 1 == m->order - 2 ? &m->longest : &m->middle[i + 1], begin[j], end[j]);
+            }
+        }
+        count = next;
+    }
 }
 
 static inline void klm_trie_context(const klm_trie *m, const uint32_t *words, int n, klm_state *out) {
@@ -489,6 +674,38 @@ static inline void klm_trie_context(const klm_trie *m, const uint32_t *words, in
     }
     for (i = 0; i < length; i++) out->words[i] = words[i];
     out->length = (uint8_t)length;
+}
+
+/* ---- runs of words ------------------------------------------------------------------ */
+
+/* Score words[0..n) from state in with walks() (klm_probing_walks or klm_trie_walks):
+ * the results in rets[0..n), the state after the last word in out (which may be in). */
+typedef void (*klm_walks_fn)(const void *model, const klm_state *in, const uint32_t *run, int n, uint32_t *w,
+                             klm_walk *r);
+
+static inline void klm_score_run(klm_walks_fn walks, const void *model, int order, const klm_state *in,
+                                 const uint32_t *words, int n, klm_state *out, klm_ret *rets) {
+    klm_walk r[KLM_LANES];
+    uint32_t w[KLM_LANES];
+    klm_state s[2];
+    int c = 0, k, j, m;
+    s[0] = *in;
+    for (k = 0; k < n; k += KLM_LANES) {
+        m = klm_min(n - k, KLM_LANES);
+        walks(model, &s[c], words + k, m, w, r);
+        for (j = 0; j < m; j++, c ^= 1) klm_finish(order, &r[j], w[j], &s[c], &s[c ^ 1], &rets[k + j]);
+    }
+    *out = s[c];
+}
+
+static inline void klm_probing_score_run(const klm_probing *m, const klm_state *in, const uint32_t *words, int n,
+                                         klm_state *out, klm_ret *rets) {
+    klm_score_run(klm_probing_walks, m, m->order, in, words, n, out, rets);
+}
+
+static inline void klm_trie_score_run(const klm_trie *m, const klm_state *in, const uint32_t *words, int n,
+                                      klm_state *out, klm_ret *rets) {
+    klm_score_run(klm_trie_walks, m, m->order, in, words, n, out, rets);
 }
 
 #endif

@@ -70,9 +70,8 @@ static inline void kenlm_set_extension(float *backoff) {
     if (kenlm_f2u(*backoff) == 0x80000000u) *backoff = 0.0f;
 }
 
-/* Linear probing from hash % buckets; 0 is the empty key. */
-static inline kenlm_mid_entry *kenlm_mid_find(const kenlm_mid_table *t, uint64_t key) {
-    uint64_t b = key % t->buckets;
+/* Linear probing from hash % buckets (b, where the caller has it); 0 is the empty key. */
+static inline kenlm_mid_entry *kenlm_mid_find_at(const kenlm_mid_table *t, uint64_t key, uint64_t b) {
     for (;;) {
         kenlm_mid_entry *e = t->entries + b;
         if (e->key == key) return e;
@@ -81,10 +80,14 @@ static inline kenlm_mid_entry *kenlm_mid_find(const kenlm_mid_table *t, uint64_t
     }
 }
 
+static inline kenlm_mid_entry *kenlm_mid_find(const kenlm_mid_table *t, uint64_t key) {
+    return kenlm_mid_find_at(t, key, key % t->buckets);
+}
+
 /* Returns the entry for key, inserting a blank (back-off -0.0) when absent;
  * *found says which.  NULL when the table is full (KenLM's ProbingSizeException). */
-static inline kenlm_mid_entry *kenlm_mid_find_or_insert(kenlm_mid_table *t, uint64_t key, int *found) {
-    uint64_t b = key % t->buckets;
+static inline kenlm_mid_entry *kenlm_mid_find_or_insert_at(kenlm_mid_table *t, uint64_t key, uint64_t b,
+                                                           int *found) {
     for (;;) {
         kenlm_mid_entry *e = t->entries + b;
         if (e->key == key) { *found = 1; return e; }
@@ -100,18 +103,20 @@ static inline kenlm_mid_entry *kenlm_mid_find_or_insert(kenlm_mid_table *t, uint
     }
 }
 
-static inline kenlm_mid_entry *kenlm_mid_insert(kenlm_mid_table *t, uint64_t key) {
+static inline kenlm_mid_entry *kenlm_mid_find_or_insert(kenlm_mid_table *t, uint64_t key, int *found) {
+    return kenlm_mid_find_or_insert_at(t, key, key % t->buckets, found);
+}
+
+static inline kenlm_mid_entry *kenlm_mid_insert_at(kenlm_mid_table *t, uint64_t key, uint64_t b) {
     if (++t->used >= t->buckets) return NULL;
-    uint64_t b = key % t->buckets;
     while (t->entries[b].key != 0) if (++b == t->buckets) b = 0;
     t->entries[b].key = key;
     return t->entries + b;
 }
 
-static inline int kenlm_long_insert(kenlm_long_entry *t, uint64_t buckets, uint64_t *used,
-                                    uint64_t key, float prob) {
+static inline int kenlm_long_insert_at(kenlm_long_entry *t, uint64_t buckets, uint64_t *used,
+                                       uint64_t key, uint64_t b, float prob) {
     if (++*used >= buckets) return KENLM_FULL;
-    uint64_t b = key % buckets;
     while (t[b].key != 0) if (++b == buckets) b = 0;
     t[b].key = key;
     t[b].prob = prob;
@@ -177,24 +182,40 @@ static inline uint64_t kenlm_row_keys(const uint32_t *row, int n, uint32_t *v, u
     return context;
 }
 
-/* Request the buckets row i will touch, some rows ahead: the tables are far bigger
- * than the caches, and the insertion order (which fixes the layout) is sequential. */
-static inline void kenlm_prefetch_row(const uint32_t *row, int n, int order, const float *uni,
-                                      const kenlm_mid_table *mids, const kenlm_long_entry *long_table,
-                                      uint64_t long_buckets) {
+/* What row i's insertion needs, worked out some rows ahead: its words (newest
+ * first), keys and first buckets, which are requested then.  The tables are far
+ * bigger than the caches, and the insertion order (which fixes the layout) is
+ * sequential, so the misses of the rows ahead overlap; the buckets are kept, so
+ * that each division by a table's size is done once. */
+typedef struct {
     uint32_t v[64];
-    uint64_t keys[64];
-    uint64_t context = kenlm_row_keys(row, n, v, keys);
-    uint64_t key = keys[n - 2];
-    if (n == order) __builtin_prefetch(long_table + key % long_buckets, 1);
-    else __builtin_prefetch(mids[n - 2].entries + key % mids[n - 2].buckets, 1);
+    uint64_t keys[64];          /* keys[h]: the n-gram's newest h + 2 words */
+    uint64_t context;           /* the key of its oldest n - 1 words */
+    uint64_t at, suffix_at, context_at;    /* first buckets: the n-gram's, its suffix's, its context's */
+} kenlm_row_plan;
+
+static inline void kenlm_plan_row(const uint32_t *row, int n, int order, const float *uni,
+                                  const kenlm_mid_table *mids, const kenlm_long_entry *long_table,
+                                  uint64_t long_buckets, kenlm_row_plan *r) {
+    uint64_t key;
+    r->context = kenlm_row_keys(row, n, r->v, r->keys);
+    key = r->keys[n - 2];
+    if (n == order) {
+        r->at = key % long_buckets;
+        __builtin_prefetch(long_table + r->at, 1);
+    } else {
+        r->at = key % mids[n - 2].buckets;
+        __builtin_prefetch(mids[n - 2].entries + r->at, 1);
+    }
     if (n == 2) {
-        __builtin_prefetch(uni + 2 * (size_t)v[0], 1);
-        __builtin_prefetch(uni + 2 * (size_t)v[1], 1);
+        __builtin_prefetch(uni + 2 * (size_t)r->v[0], 1);
+        __builtin_prefetch(uni + 2 * (size_t)r->v[1], 1);
     } else {
         const kenlm_mid_table *lower = mids + (n - 3);
-        __builtin_prefetch(lower->entries + keys[n - 3] % lower->buckets, 1);
-        __builtin_prefetch(lower->entries + context % lower->buckets, 1);
+        r->suffix_at = r->keys[n - 3] % lower->buckets;
+        r->context_at = r->context % lower->buckets;
+        __builtin_prefetch(lower->entries + r->suffix_at, 1);
+        __builtin_prefetch(lower->entries + r->context_at, 1);
     }
 }
 
@@ -208,22 +229,25 @@ static int kenlm_probing_order(int n, int order, int64_t count, const uint32_t *
                                const float *prob, const float *backoff, float *uni,
                                kenlm_mid_table *mids, kenlm_long_entry *long_table,
                                uint64_t long_buckets, uint64_t *long_used, int64_t *where) {
-    uint32_t v[64];
-    uint64_t keys[64];
+    kenlm_row_plan plans[KENLM_PREFETCH_AHEAD + 1];
     float *between[64];
     int64_t i;
     for (i = 0; i < count && i < KENLM_PREFETCH_AHEAD; ++i)
-        kenlm_prefetch_row(ids + (size_t)i * n, n, order, uni, mids, long_table, long_buckets);
+        kenlm_plan_row(ids + (size_t)i * n, n, order, uni, mids, long_table, long_buckets, &plans[i]);
     for (i = 0; i < count; ++i) {
+        const kenlm_row_plan *r = &plans[i % (KENLM_PREFETCH_AHEAD + 1)];
+        const uint32_t *v = r->v;
         if (i + KENLM_PREFETCH_AHEAD < count)
-            kenlm_prefetch_row(ids + (size_t)(i + KENLM_PREFETCH_AHEAD) * n, n, order, uni, mids,
-                               long_table, long_buckets);
-        uint64_t context = kenlm_row_keys(ids + (size_t)i * n, n, v, keys);
+            kenlm_plan_row(ids + (size_t)(i + KENLM_PREFETCH_AHEAD) * n, n, order, uni, mids, long_table,
+                           long_buckets, &plans[(i + KENLM_PREFETCH_AHEAD) % (KENLM_PREFETCH_AHEAD + 1)]);
         float p = kenlm_set_sign(prob[i]);                  /* "independent left" until shown otherwise */
         if (n == order) {
-            if (kenlm_long_insert(long_table, long_buckets, long_used, keys[n - 2], p)) { *where = i; return KENLM_FULL; }
+            if (kenlm_long_insert_at(long_table, long_buckets, long_used, r->keys[n - 2], r->at, p)) {
+                *where = i;
+                return KENLM_FULL;
+            }
         } else {
-            kenlm_mid_entry *e = kenlm_mid_insert(mids + (n - 2), keys[n - 2]);
+            kenlm_mid_entry *e = kenlm_mid_insert_at(mids + (n - 2), r->keys[n - 2], r->at);
             if (!e) { *where = i; return KENLM_FULL; }
             float b = backoff[i];
             if (b == 0.0f) b = -0.0f;
@@ -235,7 +259,8 @@ static int kenlm_probing_order(int n, int order, int64_t count, const uint32_t *
         for (lower = n - 3; ; --lower) {
             if (lower == -1) { between[nb++] = uni + 2 * (size_t)v[0]; break; }
             int found;
-            kenlm_mid_entry *e = kenlm_mid_find_or_insert(mids + lower, keys[lower], &found);
+            uint64_t at = lower == n - 3 ? r->suffix_at : r->keys[lower] % mids[lower].buckets;
+            kenlm_mid_entry *e = kenlm_mid_find_or_insert_at(mids + lower, r->keys[lower], at, &found);
             if (!e) { *where = i; return KENLM_FULL; }
             between[nb++] = &e->prob;
             if (found) break;
@@ -245,7 +270,7 @@ static int kenlm_probing_order(int n, int order, int64_t count, const uint32_t *
         if (n == 2) {
             kenlm_set_extension(uni + 2 * (size_t)v[1] + 1);
         } else {
-            kenlm_mid_entry *ctx = kenlm_mid_find(mids + (n - 3), context);
+            kenlm_mid_entry *ctx = kenlm_mid_find_at(mids + (n - 3), r->context, r->context_at);
             if (!ctx) { *where = i; return KENLM_NO_CONTEXT; }
             kenlm_set_extension(&ctx->backoff);
         }

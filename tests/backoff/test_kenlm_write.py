@@ -91,6 +91,19 @@ def test_bytes_equal_build_binarys(tables, tmp_path, order, part):
     assert got == expected, f"first difference at byte {differ[0]}"
 
 
+@pytest.mark.parametrize("order", ["o3", "o5"])
+@pytest.mark.parametrize("part", [p for p in sorted(FLAGS) if p.startswith("probing")])
+def test_probing_built_while_the_arpa_is_read_is_the_same_file(tmp_path, order, part):
+    """From an ARPA file, each order of a probing file is inserted as soon as its
+    section has been read (build_binary_from_arpa): the same bytes."""
+    need_shared()
+    kind, options = FLAGS[part]
+    out = tmp_path / "m.bin"
+    nplm.build_binary(str(REFERENCE / f"ptb5k.{order}.arpa.xz"), str(out), kind, messages=None, **options)
+    with lzma.open(KENLM_BINARY / f"ptb5k.{order}.{part}.bin.xz") as f:
+        assert out.read_bytes() == f.read()
+
+
 @pytest.mark.parametrize("part", sorted(FLAGS))
 def test_kenlm_scores_the_written_file_as_its_own(tables, texts, tmp_path, part):
     kind, options = FLAGS[part]
@@ -217,6 +230,24 @@ def test_missing_context_and_duplicates_name_the_line(tmp_path):
                           ["-0.3\t<s> a", "-0.2\ta b", "-0.3\t<s> a"]))
     with pytest.raises(nplm.FormatError, match=r"m.arpa:\d+: duplicate 2-gram"):
         nplm.build_binary(str(path), str(tmp_path / "m.bin"), "trie")
+    assert not (tmp_path / "m.bin").exists()
+
+
+def test_a_read_error_after_a_build_error_is_the_one_reported(tmp_path):
+    """A probing file is built while its ARPA is read, so an order's build can fail
+    before a later section's reading does: the error reported is the reader's, as
+    when the whole file is read first, and no file is left."""
+    unigrams = ["-1\t<unk>", "-1\t<s>\t-0.5", "-0.5\t</s>", "-0.7\ta\t-0.2", "-1.2\tb\t-0.1"]
+    path = tmp_path / "m.arpa"
+    path.write_text(_arpa(unigrams, ["-0.3\t<s> a\t-0.1", "-0.2\ta b\t-0.1"], ["-0.2\tb a b\t-0.1"],
+                          ["-0.2\t<s> a b a", "-0.x\ta b a b"]))
+    with pytest.raises(nplm.FormatError, match=r"m.arpa:\d+: bad number '-0.x' in the 4-gram"):
+        nplm.build_binary(str(path), str(tmp_path / "m.bin"), "probing")
+    assert not (tmp_path / "m.bin").exists()
+    path.write_text(_arpa(unigrams, ["-0.3\t<s> a\t-0.1", "-0.2\ta b\t-0.1"], ["-0.2\tb a b\t-0.1"],
+                          ["-0.2\t<s> a b a", "-0.4\ta b a b"]))
+    with pytest.raises(nplm.FormatError, match=r"m.arpa:19: the context of .*3-gram"):
+        nplm.build_binary(str(path), str(tmp_path / "m.bin"), "probing")
     assert not (tmp_path / "m.bin").exists()
 
 

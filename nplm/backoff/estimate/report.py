@@ -3,7 +3,7 @@ tqdm bars per stage and per pass of the partitioned estimation (only on a termin
 import sys
 import warnings
 
-from tqdm import tqdm
+from nplm.io.progress import tqdm
 
 
 class Report:

@@ -68,6 +68,10 @@ cdef extern from "kenlm_query.h" nogil:
     void klm_probing_context(const klm_probing *m, const uint32_t *words, int n, klm_state *out)
     void klm_trie_score(const klm_trie *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
     void klm_trie_context(const klm_trie *m, const uint32_t *words, int n, klm_state *out)
+    void klm_probing_score_run(const klm_probing *m, const klm_state *ins, const uint32_t *words, int n,
+                               klm_state *out, klm_ret *rets)
+    void klm_trie_score_run(const klm_trie *m, const klm_state *ins, const uint32_t *words, int n,
+                            klm_state *out, klm_ret *rets)
 
 assert sizeof(NState) == sizeof(klm_state) and sizeof(Ret) == sizeof(klm_ret)
 
@@ -218,6 +222,11 @@ cdef class KenlmProbingCore(LMCore):
         klm_probing_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
         return 0
 
+    cdef int score_words(self, const NState *ins, const WordId *words, int n, NState *out,
+                         Ret *rets) except -1 nogil:
+        klm_probing_score_run(&self.m, <const klm_state *>ins, words, n, <klm_state *>out, <klm_ret *>rets)
+        return 0
+
     cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
         klm_probing_context(&self.m, words, n, <klm_state *>out)
         return 0
@@ -295,6 +304,11 @@ cdef class KenlmTrieCore(LMCore):
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         klm_trie_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
+        return 0
+
+    cdef int score_words(self, const NState *ins, const WordId *words, int n, NState *out,
+                         Ret *rets) except -1 nogil:
+        klm_trie_score_run(&self.m, <const klm_state *>ins, words, n, <klm_state *>out, <klm_ret *>rets)
         return 0
 
     cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:

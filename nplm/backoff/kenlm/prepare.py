@@ -46,8 +46,12 @@ def strings(words):
     return b"<unk>\0" + b"".join(w.encode("utf-8") + b"\0" for w in words)
 
 
-def check_probs(tables):
+def check_probs(tables, only=None):
+    """Refuse positive log probabilities (of the order ``only`` + 1 alone, when given), as
+    KenLM does."""
     for k, p in enumerate(tables.logprob):
+        if only is not None and k != only:
+            continue
         bad = np.flatnonzero(p > 0)
         if len(bad):
             line = None if tables.first_line is None else tables.first_line[k] + int(bad[0])

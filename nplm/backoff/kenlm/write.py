@@ -1,14 +1,17 @@
 """Writing KenLM's binary model files from NGramTables: ``write_binary(tables, path,
-Options(...))`` with build_binary's settings.  The probing layout is built here,
-the trie in ``trie.py``; both come out byte-identical to KenLM's build_binary
+Options(...))`` with build_binary's settings, or from an ARPA file
+(``build_binary_from_arpa``).  The probing layout is built here, the trie in
+``trie.py``; both come out byte-identical to KenLM's build_binary
 (docs/kenlm-build-binary.md lists the rules followed).
 """
 import errno
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from nplm.backoff import binary as nplm_binary
+from nplm.backoff.arpa import read_arpa
 from nplm.backoff.kenlm import _write, trie
 from nplm.backoff.kenlm import format as kformat
 from nplm.backoff.kenlm.format import PROBING_VOCAB_VERSION, SEARCH_VERSION, Header, pack_header, probing_layout
@@ -70,11 +73,17 @@ def write_binary(tables, path, opts=None, messages=sys.stderr):
     if tables.order < 2:
         raise FormatError("KenLM's binary formats need at least a bigram model", tables.source)
     check_probs(tables)
-    vocab = Vocab(tables, opts, messages)
     if opts.type == PROBING:
-        parts = _probing(tables, vocab, opts)
+        builder = ProbingBuilder(tables, tables.counts, opts, messages)
+        for n in range(2, tables.order + 1):
+            builder.add(tables, n)
+        parts = builder.parts()
     else:
-        parts = trie.build(tables, vocab, opts)
+        parts = trie.build(tables, Vocab(tables, opts, messages), opts)
+    _write_parts(path, parts)
+
+
+def _write_parts(path, parts):
     with atomic_write(path) as f:
         for part in parts:
             f.write(part)
@@ -96,35 +105,54 @@ def check_probing_memory(counts, opts):
     check_available(needed, what, "use the trie type or a smaller -p")
 
 
-def _probing(tables, vocab, opts):
-    """The probing file's parts: header, vocabulary table and search in one array,
-    then the strings."""
-    order, counts = tables.order, tuple(int(c) for c in tables.counts)
-    words = vocab.number_in_arpa_order()
-    header = Header(order, opts.multiplier, opts.model_type, opts.include_vocab,
-                    SEARCH_VERSION[opts.model_type], counts)
-    check_probing_memory(counts, opts)
-    layout = probing_layout(header)
-    body = np.zeros(layout.end, dtype=np.uint8)
-    body[:header.size] = np.frombuffer(pack_header(header), np.uint8)
-    vh = layout.vocab_header.offset
-    body[vh:vh + 8].view(np.uint32)[:] = (PROBING_VOCAB_VERSION, len(words) + 1)   # version, bound
-    if not _write.fill_vocab_table(body[layout.vocab.offset:layout.vocab.end], vocab.hashes,
-                                   layout.vocab.buckets):
-        raise FormatError("the vocabulary does not fit its probing table", tables.source)
-    uni = body[layout.unigram.offset:layout.unigram.end].view(np.float32).reshape(-1, 2)
-    uni[vocab.ids, 0] = tables.logprob[0]
-    uni[vocab.ids, 1] = kenlm_backoffs(tables.backoff[0])
-    search = body[layout.unigram.offset:]
-    ngram_tables = layout.middle + (layout.longest,)
-    offsets = np.array([t.offset - layout.unigram.offset for t in ngram_tables], dtype=np.uint64)
-    buckets = np.array([t.buckets for t in ngram_tables], dtype=np.uint64)
-    used = np.zeros(order - 1, dtype=np.uint64)
-    for n in range(2, order + 1):
-        ids = vocab.ids[tables.ids[n - 1]]
-        backoff = kenlm_backoffs(tables.backoff[n - 1]) if n < order else np.zeros(0, np.float32)
-        code, index = _write.probing_order(n, order, ids, np.ascontiguousarray(tables.logprob[n - 1]),
-                                           backoff, uni, search, offsets, buckets, used)
+class ProbingBuilder:
+    """KenLM's probing file, built in the ARPA's order, as KenLM's build_binary builds
+    it while it reads the ARPA: an order's n-grams need only the orders below them.
+    ``tables`` holds the model's unigrams at least (and names the source),
+    ``counts`` every order's count; ``add(tables, n)`` inserts the n-grams of order n
+    (2, 3, ... in turn) that ``tables`` holds beyond those inserted before: a whole
+    order, or its next rows as they are read."""
+
+    def __init__(self, tables, counts, opts, messages):
+        self.order, self.counts, self.opts = len(counts), tuple(int(c) for c in counts), opts
+        self.vocab = Vocab(tables, opts, messages)
+        self.words = self.vocab.number_in_arpa_order()
+        # with <unk> first (as lmplz writes it) the ARPA's word indices are the file's ids
+        self.same_ids = bool(np.array_equal(self.vocab.ids, np.arange(len(self.vocab.ids))))
+        header = Header(self.order, opts.multiplier, opts.model_type, opts.include_vocab,
+                        SEARCH_VERSION[opts.model_type], self.counts)
+        check_probing_memory(self.counts, opts)
+        layout = probing_layout(header)
+        self.body = body = np.zeros(layout.end, dtype=np.uint8)
+        body[:header.size] = np.frombuffer(pack_header(header), np.uint8)
+        vh = layout.vocab_header.offset
+        body[vh:vh + 8].view(np.uint32)[:] = (PROBING_VOCAB_VERSION, len(self.words) + 1)   # version, bound
+        if not _write.fill_vocab_table(body[layout.vocab.offset:layout.vocab.end], self.vocab.hashes,
+                                       layout.vocab.buckets):
+            raise FormatError("the vocabulary does not fit its probing table", tables.source)
+        self.uni = body[layout.unigram.offset:layout.unigram.end].view(np.float32).reshape(-1, 2)
+        self.uni[self.vocab.ids, 0] = tables.logprob[0]
+        self.uni[self.vocab.ids, 1] = kenlm_backoffs(tables.backoff[0])
+        self.search = body[layout.unigram.offset:]
+        ngram_tables = layout.middle + (layout.longest,)
+        self.offsets = np.array([t.offset - layout.unigram.offset for t in ngram_tables], dtype=np.uint64)
+        self.buckets = np.array([t.buckets for t in ngram_tables], dtype=np.uint64)
+        self.used = np.zeros(self.order - 1, dtype=np.uint64)
+        self.done = [len(self.vocab.ids)] + [0] * (self.order - 1)      # n-grams inserted, by order
+
+    def add(self, tables, n):
+        start, stop = self.done[n - 1], len(tables.logprob[n - 1])
+        if stop <= start:
+            return
+        ids = np.ascontiguousarray(tables.ids[n - 1][start:stop])
+        ids = ids.view(np.uint32) if self.same_ids else self.vocab.ids[ids]
+        # (the kernel reads a zero back-off as -0.0, as kenlm_backoffs does)
+        backoff = (np.ascontiguousarray(tables.backoff[n - 1][start:stop]) if n < self.order
+                   else np.zeros(0, np.float32))
+        code, index = _write.probing_order(n, self.order, ids, np.ascontiguousarray(tables.logprob[n - 1][start:stop]),
+                                           backoff, self.uni, self.search, self.offsets, self.buckets, self.used)
+        self.done[n - 1] = stop
+        index += start
         if code == _write.NO_CONTEXT:
             path, line = where(tables, n, index)
             raise FormatError(f"the context of every {n}-gram should appear as a {n - 1}-gram",
@@ -133,9 +161,67 @@ def _probing(tables, vocab, opts):
             path, line = where(tables, n, index)
             raise FormatError("a probing table is full: too many n-grams lack their suffixes "
                               "(KenLM gives up here too); raise the multiplier (-p)", path, line)
-    if not vocab.saw_unk:
-        uni[0] = (opts.unknown_logprob, 0.0)
-    return [body, strings(words)] if opts.include_vocab else [body]
+
+    def parts(self):
+        """The file's parts: header, vocabulary table and search in one array, then the
+        strings."""
+        if not self.vocab.saw_unk:
+            self.uni[0] = (self.opts.unknown_logprob, 0.0)
+        return [self.body, strings(self.words)] if self.opts.include_vocab else [self.body]
+
+
+class _StreamedProbing:
+    """ProbingBuilder fed by read_arpa's on_read, in a worker thread: n-grams are
+    inserted while the lines after them are read.  The first error stops it and
+    waits for the end of the read (whose own error, coming first in the file, wins).
+    (The parser refuses positive log probabilities itself: no check_probs.)"""
+
+    def __init__(self, opts, messages):
+        self.opts, self.messages = opts, messages
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-kenlm-probing")
+        self.jobs, self.failed, self.builder = [], False, None
+
+    def read(self, tables, counts):
+        self.jobs.append(self.pool.submit(self._add, tables, counts))
+
+    def _add(self, tables, counts):
+        if self.failed:
+            return
+        try:
+            if self.builder is None:           # the unigrams, complete
+                if len(counts) < 2:
+                    raise FormatError("KenLM's binary formats need at least a bigram model", tables.source)
+                self.builder = ProbingBuilder(tables, counts, self.opts, self.messages)
+            for n in range(2, tables.order + 1):
+                self.builder.add(tables, n)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def parts(self):
+        """After a read that succeeded: the file's parts, or the first error."""
+        for job in self.jobs:
+            job.result()
+        return self.builder.parts()
+
+
+def build_binary_from_arpa(arpa_path, out, type=None, *, progress=False, messages=sys.stderr, **options):
+    """read_arpa(arpa_path) then build_binary(tables, out, type, **options), but
+    KenLM's probing file is built while the ARPA is read: the n-grams are inserted
+    (in one thread and in the file's order, which fixes the layout) as the lines
+    after them are parsed.  Returns the type written."""
+    kind = resolve_type(type, out)
+    opts = check_options(kind, **options)
+    if opts is None or opts.type != PROBING:
+        return build_binary(read_arpa(arpa_path, progress=progress), out, kind, messages=messages, **options)
+    streamed = _StreamedProbing(opts, messages)
+    try:
+        read_arpa(arpa_path, progress=progress, on_read=streamed.read)
+        parts = streamed.parts()
+    finally:
+        streamed.pool.shutdown(cancel_futures=True)
+    _write_parts(out, parts)
+    return kind
 
 
 NPLM = "nplm"
