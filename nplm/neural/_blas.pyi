@@ -1,6 +1,5 @@
 """Type stubs of the extension module nplm.neural._blas (written by tools/make_stubs.py)."""
 from typing import Any
 
-
 def bind() -> Any: ...
 def reserve_buffer() -> Any: ...
