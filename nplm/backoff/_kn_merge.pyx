@@ -2,12 +2,14 @@
 
 The n-grams are split into parts by their last word (ranges of word ids), so each
 part holds, in suffix order, everything that ``_kn.adjust`` needs.  What crosses
-parts is the context of an n-gram (all but its last word), joined by key:
-``merge_runs`` merges suffix-sorted runs of counted n-grams (spilled while
-counting, or counted on other machines), and ``locate`` finds the rows of one
-suffix-sorted table in another.
+parts is the context of an n-gram (all but its last word): ``merge_runs``
+merges suffix-sorted runs of counted n-grams (spilled while counting, or counted
+on other machines); ``bucket_positions`` routes a part's n-grams to the parts
+holding their contexts (a stable counting sort by part), and ``context_stats``
+finds each routed n-gram's context by the suffix trie of the context's part and
+sums the statistics of the contexts' extensions, without sorting.
 """
-from libc.stdint cimport uint32_t, int32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
 
@@ -130,28 +132,97 @@ def merge_runs(list keys_list, list counts_list, int order):
     return keys[:m], counts[:m]
 
 
-def locate(const int32_t[:, ::1] sub,      # IN (m, k) distinct rows, suffix-sorted
-           const int32_t[:, ::1] sup):     # IN (s, k) distinct rows, suffix-sorted
-    """Index in ``sup`` of every row of ``sub`` (-1 where it is absent), by one
-    merge pass: ``(index int64 (m,), number absent)``."""
-    cdef Py_ssize_t m = sub.shape[0], s = sup.shape[0], i = 0, j = 0
-    cdef int k = sub.shape[1], c
-    cdef int64_t missing = 0
-    if m and s and sup.shape[1] != k:
-        raise ValueError("locate: the tables have different widths")
-    out = np.empty(m, dtype=np.int64)
-    cdef int64_t[::1] ov = out
+def bucket_positions(const int32_t[::1] bucket,     # IN (m,) bucket of each row, in [0, buckets)
+                     int buckets):
+    """Where a stable counting sort by ``bucket`` puts each row: ``(position int64
+    (m,), start of each bucket int64 (buckets+1,))``."""
+    cdef Py_ssize_t m = bucket.shape[0], i
+    cdef int32_t b
+    if buckets < 1:
+        raise ValueError("bucket_positions: at least one bucket")
+    pos = np.empty(m, dtype=np.int64)
+    starts = np.zeros(buckets + 1, dtype=np.int64)
+    cdef int64_t[::1] pv = pos
+    cdef int64_t[::1] sv = starts
+    cdef Py_ssize_t bad = 0
     with nogil:
         for i in range(m):
-            c = 1
-            while j < s:
-                c = _cmp_suffix(<const uint32_t *> &sup[j, 0], <const uint32_t *> &sub[i, 0], k)
-                if c >= 0:
-                    break
-                j += 1
-            if j < s and c == 0:
-                ov[i] = j
+            b = bucket[i]
+            if b < 0 or b >= buckets:
+                bad += 1
+                break
+            sv[b + 1] += 1
+        if not bad:
+            for b in range(buckets):
+                sv[b + 1] += sv[b]
+            for i in range(m):
+                b = bucket[i]
+                pv[i] = sv[b]
+                sv[b] += 1
+            for b in range(buckets, 0, -1):     # back to the starts
+                sv[b] = sv[b - 1]
+            sv[0] = 0
+    if bad:
+        raise ValueError("bucket_positions: a bucket out of range")
+    return pos, starts
+
+
+def context_stats(const int32_t[::1] node,        # IN (r,) the context's parent node in its part
+                                                  #   (by_word: the context's word id)
+                  const int32_t[::1] first,       # IN (r,) the context's first word
+                  const uint64_t[::1] adj,        # IN (r,) adjusted counts of the n-grams
+                  const uint8_t[::1] mark,        # IN (r,) 1 = pruned
+                  const int32_t[:, ::1] lower,    # IN (c, k-1) the part's (k-1)-grams (unused by_word)
+                  const int64_t[::1] child,       # IN children of each (k-2)-gram node in ``lower``
+                  int64_t lo,                     # IN (by_word) the part's first word id
+                  bint by_word, bint pruning,
+                  uint64_t[::1] denom,            # IN/OUT (c,) sum of the extensions' adjusted counts
+                  uint64_t[:, ::1] nk,            # IN/OUT (c, 3) kept extensions of count 1, 2, 3+
+                  uint64_t[::1] pruned,           # IN/OUT (c,) adjusted counts of pruned extensions
+                  int32_t[::1] where):            # OUT (r,) row of each context in ``lower``
+    """Find the context of each routed n-gram among the part's (k-1)-grams and add
+    the n-gram's statistics to it (``_kn_probs.order_probs``'s sums).  The context
+    ``v x`` is the child ``v`` of node ``x`` (children are contiguous and sorted by
+    first word); for bigrams the context is the word itself (row ``word - lo``).
+    Returns how many contexts were absent (a bug)."""
+    cdef Py_ssize_t r = node.shape[0], c = denom.shape[0], i, a, b, mid
+    cdef int64_t row, nodes = child.shape[0] - 1
+    cdef int32_t v
+    cdef uint64_t x
+    cdef int64_t missing = 0
+    if first.shape[0] != r or adj.shape[0] != r or mark.shape[0] != r or where.shape[0] != r:
+        raise ValueError("context_stats: routed arrays of different lengths")
+    if nk.shape[0] != c or pruned.shape[0] != c or (not by_word and lower.shape[0] != c):
+        raise ValueError("context_stats: context arrays of different lengths")
+    if not by_word and (nodes < 0 or (nodes and child[nodes] > c)):
+        raise ValueError("context_stats: the child index does not fit the contexts")
+    with nogil:
+        for i in range(r):
+            if by_word:
+                row = node[i] - lo
+                if row < 0 or row >= c:
+                    row = -1
+            elif node[i] < 0 or node[i] >= nodes:
+                row = -1
             else:
-                ov[i] = -1
+                a = child[node[i]]
+                b = child[node[i] + 1]
+                v = first[i]
+                while a < b:
+                    mid = (a + b) >> 1
+                    if lower[mid, 0] < v:
+                        a = mid + 1
+                    else:
+                        b = mid
+                row = a if a < child[node[i] + 1] and lower[a, 0] == v else -1
+            where[i] = <int32_t> row
+            if row < 0:
                 missing += 1
-    return out, missing
+                continue
+            x = adj[i]
+            denom[row] += x
+            if pruning and mark[i]:
+                pruned[row] += x
+            elif x > 0:
+                nk[row, (x if x < 3 else 3) - 1] += 1
+    return missing
