@@ -167,6 +167,27 @@ def bucket_positions(const int32_t[::1] bucket,     # IN (m,) bucket of each row
     return pos, starts
 
 
+cdef enum:
+    AHEAD = 16          # records looked up ahead of the one being summed (prefetch)
+
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) nogil
+
+
+cdef inline int64_t _child_row(const int32_t *lower, Py_ssize_t width, int64_t a, int64_t b,
+                               int32_t v) noexcept nogil:
+    """The row in [a, b) of ``lower`` (rows of ``width`` words) whose first word is
+    ``v``, or -1."""
+    cdef int64_t end = b, mid
+    while a < b:
+        mid = (a + b) >> 1
+        if lower[mid * width] < v:
+            a = mid + 1
+        else:
+            b = mid
+    return a if a < end and lower[a * width] == v else -1
+
+
 def context_stats(const int32_t[::1] node,        # IN (r,) the context's parent node in its part
                                                   #   (by_word: the context's word id)
                   const int32_t[::1] first,       # IN (r,) the context's first word
@@ -176,53 +197,59 @@ def context_stats(const int32_t[::1] node,        # IN (r,) the context's parent
                   const int64_t[::1] child,       # IN children of each (k-2)-gram node in ``lower``
                   int64_t lo,                     # IN (by_word) the part's first word id
                   bint by_word, bint pruning,
-                  uint64_t[::1] denom,            # IN/OUT (c,) sum of the extensions' adjusted counts
-                  uint64_t[:, ::1] nk,            # IN/OUT (c, 3) kept extensions of count 1, 2, 3+
-                  uint64_t[::1] pruned,           # IN/OUT (c,) adjusted counts of pruned extensions
+                  uint64_t[:, ::1] sums,          # IN/OUT (c, 5) per context: sum of the extensions'
+                                                  #   adjusted counts, kept extensions of count 1,
+                                                  #   2, 3+, adjusted counts of pruned extensions
                   int32_t[::1] where):            # OUT (r,) row of each context in ``lower``
     """Find the context of each routed n-gram among the part's (k-1)-grams and add
     the n-gram's statistics to it (``_kn_probs.order_probs``'s sums).  The context
     ``v x`` is the child ``v`` of node ``x`` (children are contiguous and sorted by
     first word); for bigrams the context is the word itself (row ``word - lo``).
-    Returns how many contexts were absent (a bug)."""
-    cdef Py_ssize_t r = node.shape[0], c = denom.shape[0], i, a, b, mid
-    cdef int64_t row, nodes = child.shape[0] - 1
-    cdef int32_t v
+    The records hit the contexts in no useful order, so each record's node is
+    fetched AHEAD records early, and its first child AHEAD/2 early.  Returns how
+    many contexts were absent (a bug)."""
+    cdef Py_ssize_t r = node.shape[0], c = sums.shape[0], i, j, width = lower.shape[1]
+    cdef int64_t row, nodes = child.shape[0] - 1, y
     cdef uint64_t x
     cdef int64_t missing = 0
+    cdef const int32_t *low = &lower[0, 0] if lower.shape[0] else NULL
     if first.shape[0] != r or adj.shape[0] != r or mark.shape[0] != r or where.shape[0] != r:
         raise ValueError("context_stats: routed arrays of different lengths")
-    if nk.shape[0] != c or pruned.shape[0] != c or (not by_word and lower.shape[0] != c):
-        raise ValueError("context_stats: context arrays of different lengths")
+    if sums.shape[1] != 5 or (not by_word and lower.shape[0] != c):
+        raise ValueError("context_stats: context arrays of different shapes")
     if not by_word and (nodes < 0 or (nodes and child[nodes] > c)):
         raise ValueError("context_stats: the child index does not fit the contexts")
     with nogil:
         for i in range(r):
+            j = i + AHEAD
+            if j < r:
+                y = node[j]
+                if by_word:
+                    if lo <= y < lo + c:
+                        __builtin_prefetch(&sums[y - lo, 0])
+                elif 0 <= y < nodes:
+                    __builtin_prefetch(&child[y])
+            j = i + AHEAD // 2
+            if not by_word and j < r:
+                y = node[j]
+                if 0 <= y < nodes and child[y] < c:
+                    __builtin_prefetch(low + child[y] * width)
+                    __builtin_prefetch(&sums[child[y], 0])
+            y = node[i]
             if by_word:
-                row = node[i] - lo
-                if row < 0 or row >= c:
-                    row = -1
-            elif node[i] < 0 or node[i] >= nodes:
-                row = -1
+                row = y - lo if lo <= y < lo + c else -1
+            elif 0 <= y < nodes:
+                row = _child_row(low, width, child[y], child[y + 1], first[i])
             else:
-                a = child[node[i]]
-                b = child[node[i] + 1]
-                v = first[i]
-                while a < b:
-                    mid = (a + b) >> 1
-                    if lower[mid, 0] < v:
-                        a = mid + 1
-                    else:
-                        b = mid
-                row = a if a < child[node[i] + 1] and lower[a, 0] == v else -1
+                row = -1
             where[i] = <int32_t> row
             if row < 0:
                 missing += 1
                 continue
             x = adj[i]
-            denom[row] += x
+            sums[row, 0] += x
             if pruning and mark[i]:
-                pruned[row] += x
+                sums[row, 4] += x
             elif x > 0:
-                nk[row, (x if x < 3 else 3) - 1] += 1
+                sums[row, x if x < 3 else 3] += 1
     return missing

@@ -176,18 +176,16 @@ def test_context_sums_by_trie_against_brute_force():
     node, first = lower[pick, 1] - lo, lower[pick, 0]
     adj = rng.integers(1, 6, size=2000).astype(np.uint64)
     mark = (rng.random(2000) < 0.2).astype(np.uint8)
-    c = len(bigrams)
-    denom, nk, pruned = np.zeros(c, np.uint64), np.zeros((c, 3), np.uint64), np.zeros(c, np.uint64)
+    sums = np.zeros((len(bigrams), 5), np.uint64)
     where = np.empty(2000, dtype=np.int32)
     missing = _kn_merge.context_stats(node.astype(np.int32), first.astype(np.int32), adj, mark, lower, child, lo,
-                                      False, True, denom, nk, pruned, where)
+                                      False, True, sums, where)
     assert missing == 0 and (where == pick).all()
-    for row in range(c):
+    for row in range(len(bigrams)):
         sel = pick == row
-        assert denom[row] == adj[sel].sum()
-        assert pruned[row] == adj[sel & (mark == 1)].sum()
         kept = adj[sel & (mark == 0)]
-        assert list(nk[row]) == [(kept == 1).sum(), (kept == 2).sum(), (kept >= 3).sum()]
+        assert list(sums[row]) == [adj[sel].sum(), (kept == 1).sum(), (kept == 2).sum(), (kept >= 3).sum(),
+                                   adj[sel & (mark == 1)].sum()]
     absent = np.array([words + 5], dtype=np.int32)      # a node outside the part
     assert _kn_merge.context_stats(absent, absent, adj[:1], mark[:1], lower, child, lo, False, True,
-                                   denom, nk, pruned, where[:1]) == 1
+                                   sums, where[:1]) == 1

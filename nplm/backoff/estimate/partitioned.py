@@ -37,10 +37,17 @@ from nplm.backoff.estimate.discount import discounts as order_discounts
 from nplm.backoff.estimate.interpolate import unigrams
 from nplm.backoff.estimate.write import kept_rows, renumbering
 
-# Bytes per merged highest-order n-gram that one part's passes hold at most (the
-# merged run and its mapped sources, every order's adjusted arrays, the records
-# and sums of the context pass), over 4 bytes per word of an n-gram.
-PART_BYTES_PER_WORD = 56
+# Bytes per highest-order n-gram of the runs that one part's passes hold at most
+# (the merged run and its mapped sources, every order's adjusted arrays, the
+# records and sums of the context pass), over 4 bytes per word of an n-gram:
+# measured 19 (6.4M words of tools/bench_scale.py's corpus, order 5), with room.
+PART_BYTES_PER_WORD = 32
+# The share of the budget that the parts are cut for; the rest keeps the arrays
+# between passes in memory rather than on disk (PartStore).
+PART_SHARE = 0.5
+# Bytes per highest-order n-gram of the arrays of one order's passes that live
+# for that order only (records, weights, rows of contexts, probabilities).
+TRANSIENT_BYTES = 45
 MAX_PARTS = 64
 
 
@@ -132,41 +139,40 @@ def context_weights(pieces, lower, child, contexts, lo, disc, pruning):
     """Sum every part's records (``pieces``: dicts of ROUTED arrays) for this part's
     ``contexts`` (k-1)-grams, indexed by ``lower_index``'s (lower, child), or
     its words from ``lo`` on for k = 2: (back-off of each (k-1)-gram, per piece
-    (fdenom, gamma, row of the context) of each record)."""
+    (weights (denominator, gamma) of each record's context, the context's row))."""
     by_word = lower is None
     if by_word:
         lower, child = np.zeros((0, 1), dtype=np.int32), np.zeros(1, dtype=np.int64)
-    denom = np.zeros(contexts, dtype=np.uint64)
-    nk = np.zeros((contexts, 3), dtype=np.uint64)
-    pruned = np.zeros(contexts, dtype=np.uint64)
+    sums = np.zeros((contexts, 5), dtype=np.uint64)
     wheres = []
     for piece in pieces:
         where = np.empty(len(piece["node"]), dtype=np.int32)
         missing = _kn_merge.context_stats(*(np.ascontiguousarray(piece[name]) for name in ROUTED), lower,
-                                          child, lo, by_word, pruning, denom, nk, pruned, where)
+                                          child, lo, by_word, pruning, sums, where)
         if missing:
             raise RuntimeError(f"internal error: {missing} contexts of order {lower.shape[1] + 1} "
                                "are missing")
         wheres.append(where)
-    fdenom, gamma, backoff = (np.empty(contexts, dtype=np.float32) for _ in range(3))
-    _kn_probs.context_weights(denom, nk, pruned, disc, fdenom, gamma, backoff)
-    del denom, nk, pruned
-    return backoff, [(fdenom[w], gamma[w], w) for w in wheres]
+    weights = np.empty((contexts, 2), dtype=np.float32)
+    backoff = np.empty(contexts, dtype=np.float32)
+    _kn_probs.context_weights(sums, disc, weights, backoff)
+    del sums
+    return backoff, [(weights[w], w) for w in wheres]
 
 
 def part_probs(words, adj, mark, parent, prob_prev, word_part, returned, disc, pruning):
     """Interpolated probabilities of one part's order-k n-grams from the weights
-    that each part returned for its records (``returned[q]``: fdenom, gamma, row
-    of the context): (prob, logprob, row of each n-gram's context in its part)."""
+    that each part returned for its records (``returned[q]``: weights, row of the
+    context): (prob, logprob, row of each n-gram's context in its part)."""
     pos, starts = _kn_merge.bucket_positions(context_parts(words, word_part), len(returned))
-    if not np.array_equal(np.diff(starts), [len(r[2]) for r in returned]):
+    if not np.array_equal(np.diff(starts), [len(r[1]) for r in returned]):
         raise RuntimeError("internal error: the returned weights do not match the part's n-grams")
-    fdenom, gamma, where = (np.concatenate([r[i] for r in returned]) if returned else np.zeros(0, t)
-                            for i, t in enumerate((np.float32, np.float32, np.int32)))
+    weights = np.concatenate([r[0] for r in returned]) if returned else np.zeros((0, 2), np.float32)
+    where = np.concatenate([r[1] for r in returned]) if returned else np.zeros(0, np.int32)
     m = len(adj)
     prob = np.empty(m, dtype=np.float32)
     logprob = np.empty(m, dtype=np.float32)
-    _kn_probs.interp_probs(np.ascontiguousarray(adj), np.ascontiguousarray(mark), pos, fdenom, gamma,
+    _kn_probs.interp_probs(np.ascontiguousarray(adj), np.ascontiguousarray(mark), pos, weights,
                            np.ascontiguousarray(parent), np.ascontiguousarray(prob_prev), disc, pruning,
                            prob, logprob)
     return prob, logprob, where[pos]
@@ -198,13 +204,33 @@ def release_pages(array):
             m.madvise(mmap.MADV_DONTNEED)
 
 
-class PartStore:
-    """The arrays of every part between passes, in the temporary folder: the arrays
-    of one part, order and pass share a file (opening and removing files is what
-    costs on many file systems), mapped once and read as views."""
+def owned(a):
+    """``a`` as a C-contiguous array that holds about its own bytes (a small view
+    of a large array is copied, so that keeping it does not keep the large one)."""
+    a = np.ascontiguousarray(a)
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return a.copy() if root.nbytes > a.nbytes + (a.nbytes >> 2) + 4096 else a
 
-    def __init__(self, folder):
+
+class PartStore:
+    """The arrays of every part between passes: in memory while they fit in
+    ``limit`` bytes, else in the temporary folder (writing is what the passes
+    would otherwise spend most on).  Arrays of the ``TRANSIENT`` groups, which
+    live for one order's passes, may use all of ``limit``; the others, which
+    live until the model is written, leave ``reserve`` bytes of it to them.  On
+    disk the arrays of one part, order and group share a file (opening and
+    removing files is what costs on many file systems), mapped once and read as
+    views.  Arrays read back are read-only either way."""
+
+    TRANSIENT = frozenset({"routed", "weights", "where", "prob"})
+
+    def __init__(self, folder, limit=0, reserve=0):
         self.folder = folder
+        self.limit, self.reserve = limit, reserve
+        self.held = 0           # bytes of the arrays in memory
+        self.memory = {}        # (p, k, group) -> {name: array}
         self.index = {}         # (p, k, group) -> {name: (offset, dtype, shape)}
         self.maps = {}          # (p, k, group) -> the file mapped read-only
 
@@ -213,22 +239,35 @@ class PartStore:
 
     def put(self, p, k, group, **arrays):
         key = (p, k, group)
+        self.drop(p, k, group)
+        arrays = {name: owned(a) for name, a in arrays.items()}
+        size = sum(a.nbytes for a in arrays.values())
+        room = self.limit - (0 if group in self.TRANSIENT else self.reserve)
+        if self.held + size <= room:
+            self.memory[key] = arrays
+            self.held += size
+            return
         entries, offset = {}, 0
         for name, a in arrays.items():
-            a = np.ascontiguousarray(a)
             entries[name] = (offset, a.dtype, a.shape)
             offset += -(-a.nbytes // 64) * 64
         self.folder.check_space(offset)
         with open(self.path(key), "wb") as f:
             for name, a in arrays.items():
                 f.seek(entries[name][0])
-                self.folder.write(f, np.ascontiguousarray(a))
+                self.folder.write(f, a)
             f.truncate(max(offset, 1))
         self.index[key] = entries
-        self.maps.pop(key, None)
 
     def get(self, p, k, group, name, copy=False):
         key = (p, k, group)
+        if key in self.memory:
+            a = self.memory[key][name]
+            if copy:
+                return a.copy()
+            a = a.view()
+            a.flags.writeable = False
+            return a
         offset, dtype, shape = self.index[key][name]
         if key not in self.maps:
             self.maps[key] = np.memmap(self.path(key), dtype=np.uint8, mode="r")
@@ -247,10 +286,13 @@ class PartStore:
 
     def drop(self, p, k, group):
         key = (p, k, group)
+        if key in self.memory:
+            self.held -= sum(a.nbytes for a in self.memory.pop(key).values())
+            return
         self.maps.pop(key, None)
-        self.index.pop(key, None)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(key))
+        if self.index.pop(key, None) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path(key))
 
 
 class Partitioned:
@@ -261,40 +303,49 @@ class Partitioned:
         self.order = config.order
         self.vocab_size = vocab_size
         self.prune_word = prune_word
-        self.store = PartStore(counts.folder)
+        self.store = None
         self.adj1 = np.zeros(vocab_size, dtype=np.uint64)
         self.mark1 = np.zeros(vocab_size, dtype=np.uint8)
         self.stats = np.zeros((self.order, 7), dtype=np.uint64)
         self.plan = None
+        self.segments = None
         self.word_part = None
         self.sizes = None
 
     def make_plan(self, budget):
+        """Cut the words into parts from the runs' histograms of last words, and
+        each run into the parts' segments (rows ``segments[r][p]`` on)."""
         hist = np.zeros(self.vocab_size, dtype=np.int64)
         for run in self.counts.runs:
-            keys, _ = self.counts.load_run(run)
-            hist += run_histogram(keys, self.vocab_size)
-        target = max(1, budget // (PART_BYTES_PER_WORD * (self.order + 2)))
-        self.plan = plan_parts(hist, self.vocab_size, target)
+            hist += self.counts.run_histogram(run, self.vocab_size)
+        per_row = PART_BYTES_PER_WORD * (self.order + 2)
+        self.plan = plan_parts(hist, self.vocab_size, max(1, int(budget * PART_SHARE) // per_row))
         self.word_part = word_parts(self.plan.bounds)
+        self.segments = []
+        for run in self.counts.runs:
+            ends = np.concatenate([[0], np.cumsum(self.counts.run_histogram(run, self.vocab_size))])
+            self.segments.append(ends[self.plan.bounds])
+        largest = int(np.diff(np.concatenate([[0], np.cumsum(hist)])[self.plan.bounds]).max())
+        limit = max(0, budget - largest * per_row)
+        self.store = PartStore(self.counts.folder, limit, min(limit, TRANSIENT_BYTES * int(hist.sum())))
         self.sizes = np.zeros((self.plan.parts, self.order + 1), dtype=np.int64)
         self.report.say(f"{self.plan.parts} parts of about {int(hist.sum()) // self.plan.parts} "
                         f"n-grams in {len(self.counts.runs)} runs")
 
     def adjust_part(self, p):
-        lo, hi = self.plan.bounds[p], self.plan.bounds[p + 1]
         keys_l, counts_l = [], []
-        for run in self.counts.runs:
-            keys, counts = run_segment(*self.counts.load_run(run), lo, hi)
-            keys_l.append(np.ascontiguousarray(keys))
-            counts_l.append(np.ascontiguousarray(counts))
+        for run, ends in zip(self.counts.runs, self.segments):
+            keys, counts = self.counts.load_run(run)
+            keys_l.append(np.ascontiguousarray(keys[ends[p]:ends[p + 1]]))
+            counts_l.append(np.ascontiguousarray(counts[ends[p]:ends[p + 1]]))
         orders, stats, adj1, last_word, last_raw = adjust_segments(
             keys_l, counts_l, self.config, self.prune_word, p == self.plan.parts - 1)
         self.stats += stats
         self.adj1 += adj1
         for k, arrays in orders.items():
             self.sizes[p, k] = len(arrays["adj"])
-            self.store.put(p, k, "adjusted", **arrays)
+            self.store.put(p, k, "adjusted", adj=arrays["adj"], parent=arrays["parent"])
+            self.store.put(p, k, "ngrams", words=arrays["words"], mark=arrays["mark"])
         return last_word, last_raw
 
     def adjust_parts(self):
@@ -315,7 +366,7 @@ class Partitioned:
         if k == 2:
             return None, None, hi - lo, lo
         nodes = hi - lo if k == 3 else int(self.sizes[q, k - 2])
-        lower, child = lower_index(self.store.get(q, k - 1, "adjusted", "words"),
+        lower, child = lower_index(self.store.get(q, k - 1, "ngrams", "words"),
                                    self.store.get(q, k - 1, "adjusted", "parent"), nodes, lo, k)
         return lower, child, int(self.sizes[q, k - 1]), lo
 
@@ -325,10 +376,10 @@ class Partitioned:
         parts = self.plan.parts
         sent = np.zeros((parts, parts), dtype=np.int64)
         for p in self.report.passes(range(parts), f"contexts {k}", parts):
-            get = functools.partial(self.store.get, p, k, "adjusted")
+            get = functools.partial(self.store.get, p, k)
             where_prev = self.store.get(p, k - 1, "where", "where") if k > 2 else None
-            routed, starts = route_contexts(get("words"), get("adj"), get("mark"), get("parent"), where_prev,
-                                            self.word_part, parts)
+            routed, starts = route_contexts(get("ngrams", "words"), get("adjusted", "adj"), get("ngrams", "mark"),
+                                            get("adjusted", "parent"), where_prev, self.word_part, parts)
             sent[p] = np.diff(starts)
             self.store.put(p, k, "routed", **routed)
             if k > 2:
@@ -353,14 +404,18 @@ class Partitioned:
             else:
                 self.store.put(q, k - 1, "backoff", backoff=backoff)
             self.store.put(q, k, "weights", **{name: np.concatenate([r[i] for r in returned])
-                                               for i, name in enumerate(("fdenom", "gamma", "where"))})
+                                               for i, name in enumerate(("weights", "where"))})
             del pieces, lower, child, backoff, returned
             self.store.release()
         for p in range(parts):
             self.store.drop(p, k, "routed")
         self.probabilities(k, disc, prob1, sent)
-        for q in range(parts):
-            self.store.drop(q, k, "weights")
+        for p in range(parts):
+            self.store.drop(p, k, "weights")
+            self.store.drop(p, k - 1, "prob")
+            self.store.drop(p, k - 1, "adjusted")
+            if k == self.order:
+                self.store.drop(p, k, "adjusted")
 
     def probabilities(self, k, disc, prob1, sent):
         """Interpolate each part's order-k n-grams with the weights the parts
@@ -369,16 +424,16 @@ class Partitioned:
         at = np.concatenate([np.zeros((1, parts), np.int64), np.cumsum(sent, axis=0)])   # [p, q]
         for p in self.report.passes(range(parts), f"probabilities {k}", parts):
             returned = [tuple(self.store.get(q, k, "weights", name)[at[p, q]:at[p + 1, q]]
-                              for name in ("fdenom", "gamma", "where")) for q in range(parts)]
-            get = functools.partial(self.store.get, p, k, "adjusted")
-            prev = prob1 if k == 2 else self.store.get(p, k - 1, "probs", "prob")
-            prob, logprob, where = part_probs(get("words"), get("adj"), get("mark"), get("parent"), prev,
-                                              self.word_part, returned, disc, self.config.pruning)
+                              for name in ("weights", "where")) for q in range(parts)]
+            get = functools.partial(self.store.get, p, k)
+            prev = prob1 if k == 2 else self.store.get(p, k - 1, "prob", "prob")
+            prob, logprob, where = part_probs(get("ngrams", "words"), get("adjusted", "adj"), get("ngrams", "mark"),
+                                              get("adjusted", "parent"), prev, self.word_part, returned, disc,
+                                              self.config.pruning)
+            self.store.put(p, k, "logprob", logprob=logprob)
             if k < self.order:
-                self.store.put(p, k, "probs", logprob=logprob, prob=prob)
+                self.store.put(p, k, "prob", prob=prob)
                 self.store.put(p, k, "where", where=where)
-            else:
-                self.store.put(p, k, "probs", logprob=logprob)
             del returned, prev, prob, logprob, where
             self.store.release()
 
@@ -391,11 +446,11 @@ class Partitioned:
             return
         n = k + 1
         for p in range(self.plan.parts):
-            words = self.store.get(p, n, "adjusted", "words")
+            words = self.store.get(p, n, "ngrams", "words")
             backoff = (self.store.get(p, n, "backoff", "backoff") if n < self.order
                        else np.zeros(len(words), dtype=np.float32))
-            yield kept_rows(words, self.store.get(p, n, "probs", "logprob"), backoff,
-                            self.store.get(p, n, "adjusted", "mark"), new_id)
+            yield kept_rows(words, self.store.get(p, n, "logprob", "logprob"), backoff,
+                            self.store.get(p, n, "ngrams", "mark"), new_id)
             del words, backoff
             self.store.release()
 
