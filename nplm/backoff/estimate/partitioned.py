@@ -157,7 +157,7 @@ def context_weights(pieces, lower, child, contexts, lo, disc, pruning):
     backoff = np.empty(contexts, dtype=np.float32)
     _kn_probs.context_weights(sums, disc, weights, backoff)
     del sums
-    return backoff, [(weights[w], w) for w in wheres]
+    return backoff, [(np.take(weights, w, axis=0), w) for w in wheres]     # (take: 5x fancy indexing's speed)
 
 
 def part_probs(words, adj, mark, parent, prob_prev, word_part, returned, disc, pruning):
