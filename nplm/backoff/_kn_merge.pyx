@@ -2,12 +2,14 @@
 
 The n-grams are split into parts by their last word (ranges of word ids), so each
 part holds, in suffix order, everything that ``_kn.adjust`` needs.  What crosses
-parts is the context of an n-gram (all but its last word), joined by key:
-``merge_runs`` merges suffix-sorted runs of counted n-grams (spilled while
-counting, or counted on other machines), and ``locate`` finds the rows of one
-suffix-sorted table in another.
+parts is the context of an n-gram (all but its last word): ``merge_runs``
+merges suffix-sorted runs of counted n-grams (spilled while counting, or counted
+on other machines); ``bucket_positions`` routes a part's n-grams to the parts
+holding their contexts (a stable counting sort by part), and ``context_stats``
+finds each routed n-gram's context by the suffix trie of the context's part and
+sums the statistics of the contexts' extensions, without sorting.
 """
-from libc.stdint cimport uint32_t, int32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
 
@@ -130,28 +132,124 @@ def merge_runs(list keys_list, list counts_list, int order):
     return keys[:m], counts[:m]
 
 
-def locate(const int32_t[:, ::1] sub,      # IN (m, k) distinct rows, suffix-sorted
-           const int32_t[:, ::1] sup):     # IN (s, k) distinct rows, suffix-sorted
-    """Index in ``sup`` of every row of ``sub`` (-1 where it is absent), by one
-    merge pass: ``(index int64 (m,), number absent)``."""
-    cdef Py_ssize_t m = sub.shape[0], s = sup.shape[0], i = 0, j = 0
-    cdef int k = sub.shape[1], c
-    cdef int64_t missing = 0
-    if m and s and sup.shape[1] != k:
-        raise ValueError("locate: the tables have different widths")
-    out = np.empty(m, dtype=np.int64)
-    cdef int64_t[::1] ov = out
+def bucket_positions(const int32_t[::1] bucket,     # IN (m,) bucket of each row, in [0, buckets)
+                     int buckets):
+    """Where a stable counting sort by ``bucket`` puts each row: ``(position int64
+    (m,), start of each bucket int64 (buckets+1,))``."""
+    cdef Py_ssize_t m = bucket.shape[0], i
+    cdef int32_t b
+    if buckets < 1:
+        raise ValueError("bucket_positions: at least one bucket")
+    pos = np.empty(m, dtype=np.int64)
+    starts = np.zeros(buckets + 1, dtype=np.int64)
+    cdef int64_t[::1] pv = pos
+    cdef int64_t[::1] sv = starts
+    cdef Py_ssize_t bad = 0
     with nogil:
         for i in range(m):
-            c = 1
-            while j < s:
-                c = _cmp_suffix(<const uint32_t *> &sup[j, 0], <const uint32_t *> &sub[i, 0], k)
-                if c >= 0:
-                    break
-                j += 1
-            if j < s and c == 0:
-                ov[i] = j
+            b = bucket[i]
+            if b < 0 or b >= buckets:
+                bad += 1
+                break
+            sv[b + 1] += 1
+        if not bad:
+            for b in range(buckets):
+                sv[b + 1] += sv[b]
+            for i in range(m):
+                b = bucket[i]
+                pv[i] = sv[b]
+                sv[b] += 1
+            for b in range(buckets, 0, -1):     # back to the starts
+                sv[b] = sv[b - 1]
+            sv[0] = 0
+    if bad:
+        raise ValueError("bucket_positions: a bucket out of range")
+    return pos, starts
+
+
+cdef enum:
+    AHEAD = 16          # records looked up ahead of the one being summed (prefetch)
+
+cdef extern from *:
+    void __builtin_prefetch(const void *addr) nogil
+
+
+cdef inline int64_t _child_row(const int32_t *lower, Py_ssize_t width, int64_t a, int64_t b,
+                               int32_t v) noexcept nogil:
+    """The row in [a, b) of ``lower`` (rows of ``width`` words) whose first word is
+    ``v``, or -1."""
+    cdef int64_t end = b, mid
+    while a < b:
+        mid = (a + b) >> 1
+        if lower[mid * width] < v:
+            a = mid + 1
+        else:
+            b = mid
+    return a if a < end and lower[a * width] == v else -1
+
+
+def context_stats(const int32_t[::1] node,        # IN (r,) the context's parent node in its part
+                                                  #   (by_word: the context's word id)
+                  const int32_t[::1] first,       # IN (r,) the context's first word
+                  const uint64_t[::1] adj,        # IN (r,) adjusted counts of the n-grams
+                  const uint8_t[::1] mark,        # IN (r,) 1 = pruned
+                  const int32_t[:, ::1] lower,    # IN (c, k-1) the part's (k-1)-grams (unused by_word)
+                  const int64_t[::1] child,       # IN children of each (k-2)-gram node in ``lower``
+                  int64_t lo,                     # IN (by_word) the part's first word id
+                  bint by_word, bint pruning,
+                  uint64_t[:, ::1] sums,          # IN/OUT (c, 5) per context: sum of the extensions'
+                                                  #   adjusted counts, kept extensions of count 1,
+                                                  #   2, 3+, adjusted counts of pruned extensions
+                  int32_t[::1] where):            # OUT (r,) row of each context in ``lower``
+    """Find the context of each routed n-gram among the part's (k-1)-grams and add
+    the n-gram's statistics to it (``_kn_probs.order_probs``'s sums).  The context
+    ``v x`` is the child ``v`` of node ``x`` (children are contiguous and sorted by
+    first word); for bigrams the context is the word itself (row ``word - lo``).
+    The records hit the contexts in no useful order, so each record's node is
+    fetched AHEAD records early, and its first child AHEAD/2 early.  Returns how
+    many contexts were absent (a bug)."""
+    cdef Py_ssize_t r = node.shape[0], c = sums.shape[0], i, j, width = lower.shape[1]
+    cdef int64_t row, nodes = child.shape[0] - 1, y
+    cdef uint64_t x
+    cdef int64_t missing = 0
+    cdef const int32_t *low = &lower[0, 0] if lower.shape[0] else NULL
+    if first.shape[0] != r or adj.shape[0] != r or mark.shape[0] != r or where.shape[0] != r:
+        raise ValueError("context_stats: routed arrays of different lengths")
+    if sums.shape[1] != 5 or (not by_word and lower.shape[0] != c):
+        raise ValueError("context_stats: context arrays of different shapes")
+    if not by_word and (nodes < 0 or (nodes and child[nodes] > c)):
+        raise ValueError("context_stats: the child index does not fit the contexts")
+    with nogil:
+        for i in range(r):
+            j = i + AHEAD
+            if j < r:
+                y = node[j]
+                if by_word:
+                    if lo <= y < lo + c:
+                        __builtin_prefetch(&sums[y - lo, 0])
+                elif 0 <= y < nodes:
+                    __builtin_prefetch(&child[y])
+            j = i + AHEAD // 2
+            if not by_word and j < r:
+                y = node[j]
+                if 0 <= y < nodes and child[y] < c:
+                    __builtin_prefetch(low + child[y] * width)
+                    __builtin_prefetch(&sums[child[y], 0])
+            y = node[i]
+            if by_word:
+                row = y - lo if lo <= y < lo + c else -1
+            elif 0 <= y < nodes:
+                row = _child_row(low, width, child[y], child[y + 1], first[i])
             else:
-                ov[i] = -1
+                row = -1
+            where[i] = <int32_t> row
+            if row < 0:
                 missing += 1
-    return out, missing
+                continue
+            x = adj[i]
+            sums[row, 0] += x
+            if pruning and mark[i]:
+                sums[row, 4] += x
+            elif x > 0:
+                sums[row, x if x < 3 else 3] += 1
+    return missing

@@ -175,38 +175,33 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
     free(sums)
 
 
-def context_weights(const uint64_t[::1] denom,    # IN (c,) sum of the extensions' adjusted counts
-                    const uint64_t[:, ::1] nk,    # IN (c, 3) kept extensions of count 1, 2, 3+
-                    const uint64_t[::1] pruned,   # IN (c,) adjusted counts of pruned extensions
-                    const float[::1] disc,        # IN (4,) the extensions' order's discounts
-                    float[::1] fdenom,            # OUT (c,) denominators as float
-                    float[::1] gamma,             # OUT (c,) interpolation weights
-                    float[::1] backoff):          # OUT (c,) log10 back-offs of the contexts
+def context_weights(const uint64_t[:, ::1] sums,  # IN (c, 5) per context (see context_stats)
+                    const float[::1] disc,       # IN (4,) the extensions' order's discounts
+                    float[:, ::1] weights,       # OUT (c, 2) denominator as float, gamma
+                    float[::1] backoff):         # OUT (c,) log10 back-offs of the contexts
     """Each context's weight and back-off from its summed statistics, as
-    ``_kn.order_probs`` computes them."""
-    cdef Py_ssize_t c = denom.shape[0], i
+    ``order_probs`` computes them."""
+    cdef Py_ssize_t c = sums.shape[0], i
     cdef float g
-    if nk.shape[0] != c or pruned.shape[0] != c or fdenom.shape[0] != c or gamma.shape[0] != c \
-            or backoff.shape[0] != c:
-        raise ValueError("context_weights: arrays of different lengths")
+    if sums.shape[1] != 5 or weights.shape[0] != c or weights.shape[1] != 2 or backoff.shape[0] != c:
+        raise ValueError("context_weights: arrays of different shapes")
     with nogil:
         for i in range(c):
-            if denom[i]:
-                g = _gamma(nk[i, 0], nk[i, 1], nk[i, 2], pruned[i], <float> denom[i], &disc[0])
-                fdenom[i] = <float> denom[i]
-                gamma[i] = g
+            if sums[i, 0]:
+                g = _gamma(sums[i, 1], sums[i, 2], sums[i, 3], sums[i, 4], <float> sums[i, 0], &disc[0])
+                weights[i, 0] = <float> sums[i, 0]
+                weights[i, 1] = g
                 backoff[i] = _backoff(g)
             else:
-                fdenom[i] = 0.0
-                gamma[i] = 0.0
+                weights[i, 0] = 0.0
+                weights[i, 1] = 0.0
                 backoff[i] = 0.0
 
 
 def interp_probs(const uint64_t[::1] adj,        # IN (m,) adjusted counts
                  const uint8_t[::1] mark,        # IN (m,) 1 = pruned
                  const int64_t[::1] ctx,         # IN (m,) row of each n-gram's context weights
-                 const float[::1] fdenom,        # IN context denominators
-                 const float[::1] gamma,         # IN context weights
+                 const float[:, ::1] weights,    # IN context (denominator, gamma)
                  const int32_t[::1] parent,      # IN (m,) row of the suffix in prob_prev
                  const float[::1] prob_prev,     # IN probabilities of the order below
                  const float[::1] disc,          # IN (4,) this order's discounts
@@ -214,13 +209,13 @@ def interp_probs(const uint64_t[::1] adj,        # IN (m,) adjusted counts
                  float[::1] prob,                # OUT (m,) probabilities (NaN if pruned)
                  float[::1] logprob):            # OUT (m,) min(0, log10 prob)
     """Interpolated probabilities p = (a - D(a)) / denom(c) + gamma(c) p(suffix),
-    as ``_kn.order_probs`` computes them."""
+    as ``order_probs`` computes them."""
     cdef Py_ssize_t m = adj.shape[0], i
     cdef int64_t c
     cdef float p
     if mark.shape[0] != m or ctx.shape[0] != m or parent.shape[0] != m or prob.shape[0] != m \
-            or logprob.shape[0] != m:
-        raise ValueError("interp_probs: arrays of different lengths")
+            or logprob.shape[0] != m or weights.shape[1] != 2:
+        raise ValueError("interp_probs: arrays of different shapes")
     with nogil:
         for i in range(m):
             if pruning and mark[i]:
@@ -228,7 +223,7 @@ def interp_probs(const uint64_t[::1] adj,        # IN (m,) adjusted counts
                 logprob[i] = 0.0
                 continue
             c = ctx[i]
-            p = _uninterp(adj[i], fdenom[c], &disc[0])
-            p = p + gamma[c] * prob_prev[parent[i]]
+            p = _uninterp(adj[i], weights[c, 0], &disc[0])
+            p = p + weights[c, 1] * prob_prev[parent[i]]
             prob[i] = p
             logprob[i] = _log10_clamped(p)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from nplm.backoff import _kn, _kn_merge
 from nplm.backoff.estimate import DiscountError, estimate, parse_size
 from nplm.backoff.estimate.partitioned import plan_parts
 
@@ -145,3 +146,46 @@ def test_parts_cover_every_word_and_are_never_empty():
         assert b[0] == 0 and b[-1] == 1000 and (np.diff(b) > 0).all()
         rows = [int(hist[b[i]:b[i + 1]].sum()) for i in range(len(b) - 1)]
         assert all(r > 0 for r in rows)
+
+
+def test_routing_is_a_stable_sort_by_part():
+    import numpy as np
+    rng = np.random.default_rng(1)
+    for parts in (1, 3, 64):
+        target = rng.integers(0, parts, size=5000).astype(np.int32)
+        pos, starts = _kn_merge.bucket_positions(target, parts)
+        order = np.empty_like(pos)
+        order[pos] = np.arange(len(pos))
+        assert (order == np.argsort(target, kind="stable")).all()
+        assert (np.diff(starts) == np.bincount(target, minlength=parts)).all()
+    with pytest.raises(ValueError):
+        _kn_merge.bucket_positions(np.array([0, 2], dtype=np.int32), 2)
+
+
+def test_context_sums_by_trie_against_brute_force():
+    """Trigram records find their bigram contexts by the suffix trie (node = the
+    context's last word, first = its first word) and sum like a dict would."""
+    import numpy as np
+    rng = np.random.default_rng(2)
+    lo, words = 10, 30                       # the part holds words 10..29
+    bigrams = sorted({(int(v), int(x)) for v, x in rng.integers(0, 40, size=(300, 2)) if lo <= x < lo + words},
+                     key=lambda g: (g[1], g[0]))     # suffix order
+    lower = np.array(bigrams, dtype=np.int32)
+    child = _kn.child_begin(np.ascontiguousarray(lower[:, 1] - lo), words)
+    pick = rng.integers(0, len(bigrams), size=2000)
+    node, first = lower[pick, 1] - lo, lower[pick, 0]
+    adj = rng.integers(1, 6, size=2000).astype(np.uint64)
+    mark = (rng.random(2000) < 0.2).astype(np.uint8)
+    sums = np.zeros((len(bigrams), 5), np.uint64)
+    where = np.empty(2000, dtype=np.int32)
+    missing = _kn_merge.context_stats(node.astype(np.int32), first.astype(np.int32), adj, mark, lower, child, lo,
+                                      False, True, sums, where)
+    assert missing == 0 and (where == pick).all()
+    for row in range(len(bigrams)):
+        sel = pick == row
+        kept = adj[sel & (mark == 0)]
+        assert list(sums[row]) == [adj[sel].sum(), (kept == 1).sum(), (kept == 2).sum(), (kept >= 3).sum(),
+                                   adj[sel & (mark == 1)].sum()]
+    absent = np.array([words + 5], dtype=np.int32)      # a node outside the part
+    assert _kn_merge.context_stats(absent, absent, adj[:1], mark[:1], lower, child, lo, False, True,
+                                   sums, where[:1]) == 1

@@ -49,8 +49,7 @@ class Counts:
         self.counter.reset_table()
         _kn.release_free_memory()
         run = f"run{len(self.runs)}"
-        folder.save(run + ".keys", keys)
-        folder.save(run + ".counts", counts)
+        save_run(folder, run, keys, counts)
         self.runs.append(run)
         self.folder = folder
         del keys, counts
@@ -61,6 +60,18 @@ class Counts:
         if run not in self.maps:
             self.maps[run] = (self.folder.load(run + ".keys"), self.folder.load(run + ".counts"))
         return self.maps[run]
+
+    def run_histogram(self, run, vocab_size):
+        """How many of a run's n-grams end in each word (V,) int64, as saved with it
+        (or counted from the run, whose pages are then dropped)."""
+        try:
+            hist = self.folder.load(run + ".hist", mmap=False)
+        except FileNotFoundError:
+            hist = last_words(self.load_run(run)[0])
+            self.release()
+        out = np.zeros(vocab_size, dtype=np.int64)
+        out[:len(hist)] = hist
+        return out
 
     def release(self):
         """Drop the mapped runs' pages from resident memory (they stay mapped)."""
@@ -74,9 +85,22 @@ class Counts:
     def drop_runs(self):
         for run in self.runs:
             self.maps.pop(run, None)
-            self.folder.delete(run + ".keys")
-            self.folder.delete(run + ".counts")
+            for part in (".keys", ".counts", ".hist"):
+                self.folder.delete(run + part)
         self.runs = []
+
+
+def last_words(keys):
+    """How many of the n-grams ``keys`` end in each word: (max id + 1,) int64."""
+    return np.bincount(np.asarray(keys)[:, -1], minlength=1).astype(np.int64)
+
+
+def save_run(folder, run, keys, counts):
+    """Write a suffix-sorted run into ``folder``, with its ``last_words`` (the plan
+    of the parts reads those rather than the runs, and cuts the runs by them)."""
+    folder.save(run + ".keys", keys)
+    folder.save(run + ".counts", counts)
+    folder.save(run + ".hist", last_words(keys))
 
 
 def table_peak(counter):

@@ -179,8 +179,7 @@ def runs_from_files(paths, folder, order, skip_symbols):
     runs = []
     for i, (shard, ids) in enumerate(zip(shards, maps)):
         keys, counts = renumbered(shard, ids)
-        folder.save(f"run{i}.keys", keys)
-        folder.save(f"run{i}.counts", counts)
+        counting.save_run(folder, f"run{i}", keys, counts)
         runs.append(f"run{i}")
     stats = {s: sum(sh.stats[s] for sh in shards) for s in STATS}
     merged = ShardCounts(vocab, None, None, order, bool(skip_symbols), stats, " ".join(map(str, paths)))

@@ -34,14 +34,16 @@ from nplm.backoff.estimate.counts import ShardCounts, VocabularyOf, merged_vocab
 from nplm.backoff.estimate.discount import discounts as order_discounts
 from nplm.backoff.estimate.interpolate import unigrams
 from nplm.backoff.estimate.partitioned import (
+    ROUTED,
     adjust_segments,
-    context_sums,
     context_weights,
+    lower_index,
     part_probs,
     plan_parts,
+    route_contexts,
     run_histogram,
     run_segment,
-    split_by_part,
+    word_parts,
 )
 from nplm.backoff.estimate.report import Report
 from nplm.backoff.estimate.write import kept_rows, renumbering
@@ -106,31 +108,36 @@ def adjust_summary(part):
     return stats, adj1, last_word, last_raw
 
 
-def contexts_task(part, k, pruning, bounds):
+def contexts_task(part, k, prev, word_part, parts):
+    """The part's order-k n-grams routed to the parts holding their contexts; ``prev``
+    is the part's ``probs_task`` result of order k-1 (unused for k = 2)."""
     arrays = part[0][k]
-    ctx, sums, inverse = context_sums(arrays["words"], arrays["adj"], arrays["mark"], pruning)
-    return ctx, sums, inverse, split_by_part(ctx, bounds)
+    return route_contexts(arrays["words"], arrays["adj"], arrays["mark"], arrays["parent"],
+                          prev[2] if k > 2 else None, word_part, parts)
 
 
-def piece_task(contexts, q):
-    ctx, sums, _, offsets = contexts
-    return ctx[offsets[q]:offsets[q + 1]], sums[offsets[q]:offsets[q + 1]]
+def piece_task(routed, q):
+    records, starts = routed
+    return {name: records[name][starts[q]:starts[q + 1]] for name in ROUTED}
 
 
-def weights_task(pieces, lower, k, disc):
+def weights_task(pieces, lower, k, disc, lo, hi, pruning):
     """(back-offs of the part's (k-1)-grams, the weights of each asking part's piece)."""
-    if k > 2:
-        lower = lower[0][k - 1]["words"]
-    backoff, weights = context_weights([p[0] for p in pieces], [p[1] for p in pieces], lower, disc)
-    ends = np.cumsum([0] + [len(p[0]) for p in pieces])
-    return backoff, [weights[ends[i]:ends[i + 1]] for i in range(len(pieces))]
+    if k == 2:
+        index, contexts = (None, None), hi - lo
+    else:
+        arrays = lower[0][k - 1]
+        nodes = hi - lo if k == 3 else len(lower[0][k - 2]["adj"])
+        index, contexts = lower_index(arrays["words"], arrays["parent"], nodes, lo, k), len(arrays["adj"])
+    return context_weights(pieces, *index, contexts, lo, disc, pruning)
 
 
-def probs_task(part, k, contexts, weights, prev, disc, pruning):
+def probs_task(part, k, word_part, weights, prev, disc, pruning):
     arrays = part[0][k]
-    w = np.concatenate([wq[1][i] for wq, i in weights]) if weights else np.zeros((0, 2), np.float32)
+    returned = [wq[1][i] for wq, i in weights]
     prev = prev if k == 2 else prev[0]
-    return part_probs(arrays["adj"], arrays["mark"], contexts[2], w, arrays["parent"], prev, disc, pruning)
+    return part_probs(arrays["words"], arrays["adj"], arrays["mark"], arrays["parent"], prev, word_part,
+                      returned, disc, pruning)
 
 
 def rows_task(part, k, probs, backoff, new_id, highest):
@@ -186,6 +193,7 @@ class DaskEstimate:
         self.runs = [self.submit(shard_run, s, ids, v) for s, ids in zip(self.shards, maps)]
         hist = sum(self.client.gather([self.submit(run_hist, r) for r in self.runs]))
         self.plan = plan_parts(hist, v, -(-int(hist.sum()) // self.parts), self.parts)
+        self.word_part = self.client.scatter(word_parts(self.plan.bounds), broadcast=True)
         self.report.say(f"{len(ranges)} shards, {self.plan.parts} parts on the cluster")
         return self.vocabulary
 
@@ -208,13 +216,14 @@ class DaskEstimate:
         """Back-offs of order k-1 (for unigrams, an array; else futures per part)
         and futures of order k's (prob, logprob) per part."""
         parts, pruning, b = self.plan.parts, self.config.pruning, self.plan.bounds
-        ctx = [self.submit(contexts_task, a, k, pruning, b) for a in self.adjusted]
+        routed = [self.submit(contexts_task, a, k, None if k == 2 else prev[p], self.word_part, parts)
+                  for p, a in enumerate(self.adjusted)]
         weights = []
         for q in range(parts):
-            pieces = [self.submit(piece_task, c, q) for c in ctx]
-            lower = (np.arange(b[q], b[q + 1], dtype=np.int32)[:, None] if k == 2 else self.adjusted[q])
-            weights.append(self.submit(weights_task, pieces, lower, k, disc))
-        probs = [self.submit(probs_task, self.adjusted[p], k, ctx[p], [(w, p) for w in weights],
+            pieces = [self.submit(piece_task, r, q) for r in routed]
+            weights.append(self.submit(weights_task, pieces, None if k == 2 else self.adjusted[q], k, disc,
+                                       int(b[q]), int(b[q + 1]), pruning))
+        probs = [self.submit(probs_task, self.adjusted[p], k, self.word_part, [(w, p) for w in weights],
                              prev if k == 2 else prev[p], disc, pruning) for p in range(parts)]
         return weights, probs
 

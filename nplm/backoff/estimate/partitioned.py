@@ -7,12 +7,16 @@ ranges of the last word, each part is merged and adjusted alone (``adjust_parts`
 and only two things cross parts, both per order k and keyed by the context c (the
 n-gram minus its last word, which ends in another part):
 
-* the context statistics: each part sums, per context, its n-grams' adjusted
-  counts and counts-of-counts (``context_sums``); the part that holds c as an
-  (k-1)-gram adds up every part's sums and computes c's weight and back-off
-  (``context_weights``);
+* the context statistics: each part routes its n-grams' adjusted counts and
+  marks to the part that holds c as a (k-1)-gram (``route_contexts``, a stable
+  counting sort by part); that part finds c in its suffix trie, as the in-memory
+  estimation does (the context ``v x`` of ``v x w`` is the child ``v`` of the
+  context ``x`` of the suffix ``x w``, whose row the suffix's own part kept from
+  the order below), sums the statistics per context and computes c's weight and
+  back-off (``context_weights``); nothing is sorted;
 * the weights go back to the parts that asked (``part_probs``), which interpolate
-  with the suffix's probability, held in the same part.
+  with the suffix's probability, held in the same part, and keep the row of each
+  n-gram's context for the next order.
 
 Integer sums are exact in any order and every float is computed by the same
 kernel as in memory, so the model is the in-memory one, byte for byte.  Between
@@ -21,6 +25,7 @@ The same steps, run as Dask tasks, are the distributed estimation.
 """
 import contextlib
 import dataclasses
+import functools
 import mmap
 import os
 
@@ -32,10 +37,17 @@ from nplm.backoff.estimate.discount import discounts as order_discounts
 from nplm.backoff.estimate.interpolate import unigrams
 from nplm.backoff.estimate.write import kept_rows, renumbering
 
-# Bytes per merged highest-order n-gram that one part's passes hold at most (the
-# merged run and its mapped sources, every order's adjusted arrays, the sort and
-# sums of the context pass), over 4 bytes per word of an n-gram.
-PART_BYTES_PER_WORD = 56
+# Bytes per highest-order n-gram of the runs that one part's passes hold at most
+# (the merged run and its mapped sources, every order's adjusted arrays, the
+# records and sums of the context pass), over 4 bytes per word of an n-gram:
+# measured 19 (6.4M words of tools/bench_scale.py's corpus, order 5), with room.
+PART_BYTES_PER_WORD = 32
+# The share of the budget that the parts are cut for; the rest keeps the arrays
+# between passes in memory rather than on disk (PartStore).
+PART_SHARE = 0.5
+# Bytes per highest-order n-gram of the arrays of one order's passes that live
+# for that order only (records, weights, rows of contexts, probabilities).
+TRANSIENT_BYTES = 45
 MAX_PARTS = 64
 
 
@@ -76,85 +88,94 @@ def run_segment(keys, counts, lo, hi):
     return keys[a:b], counts[a:b]
 
 
-def group_rows(rows):
-    """Sort ``rows`` (m, w) in suffix order and group equal ones: (sorting
-    permutation, distinct rows, start of each group in sorted order, group of each
-    original row)."""
-    m, w = rows.shape
-    order = np.argsort(rows[:, 0], kind="stable") if w == 1 else np.lexsort(rows.T)
-    s = rows[order]
-    new = np.ones(m, dtype=bool)
-    new[1:] = (s[1:] != s[:-1]).any(axis=1)
-    starts = np.flatnonzero(new)
-    inverse = np.empty(m, dtype=np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    return order, np.ascontiguousarray(s[starts]), starts, inverse
+def word_parts(bounds):
+    """The part of each word id: (V,) int32."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    return np.repeat(np.arange(len(bounds) - 1, dtype=np.int32), np.diff(bounds))
 
 
-def extension_stats(adj, mark, pruning):
-    """Per n-gram, what its context sums: (adjusted count, kept with count 1, 2, 3+,
-    pruned adjusted count), as ``_kn_probs.order_probs`` counts them."""
-    adj = np.asarray(adj)
-    vals = np.zeros((len(adj), 5), dtype=np.uint64)
-    vals[:, 0] = adj
-    kept = np.ones(len(adj), dtype=bool) if not pruning else np.asarray(mark) == 0
-    vals[:, 1] = kept & (adj == 1)
-    vals[:, 2] = kept & (adj == 2)
-    vals[:, 3] = kept & (adj >= 3)
-    if pruning:
-        vals[:, 4] = np.where(kept, 0, adj)
-    return vals
+def context_parts(words, word_part):
+    """The part holding each order-k n-gram's context: the part of its
+    second-to-last word, the context's last."""
+    return np.ascontiguousarray(word_part[np.asarray(words)[:, -2]], dtype=np.int32)
 
 
-def context_sums(words, adj, mark, pruning):
-    """One part's order-k n-grams summed per context: (distinct contexts (c, k-1)
-    suffix-sorted, sums (c, 5), context of each n-gram (m,))."""
-    order, contexts, starts, inverse = group_rows(np.asarray(words)[:, :-1])
-    vals = extension_stats(adj, mark, pruning)
-    sums = np.add.reduceat(vals[order], starts, axis=0) if len(starts) else vals[:0]
-    return contexts, sums, inverse
+ROUTED = ("node", "first", "adj", "mark")
 
 
-def split_by_part(contexts, bounds):
-    """Where the suffix-sorted contexts of each part start (their last word)."""
-    return np.searchsorted(contexts[:, -1], bounds).astype(np.int64)
+def route_contexts(words, adj, mark, parent, where_prev, word_part, parts):
+    """One part's order-k n-grams as records for the parts that hold their contexts:
+    ({name in ROUTED: array}, start of each part's records (parts+1,)); each part's
+    records are in row order.  A record names its context ``v x`` by the context's
+    first word ``v`` and the row ``node`` of ``x`` in its part (the row of the
+    n-gram's suffix's context, ``where_prev`` of ``parent``); for bigrams ``node``
+    is the context word itself."""
+    words = np.asarray(words)
+    pos, starts = _kn_merge.bucket_positions(context_parts(words, word_part), parts)
+    first = words[:, 0]
+    node = first if words.shape[1] == 2 else np.asarray(where_prev)[np.asarray(parent)]
+    routed = {}
+    for name, a in zip(ROUTED, (node, first, adj, mark)):
+        a = np.asarray(a)
+        routed[name] = np.empty(len(a), dtype=a.dtype)
+        routed[name][pos] = a
+    return routed, starts
 
 
-def context_weights(pieces_ctx, pieces_sums, lower, disc):
-    """Sum the pieces of every part's context statistics for this part's (k-1)-grams
-    ``lower``: (back-off of each row of ``lower``, (fdenom, gamma) of each piece row
-    in the order given)."""
-    allctx = np.concatenate(pieces_ctx) if pieces_ctx else np.zeros((0, lower.shape[1]), np.int32)
-    allsums = np.concatenate(pieces_sums) if pieces_sums else np.zeros((0, 5), np.uint64)
-    backoff = np.zeros(len(lower), dtype=np.float32)
-    if len(allctx) == 0:
-        return backoff, np.zeros((0, 2), dtype=np.float32)
-    order, distinct, starts, inverse = group_rows(allctx)
-    total = np.add.reduceat(allsums[order], starts, axis=0)
-    c = len(distinct)
-    fdenom, gamma, bo = (np.empty(c, dtype=np.float32) for _ in range(3))
-    _kn_probs.context_weights(np.ascontiguousarray(total[:, 0]), np.ascontiguousarray(total[:, 1:4]),
-                              np.ascontiguousarray(total[:, 4]), disc, fdenom, gamma, bo)
-    where, missing = _kn_merge.locate(distinct, np.ascontiguousarray(lower, dtype=np.int32))
-    if missing:
-        raise RuntimeError(f"internal error: {missing} contexts of order {lower.shape[1] + 1} "
-                           "are missing")
-    backoff[where] = bo
-    return backoff, np.stack([fdenom[inverse], gamma[inverse]], axis=1)
+def lower_index(words, parent, nodes, lo, k):
+    """A part's (k-1)-grams ``words`` as ``context_stats`` searches them: (words,
+    where the children of each of the part's ``nodes`` (k-2)-grams start); (None,
+    None) for k = 2, whose contexts are the part's words."""
+    if k == 2:
+        return None, None
+    parent = np.asarray(parent)
+    if k == 3:          # bigrams' suffix links are word ids
+        parent = parent - np.int32(lo)
+    return (np.ascontiguousarray(words, dtype=np.int32),
+            _kn.child_begin(np.ascontiguousarray(parent, dtype=np.int32), nodes))
 
 
-def part_probs(adj, mark, inverse, weights, parent, prob_prev, disc, pruning):
-    """Interpolated probabilities of one part's order-k n-grams from their contexts'
-    weights (rows of ``weights`` by ``inverse``): (prob, logprob)."""
+def context_weights(pieces, lower, child, contexts, lo, disc, pruning):
+    """Sum every part's records (``pieces``: dicts of ROUTED arrays) for this part's
+    ``contexts`` (k-1)-grams, indexed by ``lower_index``'s (lower, child), or
+    its words from ``lo`` on for k = 2: (back-off of each (k-1)-gram, per piece
+    (weights (denominator, gamma) of each record's context, the context's row))."""
+    by_word = lower is None
+    if by_word:
+        lower, child = np.zeros((0, 1), dtype=np.int32), np.zeros(1, dtype=np.int64)
+    sums = np.zeros((contexts, 5), dtype=np.uint64)
+    wheres = []
+    for piece in pieces:
+        where = np.empty(len(piece["node"]), dtype=np.int32)
+        missing = _kn_merge.context_stats(*(np.ascontiguousarray(piece[name]) for name in ROUTED), lower,
+                                          child, lo, by_word, pruning, sums, where)
+        if missing:
+            raise RuntimeError(f"internal error: {missing} contexts of order {lower.shape[1] + 1} "
+                               "are missing")
+        wheres.append(where)
+    weights = np.empty((contexts, 2), dtype=np.float32)
+    backoff = np.empty(contexts, dtype=np.float32)
+    _kn_probs.context_weights(sums, disc, weights, backoff)
+    del sums
+    return backoff, [(np.take(weights, w, axis=0), w) for w in wheres]     # (take: 5x fancy indexing's speed)
+
+
+def part_probs(words, adj, mark, parent, prob_prev, word_part, returned, disc, pruning):
+    """Interpolated probabilities of one part's order-k n-grams from the weights
+    that each part returned for its records (``returned[q]``: weights, row of the
+    context): (prob, logprob, row of each n-gram's context in its part)."""
+    pos, starts = _kn_merge.bucket_positions(context_parts(words, word_part), len(returned))
+    if not np.array_equal(np.diff(starts), [len(r[1]) for r in returned]):
+        raise RuntimeError("internal error: the returned weights do not match the part's n-grams")
+    weights = np.concatenate([r[0] for r in returned]) if returned else np.zeros((0, 2), np.float32)
+    where = np.concatenate([r[1] for r in returned]) if returned else np.zeros(0, np.int32)
     m = len(adj)
     prob = np.empty(m, dtype=np.float32)
     logprob = np.empty(m, dtype=np.float32)
-    fdenom = np.ascontiguousarray(weights[:, 0])
-    gamma = np.ascontiguousarray(weights[:, 1])
-    _kn_probs.interp_probs(np.ascontiguousarray(adj), np.ascontiguousarray(mark), inverse, fdenom, gamma,
+    _kn_probs.interp_probs(np.ascontiguousarray(adj), np.ascontiguousarray(mark), pos, weights,
                            np.ascontiguousarray(parent), np.ascontiguousarray(prob_prev), disc, pruning,
                            prob, logprob)
-    return prob, logprob
+    return prob, logprob, where[pos]
 
 
 def adjust_segments(keys_list, counts_list, config, prune_word, last):
@@ -183,13 +204,33 @@ def release_pages(array):
             m.madvise(mmap.MADV_DONTNEED)
 
 
-class PartStore:
-    """The arrays of every part between passes, in the temporary folder: the arrays
-    of one part, order and pass share a file (opening and removing files is what
-    costs on many file systems), mapped once and read as views."""
+def owned(a):
+    """``a`` as a C-contiguous array that holds about its own bytes (a small view
+    of a large array is copied, so that keeping it does not keep the large one)."""
+    a = np.ascontiguousarray(a)
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return a.copy() if root.nbytes > a.nbytes + (a.nbytes >> 2) + 4096 else a
 
-    def __init__(self, folder):
+
+class PartStore:
+    """The arrays of every part between passes: in memory while they fit in
+    ``limit`` bytes, else in the temporary folder (writing is what the passes
+    would otherwise spend most on).  Arrays of the ``TRANSIENT`` groups, which
+    live for one order's passes, may use all of ``limit``; the others, which
+    live until the model is written, leave ``reserve`` bytes of it to them.  On
+    disk the arrays of one part, order and group share a file (opening and
+    removing files is what costs on many file systems), mapped once and read as
+    views.  Arrays read back are read-only either way."""
+
+    TRANSIENT = frozenset({"routed", "weights", "where", "prob"})
+
+    def __init__(self, folder, limit=0, reserve=0):
         self.folder = folder
+        self.limit, self.reserve = limit, reserve
+        self.held = 0           # bytes of the arrays in memory
+        self.memory = {}        # (p, k, group) -> {name: array}
         self.index = {}         # (p, k, group) -> {name: (offset, dtype, shape)}
         self.maps = {}          # (p, k, group) -> the file mapped read-only
 
@@ -198,22 +239,35 @@ class PartStore:
 
     def put(self, p, k, group, **arrays):
         key = (p, k, group)
+        self.drop(p, k, group)
+        arrays = {name: owned(a) for name, a in arrays.items()}
+        size = sum(a.nbytes for a in arrays.values())
+        room = self.limit - (0 if group in self.TRANSIENT else self.reserve)
+        if self.held + size <= room:
+            self.memory[key] = arrays
+            self.held += size
+            return
         entries, offset = {}, 0
         for name, a in arrays.items():
-            a = np.ascontiguousarray(a)
             entries[name] = (offset, a.dtype, a.shape)
             offset += -(-a.nbytes // 64) * 64
         self.folder.check_space(offset)
         with open(self.path(key), "wb") as f:
             for name, a in arrays.items():
                 f.seek(entries[name][0])
-                self.folder.write(f, np.ascontiguousarray(a))
+                self.folder.write(f, a)
             f.truncate(max(offset, 1))
         self.index[key] = entries
-        self.maps.pop(key, None)
 
     def get(self, p, k, group, name, copy=False):
         key = (p, k, group)
+        if key in self.memory:
+            a = self.memory[key][name]
+            if copy:
+                return a.copy()
+            a = a.view()
+            a.flags.writeable = False
+            return a
         offset, dtype, shape = self.index[key][name]
         if key not in self.maps:
             self.maps[key] = np.memmap(self.path(key), dtype=np.uint8, mode="r")
@@ -232,10 +286,13 @@ class PartStore:
 
     def drop(self, p, k, group):
         key = (p, k, group)
+        if key in self.memory:
+            self.held -= sum(a.nbytes for a in self.memory.pop(key).values())
+            return
         self.maps.pop(key, None)
-        self.index.pop(key, None)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(key))
+        if self.index.pop(key, None) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path(key))
 
 
 class Partitioned:
@@ -246,38 +303,49 @@ class Partitioned:
         self.order = config.order
         self.vocab_size = vocab_size
         self.prune_word = prune_word
-        self.store = PartStore(counts.folder)
+        self.store = None
         self.adj1 = np.zeros(vocab_size, dtype=np.uint64)
         self.mark1 = np.zeros(vocab_size, dtype=np.uint8)
         self.stats = np.zeros((self.order, 7), dtype=np.uint64)
         self.plan = None
+        self.segments = None
+        self.word_part = None
         self.sizes = None
 
     def make_plan(self, budget):
+        """Cut the words into parts from the runs' histograms of last words, and
+        each run into the parts' segments (rows ``segments[r][p]`` on)."""
         hist = np.zeros(self.vocab_size, dtype=np.int64)
         for run in self.counts.runs:
-            keys, _ = self.counts.load_run(run)
-            hist += run_histogram(keys, self.vocab_size)
-        target = max(1, budget // (PART_BYTES_PER_WORD * (self.order + 2)))
-        self.plan = plan_parts(hist, self.vocab_size, target)
+            hist += self.counts.run_histogram(run, self.vocab_size)
+        per_row = PART_BYTES_PER_WORD * (self.order + 2)
+        self.plan = plan_parts(hist, self.vocab_size, max(1, int(budget * PART_SHARE) // per_row))
+        self.word_part = word_parts(self.plan.bounds)
+        self.segments = []
+        for run in self.counts.runs:
+            ends = np.concatenate([[0], np.cumsum(self.counts.run_histogram(run, self.vocab_size))])
+            self.segments.append(ends[self.plan.bounds])
+        largest = int(np.diff(np.concatenate([[0], np.cumsum(hist)])[self.plan.bounds]).max())
+        limit = max(0, budget - largest * per_row)
+        self.store = PartStore(self.counts.folder, limit, min(limit, TRANSIENT_BYTES * int(hist.sum())))
         self.sizes = np.zeros((self.plan.parts, self.order + 1), dtype=np.int64)
         self.report.say(f"{self.plan.parts} parts of about {int(hist.sum()) // self.plan.parts} "
                         f"n-grams in {len(self.counts.runs)} runs")
 
     def adjust_part(self, p):
-        lo, hi = self.plan.bounds[p], self.plan.bounds[p + 1]
         keys_l, counts_l = [], []
-        for run in self.counts.runs:
-            keys, counts = run_segment(*self.counts.load_run(run), lo, hi)
-            keys_l.append(np.ascontiguousarray(keys))
-            counts_l.append(np.ascontiguousarray(counts))
+        for run, ends in zip(self.counts.runs, self.segments):
+            keys, counts = self.counts.load_run(run)
+            keys_l.append(np.ascontiguousarray(keys[ends[p]:ends[p + 1]]))
+            counts_l.append(np.ascontiguousarray(counts[ends[p]:ends[p + 1]]))
         orders, stats, adj1, last_word, last_raw = adjust_segments(
             keys_l, counts_l, self.config, self.prune_word, p == self.plan.parts - 1)
         self.stats += stats
         self.adj1 += adj1
         for k, arrays in orders.items():
             self.sizes[p, k] = len(arrays["adj"])
-            self.store.put(p, k, "adjusted", **arrays)
+            self.store.put(p, k, "adjusted", adj=arrays["adj"], parent=arrays["parent"])
+            self.store.put(p, k, "ngrams", words=arrays["words"], mark=arrays["mark"])
         return last_word, last_raw
 
     def adjust_parts(self):
@@ -291,68 +359,83 @@ class Partitioned:
         _kn.unigram_stats(self.adj1, self.mark1, self.prune_word, self.config.limit_vocab_file is not None,
                           self.order, last_word, last_raw, self.stats)
 
-    def lower_rows(self, q, k):
-        """Part q's (k-1)-grams: word ids for unigrams."""
+    def lower(self, q, k):
+        """Part q's (k-1)-grams as ``context_weights`` takes them: (lower, child,
+        how many, first word id)."""
+        lo, hi = int(self.plan.bounds[q]), int(self.plan.bounds[q + 1])
         if k == 2:
-            lo, hi = self.plan.bounds[q], self.plan.bounds[q + 1]
-            return np.arange(lo, hi, dtype=np.int32)[:, None]
-        return self.store.get(q, k - 1, "adjusted", "words")
+            return None, None, hi - lo, lo
+        nodes = hi - lo if k == 3 else int(self.sizes[q, k - 2])
+        lower, child = lower_index(self.store.get(q, k - 1, "ngrams", "words"),
+                                   self.store.get(q, k - 1, "adjusted", "parent"), nodes, lo, k)
+        return lower, child, int(self.sizes[q, k - 1]), lo
+
+    def route(self, k):
+        """Each part's order-k n-grams routed to the parts holding their contexts:
+        (parts, parts) how many records part p sends to part q."""
+        parts = self.plan.parts
+        sent = np.zeros((parts, parts), dtype=np.int64)
+        for p in self.report.passes(range(parts), f"contexts {k}", parts):
+            get = functools.partial(self.store.get, p, k)
+            where_prev = self.store.get(p, k - 1, "where", "where") if k > 2 else None
+            routed, starts = route_contexts(get("ngrams", "words"), get("adjusted", "adj"), get("ngrams", "mark"),
+                                            get("adjusted", "parent"), where_prev, self.word_part, parts)
+            sent[p] = np.diff(starts)
+            self.store.put(p, k, "routed", **routed)
+            if k > 2:
+                self.store.drop(p, k - 1, "where")
+            del routed, where_prev
+            self.store.release()
+        return sent
 
     def order_pass(self, k, disc, prob1, backoff1):
         """Back-offs of order k-1 and probabilities of order k, for every part."""
-        parts, pruning = self.plan.parts, self.config.pruning
-        offsets = []
-        for p in self.report.passes(range(parts), f"contexts {k}", parts):
-            ctx, sums, inverse = context_sums(self.store.get(p, k, "adjusted", "words"),
-                                              self.store.get(p, k, "adjusted", "adj"),
-                                              self.store.get(p, k, "adjusted", "mark"), pruning)
-            offsets.append(split_by_part(ctx, self.plan.bounds))
-            self.store.put(p, k, "context", ctx=ctx, sums=sums)
-            self.store.put(p, k, "inverse", inverse=inverse)
-            self.store.release()
-        ctxs = [self.store.get(p, k, "context", "ctx") for p in range(parts)]
-        sums = [self.store.get(p, k, "context", "sums") for p in range(parts)]
-        returned = []
+        parts = self.plan.parts
+        sent = self.route(k)
+        # [p, q]: where part p's records for part q start in p's routed file
+        begin = np.concatenate([np.zeros((parts, 1), np.int64), np.cumsum(sent, axis=1)], axis=1)
         for q in self.report.passes(range(parts), f"weights {k}", parts):
-            pieces_ctx = [ctxs[p][offsets[p][q]:offsets[p][q + 1]] for p in range(parts)]
-            pieces_sums = [sums[p][offsets[p][q]:offsets[p][q + 1]] for p in range(parts)]
-            backoff, weights = context_weights(pieces_ctx, pieces_sums, self.lower_rows(q, k), disc)
+            pieces = [{name: self.store.get(p, k, "routed", name)[begin[p, q]:begin[p, q + 1]]
+                       for name in ROUTED} for p in range(parts)]
+            lower, child, contexts, lo = self.lower(q, k)
+            backoff, returned = context_weights(pieces, lower, child, contexts, lo, disc, self.config.pruning)
             if k == 2:
-                backoff1[self.plan.bounds[q]:self.plan.bounds[q + 1]] = backoff
+                backoff1[lo:lo + contexts] = backoff
             else:
                 self.store.put(q, k - 1, "backoff", backoff=backoff)
-            self.store.put(q, k, "weights", weights=weights)
-            returned.append(np.cumsum([0] + [len(c) for c in pieces_ctx]))
-            del pieces_ctx, pieces_sums, ctxs, sums
+            self.store.put(q, k, "weights", **{name: np.concatenate([r[i] for r in returned])
+                                               for i, name in enumerate(("weights", "where"))})
+            del pieces, lower, child, backoff, returned
             self.store.release()
-            ctxs = [self.store.get(p, k, "context", "ctx") for p in range(parts)]
-            sums = [self.store.get(p, k, "context", "sums") for p in range(parts)]
-        del ctxs, sums
         for p in range(parts):
-            self.store.drop(p, k, "context")
-        self.probabilities(k, disc, prob1, returned)
-        for q in range(parts):
-            self.store.drop(q, k, "weights")
+            self.store.drop(p, k, "routed")
+        self.probabilities(k, disc, prob1, sent)
+        for p in range(parts):
+            self.store.drop(p, k, "weights")
+            self.store.drop(p, k - 1, "prob")
+            self.store.drop(p, k - 1, "adjusted")
+            if k == self.order:
+                self.store.drop(p, k, "adjusted")
 
-    def probabilities(self, k, disc, prob1, returned):
+    def probabilities(self, k, disc, prob1, sent):
+        """Interpolate each part's order-k n-grams with the weights the parts
+        returned (part q's weights file holds the records of part 0, 1, ... in turn)."""
         parts = self.plan.parts
-        weights_of = [self.store.get(q, k, "weights", "weights") for q in range(parts)]
+        at = np.concatenate([np.zeros((1, parts), np.int64), np.cumsum(sent, axis=0)])   # [p, q]
         for p in self.report.passes(range(parts), f"probabilities {k}", parts):
-            weights = np.concatenate([weights_of[q][returned[q][p]:returned[q][p + 1]] for q in range(parts)])
-            prev = prob1 if k == 2 else self.store.get(p, k - 1, "probs", "prob")
-            prob, logprob = part_probs(self.store.get(p, k, "adjusted", "adj"),
-                                       self.store.get(p, k, "adjusted", "mark"),
-                                       self.store.get(p, k, "inverse", "inverse"), weights,
-                                       self.store.get(p, k, "adjusted", "parent"), prev, disc,
-                                       self.config.pruning)
+            returned = [tuple(self.store.get(q, k, "weights", name)[at[p, q]:at[p + 1, q]]
+                              for name in ("weights", "where")) for q in range(parts)]
+            get = functools.partial(self.store.get, p, k)
+            prev = prob1 if k == 2 else self.store.get(p, k - 1, "prob", "prob")
+            prob, logprob, where = part_probs(get("ngrams", "words"), get("adjusted", "adj"), get("ngrams", "mark"),
+                                              get("adjusted", "parent"), prev, self.word_part, returned, disc,
+                                              self.config.pruning)
+            self.store.put(p, k, "logprob", logprob=logprob)
             if k < self.order:
-                self.store.put(p, k, "probs", logprob=logprob, prob=prob)
-            else:
-                self.store.put(p, k, "probs", logprob=logprob)
-            self.store.drop(p, k, "inverse")
-            del weights
+                self.store.put(p, k, "prob", prob=prob)
+                self.store.put(p, k, "where", where=where)
+            del returned, prev, prob, logprob, where
             self.store.release()
-            weights_of = [self.store.get(q, k, "weights", "weights") for q in range(parts)]
 
     def blocks(self, k, new_id, logprob1, backoff1):
         """Order k+1's rows for the ARPA writer, part after part."""
@@ -363,11 +446,11 @@ class Partitioned:
             return
         n = k + 1
         for p in range(self.plan.parts):
-            words = self.store.get(p, n, "adjusted", "words")
+            words = self.store.get(p, n, "ngrams", "words")
             backoff = (self.store.get(p, n, "backoff", "backoff") if n < self.order
                        else np.zeros(len(words), dtype=np.float32))
-            yield kept_rows(words, self.store.get(p, n, "probs", "logprob"), backoff,
-                            self.store.get(p, n, "adjusted", "mark"), new_id)
+            yield kept_rows(words, self.store.get(p, n, "logprob", "logprob"), backoff,
+                            self.store.get(p, n, "ngrams", "mark"), new_id)
             del words, backoff
             self.store.release()
 
