@@ -239,12 +239,12 @@ def test_a_read_error_after_a_build_error_is_the_one_reported(tmp_path):
     when the whole file is read first, and no file is left."""
     unigrams = ["-1\t<unk>", "-1\t<s>\t-0.5", "-0.5\t</s>", "-0.7\ta\t-0.2", "-1.2\tb\t-0.1"]
     path = tmp_path / "m.arpa"
-    path.write_text(_arpa(unigrams, ["-0.3\t<s> a\t-0.1", "-0.2\ta b\t-0.1"], ["-0.2\tb a b\t-0.1"],
+    path.write_text(arpa_text(unigrams, ["-0.3\t<s> a\t-0.1", "-0.2\ta b\t-0.1"], ["-0.2\tb a b\t-0.1"],
                           ["-0.2\t<s> a b a", "-0.x\ta b a b"]))
     with pytest.raises(nplm.FormatError, match=r"m.arpa:\d+: bad number '-0.x' in the 4-gram"):
         nplm.build_binary(str(path), str(tmp_path / "m.bin"), "probing")
     assert not (tmp_path / "m.bin").exists()
-    path.write_text(_arpa(unigrams, ["-0.3\t<s> a\t-0.1", "-0.2\ta b\t-0.1"], ["-0.2\tb a b\t-0.1"],
+    path.write_text(arpa_text(unigrams, ["-0.3\t<s> a\t-0.1", "-0.2\ta b\t-0.1"], ["-0.2\tb a b\t-0.1"],
                           ["-0.2\t<s> a b a", "-0.4\ta b a b"]))
     with pytest.raises(nplm.FormatError, match=r"m.arpa:19: the context of .*3-gram"):
         nplm.build_binary(str(path), str(tmp_path / "m.bin"), "probing")
