@@ -29,6 +29,7 @@ cdef class LMCore:
     cdef WordId eos_id
     cdef int score_word(self, const NState *in_state, WordId word, NState *out_state,
                         Ret *ret) except -1 nogil
+    cdef void prefetch(self, const NState *in_state, WordId word) noexcept nogil
     cdef void begin_state(self, NState *out) noexcept nogil
     cdef void null_state(self, NState *out) noexcept nogil
     cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil

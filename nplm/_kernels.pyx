@@ -283,6 +283,12 @@ cdef class LMCore:
         with gil:
             raise NotImplementedError("score_word")
 
+    cdef void prefetch(self, const NState *in_state, WordId word) noexcept nogil:
+        """A hint that score_word(in_state, word) follows soon: a model whose
+        lookups miss the CPU caches requests the memory now, so that a caller can
+        overlap several lookups' waits (the n-best rescorer does).  Default: none."""
+        pass
+
     cdef void begin_state(self, NState *out) noexcept nogil:
         out.length = 1
         out.words[0] = self.bos_id

@@ -97,6 +97,24 @@ cdef class BackoffCore(LMCore):
         out.words[0] = self.bos_id
         out.backoff[0] = self.uni[self.bos_id].backoff
 
+    cdef void prefetch(self, const NState *ins, WordId w) noexcept nogil:
+        # The buckets score_word(ins, w) probes first, one per order (its own
+        # prefetch pass, issued ahead of the call).
+        cdef uint64_t node
+        cdef int i, n_ctx = ins.length
+        if w >= self.n_uni:
+            w = 0
+        if n_ctx > self.order - 1:
+            n_ctx = self.order - 1
+        nplm_prefetch(&self.uni[w])
+        node = w
+        for i in range(n_ctx):
+            node = nplm_combine(node, ins.words[i])
+            if i == self.order - 2:
+                nplm_prefetch(&self.longest[nplm_fastrange(node, self.long_buckets)])
+            else:
+                nplm_prefetch(&self.mid[i][nplm_fastrange(node, self.mid_buckets[i])])
+
     cdef int score_word(self, const NState *ins, WordId w, NState *out,
                         Ret *ret) except -1 nogil:
         # (One function: the prefetch pass and the probes share the keys and buckets kept on the stack.)

@@ -28,13 +28,13 @@ Totals are added word by word in float32 from the left, the same additions as
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 from cython.parallel cimport prange, threadid
 
 import numpy as np
 
-from nplm._hashing cimport fmix64
+from nplm._hashing cimport fmix64, hash_bytes
 from nplm._kernels cimport LMCore, NState, Ret, Vocab, WordId, is_word_delimiter
 from nplm.backoff._arpa cimport format_float
 
@@ -50,9 +50,6 @@ cdef enum:
     SCAN_FIELD_COUNT = 3
     SCAN_NO_ID = 4
     SCAN_ID_SPACE = 5
-
-cdef uint64_t EMPTY = 0xFFFFFFFFFFFFFFFFULL
-
 
 # ---------------------------------------------------------------------------------
 # Lines
@@ -227,10 +224,31 @@ def assemble(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::
 
 
 # ---------------------------------------------------------------------------------
-# Scoring with shared prefixes and suffixes
+# Scoring with shared transitions
 
-cdef inline uint64_t _trie_key(int32_t parent, WordId w) noexcept nogil:
-    return (<uint64_t><uint32_t>parent << 32) | w
+cdef struct Trans:
+    # One (state, word) -> state transition of the model, with its probability.
+    uint64_t word           # hash_word() of the word; 0 for </s> (no word hashes to 0)
+    int32_t state           # the state before the word (-1: a free slot)
+    int32_t next            # the state after it
+    float prob              # log10 p(word | state)
+
+
+cdef struct Work:
+    # One thread's tables for the sentence it is scoring: the states met, interned
+    # (equal states share an id), and the transitions taken between them.
+    NState *states          # id -> state
+    uint64_t *state_hash    # id -> its hash
+    uint64_t *state_slot    # id -> its slot in `ids` (to clear it)
+    int32_t n_states
+    int32_t states_cap
+    int32_t *ids            # open addressing on the state's hash: slot -> id, or -1
+    uint64_t ids_mask
+    Trans *trans            # open addressing on (state, word)
+    uint64_t *trans_used    # the slots taken (to clear them)
+    int32_t n_trans
+    uint64_t trans_mask
+    int64_t lookups
 
 
 cdef inline uint64_t _state_hash(const NState *s) noexcept nogil:
@@ -238,77 +256,169 @@ cdef inline uint64_t _state_hash(const NState *s) noexcept nogil:
     cdef int i
     for i in range(s.length):
         h = h * 0x9E3779B97F4A7C15ULL + s.words[i]
-    return h
+    return fmix64(h)
 
 
 cdef inline bint _state_eq(const NState *a, const NState *b) noexcept nogil:
     return a.length == b.length and memcmp(a.words, b.words, a.length * sizeof(WordId)) == 0
 
 
-cdef struct Work:
-    # One thread's tables for the group of hypotheses it is scoring.
-    uint64_t mask               # hash table size - 1
-    Py_ssize_t cap              # prefix nodes the arrays hold
-    uint64_t slots              # hash slots allocated
-    NState *pstate              # prefix node -> state after it
-    float *ptotal               # prefix node -> float32 running total
-    uint64_t *pkeys             # (parent node, word) -> prefix node
-    int32_t *pvals
-    uint64_t *ckeys             # (state, suffix) cache: hash, suffix length,
-    int32_t *clen               # prefix node holding the state, where the
-    int32_t *cpnode             # suffix's probabilities are stored
-    int64_t *cpos
-    int32_t n_pnodes
-    int64_t lookups
+cdef inline uint64_t _trans_hash(int32_t state, uint64_t word) noexcept nogil:
+    return fmix64(word ^ (<uint64_t><uint32_t>state * 0x9E3779B97F4A7C15ULL))
 
 
 cdef void _work_free(Work *w) noexcept nogil:
-    free(w.pstate)
-    free(w.ptotal)
-    free(w.pkeys)
-    free(w.pvals)
-    free(w.ckeys)
-    free(w.clen)
-    free(w.cpnode)
-    free(w.cpos)
+    free(w.states)
+    free(w.state_hash)
+    free(w.state_slot)
+    free(w.ids)
+    free(w.trans)
+    free(w.trans_used)
     memset(w, 0, sizeof(Work))
 
 
-cdef int _work_alloc(Work *w, Py_ssize_t tokens) noexcept nogil:
-    """Tables for groups of up to ``tokens`` words; -1 when out of memory."""
-    cdef uint64_t slots = 64
-    while slots < 2 * <uint64_t>(tokens + 2):
-        slots <<= 1
-    _work_free(w)
-    w.pstate = <NState *>malloc((tokens + 2) * sizeof(NState))
-    w.ptotal = <float *>malloc((tokens + 2) * sizeof(float))
-    w.pkeys = <uint64_t *>malloc(slots * sizeof(uint64_t))
-    w.pvals = <int32_t *>malloc(slots * sizeof(int32_t))
-    w.ckeys = <uint64_t *>malloc(slots * sizeof(uint64_t))
-    w.clen = <int32_t *>malloc(slots * sizeof(int32_t))
-    w.cpnode = <int32_t *>malloc(slots * sizeof(int32_t))
-    w.cpos = <int64_t *>malloc(slots * sizeof(int64_t))
-    if (w.pstate == NULL or w.ptotal == NULL or w.pkeys == NULL or w.pvals == NULL
-            or w.ckeys == NULL or w.clen == NULL or w.cpnode == NULL or w.cpos == NULL):
-        _work_free(w)
+cdef int _grow_states(Work *w) noexcept nogil:
+    """Room for twice as many states (the id table rebuilt); -1 when out of memory."""
+    cdef int32_t cap = 2 * w.states_cap if w.states_cap else 256, i
+    cdef uint64_t slots = 2 * <uint64_t>cap, b
+    cdef void *p
+    p = realloc(w.states, cap * sizeof(NState))
+    if p == NULL:
         return -1
-    w.cap = tokens + 2
-    w.slots = slots
+    w.states = <NState *>p
+    p = realloc(w.state_hash, cap * sizeof(uint64_t))
+    if p == NULL:
+        return -1
+    w.state_hash = <uint64_t *>p
+    p = realloc(w.state_slot, cap * sizeof(uint64_t))
+    if p == NULL:
+        return -1
+    w.state_slot = <uint64_t *>p
+    p = malloc(slots * sizeof(int32_t))
+    if p == NULL:
+        return -1
+    free(w.ids)
+    w.ids = <int32_t *>p
+    w.ids_mask = slots - 1
+    w.states_cap = cap
+    memset(w.ids, 0xFF, slots * sizeof(int32_t))
+    for i in range(w.n_states):
+        b = w.state_hash[i] & w.ids_mask
+        while w.ids[b] >= 0:
+            b = (b + 1) & w.ids_mask
+        w.ids[b] = i
+        w.state_slot[i] = b
     return 0
 
 
+cdef int _grow_trans(Work *w) noexcept nogil:
+    """A transition table twice as large, the transitions moved; -1 when out of memory."""
+    cdef uint64_t slots = 2 * (w.trans_mask + 1) if w.trans != NULL else 1024, b, i
+    cdef Trans *old = w.trans
+    cdef Trans *t = <Trans *>malloc(slots * sizeof(Trans))
+    cdef void *p = realloc(w.trans_used, (slots // 2) * sizeof(uint64_t))
+    if t == NULL or p == NULL:
+        free(t)
+        if p != NULL:
+            w.trans_used = <uint64_t *>p
+        return -1
+    w.trans_used = <uint64_t *>p
+    for b in range(slots):
+        t[b].state = -1
+    for i in range(<uint64_t>w.n_trans):
+        b = _trans_hash(old[w.trans_used[i]].state, old[w.trans_used[i]].word) & (slots - 1)
+        while t[b].state >= 0:
+            b = (b + 1) & (slots - 1)
+        t[b] = old[w.trans_used[i]]
+        w.trans_used[i] = b
+    free(old)
+    w.trans = t
+    w.trans_mask = slots - 1
+    return 0
+
+
+cdef int32_t _intern(Work *w, const NState *s) noexcept nogil:
+    """The id of state ``s``, added when new; -1 when out of memory."""
+    cdef uint64_t h = _state_hash(s)
+    cdef uint64_t b = h & w.ids_mask
+    cdef int32_t i
+    while w.ids[b] >= 0:
+        i = w.ids[b]
+        if w.state_hash[i] == h and _state_eq(&w.states[i], s):
+            return i
+        b = (b + 1) & w.ids_mask
+    if w.n_states == w.states_cap:
+        if _grow_states(w) < 0:
+            return -1
+        b = h & w.ids_mask
+        while w.ids[b] >= 0:
+            b = (b + 1) & w.ids_mask
+    i = w.n_states
+    w.n_states += 1
+    memcpy(&w.states[i], s, sizeof(NState))
+    w.state_hash[i] = h
+    w.state_slot[i] = b
+    w.ids[b] = i
+    return i
+
+
+cdef int _reset(Work *w, LMCore core, bint bos) noexcept nogil:
+    """Empty tables whose state 0 is the sentence's start; -1 when out of memory."""
+    cdef int32_t i
+    cdef NState start
+    if w.trans == NULL and _grow_trans(w) < 0:
+        return -1
+    if w.states == NULL and _grow_states(w) < 0:
+        return -1
+    for i in range(w.n_trans):
+        w.trans[w.trans_used[i]].state = -1
+    for i in range(w.n_states):
+        w.ids[w.state_slot[i]] = -1
+    w.n_trans = 0
+    w.n_states = 0
+    if bos:
+        core.begin_state(&start)
+    else:
+        core.null_state(&start)
+    return _intern(w, &start)
+
+
+cdef enum:
+    LANES = 8               # hypotheses of a sentence walked in turn
+
+
+cdef struct Lane:
+    # One hypothesis being walked: its words p[k:n] left, the state and float32
+    # total so far, and the transition it waits for when ``pending``.
+    Py_ssize_t h            # the hypothesis (-1: the lane is idle)
+    const uint8_t *p
+    Py_ssize_t n
+    Py_ssize_t k
+    int32_t s
+    float total
+    bint at_eos             # </s> taken
+    bint pending
+    uint64_t word
+    WordId wid
+
+
+cdef inline void _lane_start(Lane *ln, Py_ssize_t h, const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    ln.h, ln.p, ln.n, ln.k, ln.s, ln.total, ln.at_eos, ln.pending = h, p, n, 0, 0, 0, False, False
+
+
+cdef int _no_memory() except -1 nogil:
+    with gil:
+        raise MemoryError("cannot allocate rescoring tables")
+
+
 cdef class SharedScorer:
-    """Totals of many hypotheses under one model (its LMCore and Vocab), sharing the
-    prefixes and suffixes the hypotheses of a group have in common (module
-    docstring).  Groups are scored in parallel, each thread with its own tables;
-    buffers are kept between calls and grown as needed."""
+    """Totals of many hypotheses under one model (its LMCore and Vocab), each
+    (state, word) transition of a group of hypotheses scored once (module
+    docstring).  Groups are scored in parallel, each thread with its own tables,
+    which are kept between calls and grown as needed."""
     cdef LMCore core
     cdef Vocab vocab
     cdef bint bos, eos
-    cdef Py_ssize_t cap          # words the flat buffers hold
-    cdef WordId *tok             # hypothesis i's words at tok[off[i]:off[i] + cnt[i]]
-    cdef float *probs            # their probabilities, same places
-    cdef uint64_t *sh            # hash of the words from each place to the end
     cdef Work *work
     cdef int n_work
     cdef public int64_t lookups  # words scored by the model (the rest were shared)
@@ -317,49 +427,20 @@ cdef class SharedScorer:
         self.core, self.vocab, self.bos, self.eos = core, vocab, bos, eos
 
     def __dealloc__(self):
-        self._free()
-
-    cdef void _free(self) noexcept:
         cdef int i
-        free(self.tok)
-        free(self.probs)
-        free(self.sh)
-        self.tok = NULL
-        self.probs = NULL
-        self.sh = NULL
-        self.cap = 0
         for i in range(self.n_work):
             _work_free(&self.work[i])
         free(self.work)
-        self.work = NULL
-        self.n_work = 0
 
-    cdef int _reserve(self, Py_ssize_t words, Py_ssize_t group_words, int threads) except -1:
-        cdef int i
-        if words > self.cap:
-            free(self.tok)
-            free(self.probs)
-            free(self.sh)
-            self.cap = max(words, 2 * self.cap)
-            self.tok = <WordId *>malloc(self.cap * sizeof(WordId))
-            self.probs = <float *>malloc(self.cap * sizeof(float))
-            self.sh = <uint64_t *>malloc(self.cap * sizeof(uint64_t))
-            if self.tok == NULL or self.probs == NULL or self.sh == NULL:
-                self._free()
-                raise MemoryError(f"cannot allocate rescoring buffers for {words} words")
+    cdef int _reserve(self, int threads) except -1:
+        cdef Work *p
         if threads > self.n_work:
-            for i in range(self.n_work):
-                _work_free(&self.work[i])
-            free(self.work)
-            self.work = <Work *>malloc(threads * sizeof(Work))
-            self.n_work = 0
-            if self.work == NULL:
+            p = <Work *>realloc(self.work, threads * sizeof(Work))
+            if p == NULL:
                 raise MemoryError("cannot allocate rescoring tables")
-            memset(self.work, 0, threads * sizeof(Work))
+            memset(p + self.n_work, 0, (threads - self.n_work) * sizeof(Work))
+            self.work = p
             self.n_work = threads
-        for i in range(threads):
-            if self.work[i].cap < group_words + 2 and _work_alloc(&self.work[i], group_words) < 0:
-                raise MemoryError(f"cannot allocate rescoring tables for {group_words} words")
         return 0
 
     @cython.boundscheck(False)
@@ -370,7 +451,7 @@ cdef class SharedScorer:
         Work is shared within each group of lines groups[g]:groups[g + 1] (the
         hypotheses of one sentence: small tables that stay in cache); ``threads``
         score groups in parallel."""
-        cdef Py_ssize_t m = hyp_a.shape[0], i, g, ng = groups.shape[0] - 1, words = 0, most = 0, gw
+        cdef Py_ssize_t m = hyp_a.shape[0], i, g, ng = groups.shape[0] - 1
         cdef const uint8_t *p = &buf[0] if buf.shape[0] else NULL
         if hyp_b.shape[0] != m:
             raise ValueError("score: hyp_a and hyp_b differ in length")
@@ -384,166 +465,144 @@ cdef class SharedScorer:
         for g in range(ng):
             if groups[g + 1] <= groups[g] and m:
                 raise ValueError("score: groups must increase")
-        offsets = np.empty(m + 1, np.int64)
-        counts = np.empty(max(m, 1), np.int64)
-        cdef int64_t[::1] off = offsets
-        cdef int64_t[::1] cnt = counts
-        for g in range(ng if m else 0):
-            gw = 0
-            for i in range(groups[g], groups[g + 1]):
-                off[i] = words
-                words += (hyp_b[i] - hyp_a[i] + 1) // 2 + 1     # most words it can hold, + </s>
-                gw += (hyp_b[i] - hyp_a[i] + 1) // 2 + 1
-            most = max(most, gw)
-        off[m] = words
         threads = min(threads, max(ng, 1))
-        self._reserve(words + 1, most, threads)
+        self._reserve(threads)
         out = np.empty(m, np.float64)
         cdef double[::1] o = out
         if m:
-            self._parallel(p, &hyp_a[0], &hyp_b[0], &groups[0], ng, &off[0], &cnt[0], &o[0], threads)
+            self._parallel(p, &hyp_a[0], &hyp_b[0], &groups[0], ng, &o[0], threads)
         for i in range(threads):
             self.lookups += self.work[i].lookups
             self.work[i].lookups = 0
         return out
 
     cdef int _parallel(self, const uint8_t *p, const int64_t *a, const int64_t *b, const int64_t *groups,
-                       Py_ssize_t ng, const int64_t *off, int64_t *cnt, double *out, int threads) except -1:
+                       Py_ssize_t ng, double *out, int threads) except -1:
         cdef Py_ssize_t g
         cdef int err = 0
         if threads == 1:
             with nogil:
                 for g in range(ng):
-                    self._group(&self.work[0], p, a, b, groups[g], groups[g + 1], off, cnt, out)
-            return 0
-        for g in prange(ng, nogil=True, schedule="dynamic", num_threads=threads):
-            if self._group(&self.work[threadid()], p, a, b, groups[g], groups[g + 1], off, cnt, out) < 0:
-                err = 1
+                    self._group(&self.work[0], p, a, b, groups[g], groups[g + 1], out)
+        else:
+            for g in prange(ng, nogil=True, schedule="dynamic", num_threads=threads):
+                if self._group(&self.work[threadid()], p, a, b, groups[g], groups[g + 1], out) < 0:
+                    err = 1
         if err:
             raise RuntimeError("scoring failed in a thread")
         return 0
 
     cdef int _group(self, Work *w, const uint8_t *p, const int64_t *a, const int64_t *b,
-                    Py_ssize_t first, Py_ssize_t end, const int64_t *off, int64_t *cnt,
-                    double *out) except -1 nogil:
-        cdef Py_ssize_t h, words = 0
-        cdef float total
-        for h in range(first, end):
-            cnt[h] = self._tokenise(p + a[h], b[h] - a[h], self.tok + off[h])
-            words += cnt[h]
-        _reset(w, words, self.core, self.bos)
-        for h in range(first, end):
-            total = 0
-            self._one(w, self.tok + off[h], cnt[h], off[h], &total)
-            out[h] = total
+                    Py_ssize_t first, Py_ssize_t end, double *out) except -1 nogil:
+        """Totals of hypotheses first..end-1 (one sentence) into out.  LANES
+        hypotheses are walked in turn: each stops at a transition the tables lack,
+        asks the model to prefetch what it will read, and is resumed after the
+        others have had their turn, so that the models' cache misses overlap."""
+        cdef Lane lanes[LANES]
+        cdef Lane *ln
+        cdef Py_ssize_t h = first
+        cdef int i, active = 0
+        if _reset(w, self.core, self.bos) < 0:
+            _no_memory()
+        for i in range(LANES):
+            lanes[i].h = -1
+            if h < end:
+                _lane_start(&lanes[i], h, p + a[h], b[h] - a[h])
+                h += 1
+                active += 1
+        while active:
+            for i in range(LANES):
+                ln = &lanes[i]
+                if ln.h < 0:
+                    continue
+                if ln.pending:
+                    self._resume(w, ln)
+                while not self._advance(w, ln):     # the hypothesis is done
+                    out[ln.h] = ln.total
+                    if h == end:
+                        ln.h = -1
+                        active -= 1
+                        break
+                    _lane_start(ln, h, p + a[h], b[h] - a[h])
+                    h += 1
         return 0
 
-    cdef Py_ssize_t _tokenise(self, const uint8_t *p, Py_ssize_t n, WordId *t) noexcept nogil:
-        cdef Py_ssize_t k = 0, start, count = 0
+    cdef inline bint _advance(self, Work *w, Lane *ln) noexcept nogil:
+        """Walk the lane's words through known transitions: True when it stops at a
+        new one (``pending``, prefetch requested), False at the end of its hypothesis."""
+        cdef Py_ssize_t k = ln.k, start
+        cdef uint64_t word, bucket
+        cdef Trans *t
+        cdef WordId wid
         while True:
-            while k < n and is_word_delimiter(p[k]):
+            while k < ln.n and is_word_delimiter(ln.p[k]):
                 k += 1
-            if k >= n:
-                break
-            start = k
-            while k < n and not is_word_delimiter(p[k]):
-                k += 1
-            t[count] = self.vocab.index(<const char *>p + start, k - start)
-            count += 1
-        if self.eos:
-            t[count] = self.core.eos_id
-            count += 1
-        return count
+            if k < ln.n:
+                start = k
+                while k < ln.n and not is_word_delimiter(ln.p[k]):
+                    k += 1
+                word = hash_bytes(<const char *>ln.p + start, k - start)
+            elif self.eos and not ln.at_eos:
+                ln.at_eos = True
+                word = 0
+                start = k
+            else:
+                ln.k = k
+                return False
+            bucket = _trans_hash(ln.s, word) & w.trans_mask
+            while True:
+                t = &w.trans[bucket]
+                if t.state == ln.s and t.word == word:
+                    break
+                if t.state < 0:
+                    t = NULL
+                    break
+                bucket = (bucket + 1) & w.trans_mask
+            if t != NULL:
+                ln.total += t.prob
+                ln.s = t.next
+                continue
+            wid = self.vocab.index(<const char *>ln.p + start, k - start) if word else self.core.eos_id
+            self.core.prefetch(&w.states[ln.s], wid)
+            ln.k, ln.word, ln.wid, ln.pending = k, word, wid, True
+            return True
 
-    cdef int _one(self, Work *w, const WordId *t, Py_ssize_t n, int64_t base, float *total) except -1 nogil:
-        cdef uint64_t *sh = self.sh + base
-        cdef float *P = self.probs + base
-        cdef int32_t node = 0, c
-        cdef Py_ssize_t j, hit = n
-        cdef uint64_t h = 0xCBF29CE484222325ULL
+    cdef int _resume(self, Work *w, Lane *ln) except -1 nogil:
+        """The lane's pending transition: found in the tables (another lane added
+        it meanwhile) or scored by the model and added."""
+        cdef uint64_t b = _trans_hash(ln.s, ln.word) & w.trans_mask
+        cdef Trans *t
+        cdef NState after
         cdef Ret ret
-        cdef bint found
-        cdef uint64_t slot
-        for j in range(n - 1, -1, -1):        # hashes of the suffixes t[j:n] (FNV-1a)
-            h = (h ^ t[j]) * 0x100000001B3ULL
-            sh[j] = h
-        j = 0
-        while j < n:                            # the longest prefix already scored
-            c = _child(w, node, t[j], False)
-            if c < 0:
+        cdef int32_t nxt
+        ln.pending = False
+        while True:
+            t = &w.trans[b]
+            if t.state == ln.s and t.word == ln.word:
+                ln.total += t.prob
+                ln.s = t.next
+                return 0
+            if t.state < 0:
                 break
-            node = c
-            j += 1
-        while j < n:
-            slot = self._cache_slot(w, sh[j], t + j, n - j, &w.pstate[node], &found)
-            if found:                           # a known state before known words
-                memcpy(P + j, self.probs + w.cpos[slot], (n - j) * sizeof(float))
-                hit = j
-                break
-            w.cpnode[slot], w.cpos[slot], w.clen[slot] = node, base + j, <int32_t>(n - j)
-            c = _child(w, node, t[j], True)
-            self.core.score_word(&w.pstate[node], t[j], &w.pstate[c], &ret)
-            w.lookups += 1
-            P[j] = ret.prob
-            w.ptotal[c] = w.ptotal[node] + ret.prob
-            node = c
-            j += 1
-        total[0] = w.ptotal[node]
-        for j in range(hit, n):
-            total[0] += P[j]
+            b = (b + 1) & w.trans_mask
+        self.core.score_word(&w.states[ln.s], ln.wid, &after, &ret)
+        w.lookups += 1
+        nxt = _intern(w, &after)
+        if nxt < 0:
+            _no_memory()
+        if 2 * (w.n_trans + 1) > w.trans_mask + 1:
+            if _grow_trans(w) < 0:
+                _no_memory()
+            b = _trans_hash(ln.s, ln.word) & w.trans_mask
+            while w.trans[b].state >= 0:
+                b = (b + 1) & w.trans_mask
+        t = &w.trans[b]
+        t.word, t.state, t.next, t.prob = ln.word, ln.s, nxt, ret.prob
+        w.trans_used[w.n_trans] = b
+        w.n_trans += 1
+        ln.total += ret.prob
+        ln.s = nxt
         return 0
-
-    cdef inline uint64_t _cache_slot(self, Work *w, uint64_t suffix, const WordId *t, Py_ssize_t n,
-                                     const NState *st, bint *found) noexcept nogil:
-        """The cache slot of (state ``st``, the words t[:n]), whose hash is ``suffix``:
-        found, or claimed for the caller to fill."""
-        cdef uint64_t h = fmix64(suffix ^ (_state_hash(st) * 0xC2B2AE3D27D4EB4FULL))
-        cdef uint64_t b
-        if h == EMPTY:
-            h -= 1
-        b = h & w.mask
-        while w.ckeys[b] != EMPTY:
-            if (w.ckeys[b] == h and w.clen[b] == n and _state_eq(&w.pstate[w.cpnode[b]], st)
-                    and memcmp(self.tok + w.cpos[b], t, n * sizeof(WordId)) == 0):
-                found[0] = True
-                return b
-            b = (b + 1) & w.mask
-        found[0] = False
-        w.ckeys[b] = h          # claimed; the caller fills it
-        return b
-
-
-cdef void _reset(Work *w, Py_ssize_t words, LMCore core, bint bos) noexcept nogil:
-    """Empty tables sized for a group of ``words`` words; node 0 is the start."""
-    cdef uint64_t slots = 64
-    while slots < 2 * <uint64_t>(words + 2):
-        slots <<= 1
-    w.mask = slots - 1
-    memset(w.pkeys, 0xFF, slots * sizeof(uint64_t))
-    memset(w.ckeys, 0xFF, slots * sizeof(uint64_t))
-    if bos:
-        core.begin_state(&w.pstate[0])
-    else:
-        core.null_state(&w.pstate[0])
-    w.ptotal[0] = 0
-    w.n_pnodes = 1
-
-
-cdef inline int32_t _child(Work *w, int32_t parent, WordId word, bint add) noexcept nogil:
-    """The prefix node after ``parent`` then ``word``: -1 when absent, or with
-    ``add`` a new node."""
-    cdef uint64_t key = _trie_key(parent, word)
-    cdef uint64_t b = fmix64(key) & w.mask
-    while w.pkeys[b] != EMPTY:
-        if w.pkeys[b] == key:
-            return w.pvals[b]
-        b = (b + 1) & w.mask
-    if not add:
-        return -1
-    w.pkeys[b] = key
-    w.pvals[b] = w.n_pnodes
-    w.n_pnodes += 1
-    return w.pvals[b]
 
 
 FORMAT_CODES = {"moses": FMT_MOSES, "plain": FMT_PLAIN}

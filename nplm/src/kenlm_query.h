@@ -245,6 +245,21 @@ static inline void klm_probing_score(const klm_probing *m, const klm_state *in, 
     ret->ngram_length = length;
 }
 
+/* The buckets klm_probing_score(m, in, w, ...) probes first, requested ahead of the call. */
+static inline void klm_probing_prefetch(const klm_probing *m, const klm_state *in, uint32_t w) {
+    uint64_t node;
+    int n_ctx = in->length, i;
+    if (w >= m->n_unigram) w = 0;
+    if (n_ctx > m->order - 1) n_ctx = m->order - 1;
+    __builtin_prefetch(m->unigram + (uint64_t)w * m->unigram_stride);
+    node = w;
+    for (i = 0; i < n_ctx; i++) {
+        const klm_hash_table *t = i == m->order - 2 ? &m->longest : &m->middle[i];
+        node = klm_combine(node, in->words[i]);
+        __builtin_prefetch(t->table + (node % t->buckets) * (i == m->order - 2 ? 12 : m->middle_stride));
+    }
+}
+
 /* KenLM's GetState: the state after a context (most recent word first). */
 static inline void klm_probing_context(const klm_probing *m, const uint32_t *words, int n, klm_state *out) {
     uint64_t node;

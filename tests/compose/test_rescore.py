@@ -290,23 +290,41 @@ def _edited_lists(seed, n_ids=5, per_id=40):
     return hyps
 
 
+def _transitions(model, groups, bos, eos):
+    """How many distinct (state, word) transitions each group of hypotheses takes,
+    walked through the kenlm API's BaseScore (the model calls the scorer must make)."""
+    total = 0
+    for group in groups:
+        seen = set()
+        for words in group:
+            state, out = nplm.State(), nplm.State()
+            (model.BeginSentenceWrite if bos else model.NullContextWrite)(state)
+            for w in list(words) + (["</s>"] if eos else []):
+                model.BaseScore(state, w, out)
+                seen.add((state, w))
+                state, out = out, nplm.State()
+        total += len(seen)
+    return total
+
+
 @pytest.mark.parametrize("bos,eos", [(True, True), (False, True), (True, False), (False, False)])
 def test_shared_scorer_equals_score_bit_for_bit_and_shares_work(models, bos, eos):
     hyps = _edited_lists(3)
     data = "".join(f"{sid} ||| {' '.join(w)} ||| F= 0 ||| 0\n" for sid, w in hyps).encode()
     starts, a, b, ins, groups = scan(data, 0, 0, None)[:5]
     assert groups.tolist() == [0, 40, 80, 120, 160, 200]
+    by_id = [[w for _, w in hyps[i:i + 40]] for i in range(0, 200, 40)]
     for model in (models[0], models[2]):
         sc = SharedScorer(model.core, model.vocab, bos, eos)
         got = sc.score(data, a, b, groups)
         want = [model.score(" ".join(w), bos=bos, eos=eos) for _, w in hyps]
         assert got.tolist() == want
         words = sum(len(w) + eos for _, w in hyps)
-        assert sc.lookups < words / 2, (sc.lookups, words)
-        # one group per line: nothing shared, the same totals
+        assert sc.lookups == _transitions(model, by_id, bos, eos) < words / 2, (sc.lookups, words)
+        # one group per line: nothing shared between lines, the same totals
         sc = SharedScorer(model.core, model.vocab, bos, eos)
         assert sc.score(data, a, b, np.arange(len(hyps) + 1, dtype=np.int64)).tolist() == want
-        assert sc.lookups == words
+        assert sc.lookups == _transitions(model, [[w] for _, w in hyps], bos, eos) > words * 0.95
 
 
 def test_cli_nbest_out_plain_lists_and_refusals(models, reference_binaries, tmp_path, capsys):

@@ -65,6 +65,7 @@ cdef extern from "kenlm_query.h" nogil:
     uint32_t klm_probing_vocab_index(const uint8_t *table, uint64_t buckets, uint64_t h)
     uint32_t klm_sorted_vocab_index(const uint64_t *sorted, uint64_t n, uint64_t key)
     void klm_probing_score(const klm_probing *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
+    void klm_probing_prefetch(const klm_probing *m, const klm_state *ins, uint32_t w)
     void klm_probing_context(const klm_probing *m, const uint32_t *words, int n, klm_state *out)
     void klm_trie_score(const klm_trie *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
     void klm_trie_context(const klm_trie *m, const uint32_t *words, int n, klm_state *out)
@@ -213,6 +214,9 @@ cdef class KenlmProbingCore(LMCore):
         out.length = 1
         out.words[0] = self.bos_id
         out.backoff[0] = (<const float *>(self.m.unigram + <uint64_t>self.bos_id * self.m.unigram_stride))[1]
+
+    cdef void prefetch(self, const NState *ins, WordId w) noexcept nogil:
+        klm_probing_prefetch(&self.m, <const klm_state *>ins, w)
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         klm_probing_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
