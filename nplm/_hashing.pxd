@@ -5,4 +5,3 @@ from libc.stdint cimport uint64_t
 
 cdef extern from "hash.h" nogil:
     uint64_t fmix64 "nplm_fmix64"(uint64_t h) noexcept
-    uint64_t hash_bytes "nplm_hash_bytes"(const char *s, Py_ssize_t n) noexcept

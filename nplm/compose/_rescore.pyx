@@ -34,9 +34,13 @@ from cython.parallel cimport prange, threadid
 
 import numpy as np
 
-from nplm._hashing cimport fmix64, hash_bytes
+from nplm._hashing cimport fmix64
 from nplm._kernels cimport LMCore, NState, Ret, Vocab, WordId, is_word_delimiter
 from nplm.backoff._arpa cimport format_float
+
+cdef extern from "nbest.h" nogil:
+    size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *hash, int64_t *start,
+                      int64_t *len)
 
 cdef enum:
     FMT_MOSES = 0
@@ -248,6 +252,12 @@ cdef struct Work:
     uint64_t *trans_used    # the slots taken (to clear them)
     int32_t n_trans
     uint64_t trans_mask
+    uint64_t *tok_hash      # the group's words: their hashes (0: </s>), where they
+    int64_t *tok_start      # start in their hypothesis, their lengths
+    int64_t *tok_len
+    int64_t *tok_first      # hypothesis i of the group: words tok_first[i]:tok_first[i + 1]
+    Py_ssize_t tok_cap
+    Py_ssize_t hyp_cap
     int64_t lookups
 
 
@@ -264,7 +274,8 @@ cdef inline bint _state_eq(const NState *a, const NState *b) noexcept nogil:
 
 
 cdef inline uint64_t _trans_hash(int32_t state, uint64_t word) noexcept nogil:
-    return fmix64(word ^ (<uint64_t><uint32_t>state * 0x9E3779B97F4A7C15ULL))
+    # word hashes are well mixed already: one multiply spreads the state over them
+    return (word + <uint64_t><uint32_t>state * 0x9E3779B97F4A7C15ULL) >> 20
 
 
 cdef void _work_free(Work *w) noexcept nogil:
@@ -274,6 +285,10 @@ cdef void _work_free(Work *w) noexcept nogil:
     free(w.ids)
     free(w.trans)
     free(w.trans_used)
+    free(w.tok_hash)
+    free(w.tok_start)
+    free(w.tok_len)
+    free(w.tok_first)
     memset(w, 0, sizeof(Work))
 
 
@@ -388,22 +403,55 @@ cdef enum:
 
 
 cdef struct Lane:
-    # One hypothesis being walked: its words p[k:n] left, the state and float32
-    # total so far, and the transition it waits for when ``pending``.
+    # One hypothesis being walked: its words j..end-1 left (in Work's token
+    # arrays), the state and float32 total so far, and the transition it waits
+    # for when ``pending``.
     Py_ssize_t h            # the hypothesis (-1: the lane is idle)
-    const uint8_t *p
-    Py_ssize_t n
-    Py_ssize_t k
+    const uint8_t *p        # its bytes
+    Py_ssize_t j
+    Py_ssize_t end
     int32_t s
     float total
-    bint at_eos             # </s> taken
     bint pending
     uint64_t word
     WordId wid
 
 
-cdef inline void _lane_start(Lane *ln, Py_ssize_t h, const uint8_t *p, Py_ssize_t n) noexcept nogil:
-    ln.h, ln.p, ln.n, ln.k, ln.s, ln.total, ln.at_eos, ln.pending = h, p, n, 0, 0, 0, False, False
+cdef inline void _lane_start(Lane *ln, Py_ssize_t h, Py_ssize_t first, const uint8_t *p, Work *w) noexcept nogil:
+    ln.h, ln.p, ln.s, ln.total, ln.pending = h, p, 0, 0, False
+    ln.j, ln.end = w.tok_first[h - first], w.tok_first[h - first + 1]
+
+
+cdef int _tokens_reserve(Work *w, const int64_t *a, const int64_t *b, Py_ssize_t first,
+                         Py_ssize_t end) noexcept nogil:
+    """Token arrays for the words of hypotheses first..end-1; -1 when out of memory."""
+    cdef Py_ssize_t h, need = 0
+    cdef void *p
+    for h in range(first, end):
+        need += (b[h] - a[h]) // 2 + 2          # most words it can hold, + </s>
+    if need > w.tok_cap:
+        need = max(need, 2 * w.tok_cap)
+        p = realloc(w.tok_hash, need * sizeof(uint64_t))
+        if p == NULL:
+            return -1
+        w.tok_hash = <uint64_t *>p
+        p = realloc(w.tok_start, need * sizeof(int64_t))
+        if p == NULL:
+            return -1
+        w.tok_start = <int64_t *>p
+        p = realloc(w.tok_len, need * sizeof(int64_t))
+        if p == NULL:
+            return -1
+        w.tok_len = <int64_t *>p
+        w.tok_cap = need
+    if end - first + 1 > w.hyp_cap:
+        need = max(end - first + 1, 2 * w.hyp_cap)
+        p = realloc(w.tok_first, need * sizeof(int64_t))
+        if p == NULL:
+            return -1
+        w.tok_first = <int64_t *>p
+        w.hyp_cap = need
+    return 0
 
 
 cdef int _no_memory() except -1 nogil:
@@ -470,44 +518,54 @@ cdef class SharedScorer:
         out = np.empty(m, np.float64)
         cdef double[::1] o = out
         if m:
-            self._parallel(p, &hyp_a[0], &hyp_b[0], &groups[0], ng, &o[0], threads)
+            self._parallel(p, buf.shape[0], &hyp_a[0], &hyp_b[0], &groups[0], ng, &o[0], threads)
         for i in range(threads):
             self.lookups += self.work[i].lookups
             self.work[i].lookups = 0
         return out
 
-    cdef int _parallel(self, const uint8_t *p, const int64_t *a, const int64_t *b, const int64_t *groups,
-                       Py_ssize_t ng, double *out, int threads) except -1:
+    cdef int _parallel(self, const uint8_t *p, Py_ssize_t size, const int64_t *a, const int64_t *b,
+                       const int64_t *groups, Py_ssize_t ng, double *out, int threads) except -1:
         cdef Py_ssize_t g
         cdef int err = 0
         if threads == 1:
             with nogil:
                 for g in range(ng):
-                    self._group(&self.work[0], p, a, b, groups[g], groups[g + 1], out)
+                    self._group(&self.work[0], p, size, a, b, groups[g], groups[g + 1], out)
         else:
             for g in prange(ng, nogil=True, schedule="dynamic", num_threads=threads):
-                if self._group(&self.work[threadid()], p, a, b, groups[g], groups[g + 1], out) < 0:
+                if self._group(&self.work[threadid()], p, size, a, b, groups[g], groups[g + 1], out) < 0:
                     err = 1
         if err:
             raise RuntimeError("scoring failed in a thread")
         return 0
 
-    cdef int _group(self, Work *w, const uint8_t *p, const int64_t *a, const int64_t *b,
+    cdef int _group(self, Work *w, const uint8_t *p, Py_ssize_t size, const int64_t *a, const int64_t *b,
                     Py_ssize_t first, Py_ssize_t end, double *out) except -1 nogil:
-        """Totals of hypotheses first..end-1 (one sentence) into out.  LANES
-        hypotheses are walked in turn: each stops at a transition the tables lack,
-        asks the model to prefetch what it will read, and is resumed after the
-        others have had their turn, so that the models' cache misses overlap."""
+        """Totals of hypotheses first..end-1 (one sentence) into out.  Their words
+        are found and hashed first; then LANES hypotheses are walked in turn, each
+        stopping at a transition the tables lack, asking the model to prefetch what
+        it will read and resumed after the others have had their turn, so that the
+        model's cache misses overlap."""
         cdef Lane lanes[LANES]
         cdef Lane *ln
-        cdef Py_ssize_t h = first
+        cdef Py_ssize_t h = first, words = 0
         cdef int i, active = 0
-        if _reset(w, self.core, self.bos) < 0:
+        if _reset(w, self.core, self.bos) < 0 or _tokens_reserve(w, a, b, first, end) < 0:
             _no_memory()
+        for h in range(first, end):
+            w.tok_first[h - first] = words
+            words += nplm_words(p + a[h], b[h] - a[h], p + size, w.tok_hash + words, w.tok_start + words,
+                                w.tok_len + words)
+            if self.eos:
+                w.tok_hash[words] = 0
+                words += 1
+        w.tok_first[end - first] = words
+        h = first
         for i in range(LANES):
             lanes[i].h = -1
             if h < end:
-                _lane_start(&lanes[i], h, p + a[h], b[h] - a[h])
+                _lane_start(&lanes[i], h, first, p + a[h], w)
                 h += 1
                 active += 1
         while active:
@@ -523,49 +581,40 @@ cdef class SharedScorer:
                         ln.h = -1
                         active -= 1
                         break
-                    _lane_start(ln, h, p + a[h], b[h] - a[h])
+                    _lane_start(ln, h, first, p + a[h], w)
                     h += 1
         return 0
 
     cdef inline bint _advance(self, Work *w, Lane *ln) noexcept nogil:
         """Walk the lane's words through known transitions: True when it stops at a
         new one (``pending``, prefetch requested), False at the end of its hypothesis."""
-        cdef Py_ssize_t k = ln.k, start
+        cdef Py_ssize_t j = ln.j
         cdef uint64_t word, bucket
+        cdef int32_t s = ln.s
         cdef Trans *t
         cdef WordId wid
-        while True:
-            while k < ln.n and is_word_delimiter(ln.p[k]):
-                k += 1
-            if k < ln.n:
-                start = k
-                while k < ln.n and not is_word_delimiter(ln.p[k]):
-                    k += 1
-                word = hash_bytes(<const char *>ln.p + start, k - start)
-            elif self.eos and not ln.at_eos:
-                ln.at_eos = True
-                word = 0
-                start = k
-            else:
-                ln.k = k
-                return False
-            bucket = _trans_hash(ln.s, word) & w.trans_mask
+        while j < ln.end:
+            word = w.tok_hash[j]
+            bucket = _trans_hash(s, word) & w.trans_mask
             while True:
                 t = &w.trans[bucket]
-                if t.state == ln.s and t.word == word:
+                if t.state == s and t.word == word:
                     break
                 if t.state < 0:
                     t = NULL
                     break
                 bucket = (bucket + 1) & w.trans_mask
-            if t != NULL:
-                ln.total += t.prob
-                ln.s = t.next
-                continue
-            wid = self.vocab.index(<const char *>ln.p + start, k - start) if word else self.core.eos_id
-            self.core.prefetch(&w.states[ln.s], wid)
-            ln.k, ln.word, ln.wid, ln.pending = k, word, wid, True
-            return True
+            if t == NULL:
+                wid = (self.vocab.index(<const char *>ln.p + w.tok_start[j], w.tok_len[j]) if word
+                       else self.core.eos_id)
+                self.core.prefetch(&w.states[s], wid)
+                ln.j, ln.s, ln.word, ln.wid, ln.pending = j, s, word, wid, True
+                return True
+            ln.total += t.prob
+            s = t.next
+            j += 1
+        ln.j, ln.s = j, s
+        return False
 
     cdef int _resume(self, Work *w, Lane *ln) except -1 nogil:
         """The lane's pending transition: found in the tables (another lane added
@@ -581,6 +630,7 @@ cdef class SharedScorer:
             if t.state == ln.s and t.word == ln.word:
                 ln.total += t.prob
                 ln.s = t.next
+                ln.j += 1
                 return 0
             if t.state < 0:
                 break
@@ -602,6 +652,7 @@ cdef class SharedScorer:
         w.n_trans += 1
         ln.total += ret.prob
         ln.s = nxt
+        ln.j += 1
         return 0
 
 
