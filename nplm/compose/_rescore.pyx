@@ -29,7 +29,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memchr, memcmp, memcpy, memset
 from cython.parallel cimport prange, threadid
 
 import numpy as np
@@ -62,14 +62,19 @@ cdef int _scan_line(const uint8_t *p, Py_ssize_t a, Py_ssize_t e, int fmt, int64
     """Fields of line p[a:e] (no newline) into f: hyp start, hyp end, insertion
     point, id start, id end, field count.  Returns a SCAN_ code."""
     cdef Py_ssize_t k = a, c = e, sep0 = -1, sep1 = -1, sep2 = -1, nf = 1
+    cdef const uint8_t *q
     while k < e and is_word_delimiter(p[k]):
         k += 1
     if k == e:
         return SCAN_EMPTY
     k = a
     if fmt == FMT_MOSES:
-        while k + 3 <= e:
-            if p[k] == 124 and p[k + 1] == 124 and p[k + 2] == 124:
+        while True:                             # each '|||', left to right
+            q = <const uint8_t *>memchr(p + k, 124, e - k)
+            if q == NULL:
+                break
+            k = q - p
+            if k + 3 <= e and p[k + 1] == 124 and p[k + 2] == 124:
                 if nf == 1:
                     sep0 = k
                 elif nf == 2:
@@ -91,13 +96,17 @@ cdef int _scan_line(const uint8_t *p, Py_ssize_t a, Py_ssize_t e, int fmt, int64
     else:
         while c > a and p[c - 1] == 13:      # rstrip(b"\r\n") of a line without its \n
             c -= 1
-        for k in range(a, c):
-            if p[k] == 9:
-                if nf == 1:
-                    sep0 = k
-                elif nf == 2:
-                    sep1 = k
-                nf += 1
+        while True:                             # each tab
+            q = <const uint8_t *>memchr(p + k, 9, c - k)
+            if q == NULL:
+                break
+            k = q - p
+            if nf == 1:
+                sep0 = k
+            elif nf == 2:
+                sep1 = k
+            nf += 1
+            k += 1
         f[5] = nf
         if nf < 2:
             return SCAN_FEW_FIELDS
@@ -129,9 +138,14 @@ def scan(bytes chunk, int fmt, Py_ssize_t fields, bytes last_id):
     cdef int64_t f[6]
     cdef int err = SCAN_OK
     cdef Py_ssize_t runs = 0, prev_a = 0, prev_n = -1
+    cdef const uint8_t *q
     with nogil:
-        for i in range(size):
-            n += p[i] == 10
+        q = p
+        while q != NULL and q < p + size:
+            q = <const uint8_t *>memchr(q, 10, p + size - q)
+            if q != NULL:
+                n += 1
+                q += 1
     if size and p[size - 1] != 10:
         n += 1
     starts = np.empty(n + 1, np.int64)
@@ -150,9 +164,8 @@ def scan(bytes chunk, int fmt, Py_ssize_t fields, bytes last_id):
     with nogil:
         a = 0
         while line < n:
-            e = a
-            while e < size and p[e] != 10:
-                e += 1
+            q = <const uint8_t *>memchr(p + a, 10, size - a)
+            e = q - p if q != NULL else size
             s[line] = a
             err = _scan_line(p, a, e, fmt, f)
             if err == SCAN_OK and fields and f[5] != fields:
