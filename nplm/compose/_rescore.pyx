@@ -245,7 +245,7 @@ def assemble(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::
 
 cdef struct Trans:
     # One (state, word) -> state transition of the model, with its probability.
-    uint64_t word           # hash_word() of the word; 0 for </s> (no word hashes to 0)
+    uint64_t word           # the word's key (nbest.h nplm_word_key); 0 for </s>
     int32_t state           # the state before the word (-1: a free slot)
     int32_t next            # the state after it
     float prob              # log10 p(word | state)
@@ -265,7 +265,7 @@ cdef struct Work:
     uint64_t *trans_used    # the slots taken (to clear them)
     int32_t n_trans
     uint64_t trans_mask
-    uint64_t *tok_hash      # the group's words: their hashes (0: </s>), where they
+    uint64_t *tok_key      # the group's words: their keys (0: </s>), where they
     int64_t *tok_start      # start in their hypothesis, their lengths
     int64_t *tok_len
     int64_t *tok_first      # hypothesis i of the group: words tok_first[i]:tok_first[i + 1]
@@ -287,8 +287,9 @@ cdef inline bint _state_eq(const NState *a, const NState *b) noexcept nogil:
 
 
 cdef inline uint64_t _trans_hash(int32_t state, uint64_t word) noexcept nogil:
-    # word hashes are well mixed already: one multiply spreads the state over them
-    return (word + <uint64_t><uint32_t>state * 0x9E3779B97F4A7C15ULL) >> 20
+    # word keys are spread over their high bits already (nbest.h): a few cheap
+    # operations on the walk's critical path mix the state in
+    return (word >> 40) ^ (<uint64_t><uint32_t>state << 5) ^ <uint64_t><uint32_t>state
 
 
 cdef void _work_free(Work *w) noexcept nogil:
@@ -298,7 +299,7 @@ cdef void _work_free(Work *w) noexcept nogil:
     free(w.ids)
     free(w.trans)
     free(w.trans_used)
-    free(w.tok_hash)
+    free(w.tok_key)
     free(w.tok_start)
     free(w.tok_len)
     free(w.tok_first)
@@ -444,10 +445,10 @@ cdef int _tokens_reserve(Work *w, const int64_t *a, const int64_t *b, Py_ssize_t
         need += (b[h] - a[h]) // 2 + 2          # most words it can hold, + </s>
     if need > w.tok_cap:
         need = max(need, 2 * w.tok_cap)
-        p = realloc(w.tok_hash, need * sizeof(uint64_t))
+        p = realloc(w.tok_key, need * sizeof(uint64_t))
         if p == NULL:
             return -1
-        w.tok_hash = <uint64_t *>p
+        w.tok_key = <uint64_t *>p
         p = realloc(w.tok_start, need * sizeof(int64_t))
         if p == NULL:
             return -1
@@ -568,10 +569,10 @@ cdef class SharedScorer:
             _no_memory()
         for h in range(first, end):
             w.tok_first[h - first] = words
-            words += nplm_words(p + a[h], b[h] - a[h], p + size, w.tok_hash + words, w.tok_start + words,
+            words += nplm_words(p + a[h], b[h] - a[h], p + size, w.tok_key + words, w.tok_start + words,
                                 w.tok_len + words)
             if self.eos:
-                w.tok_hash[words] = 0
+                w.tok_key[words] = 0
                 words += 1
         w.tok_first[end - first] = words
         h = first
@@ -607,7 +608,7 @@ cdef class SharedScorer:
         cdef Trans *t
         cdef WordId wid
         while j < ln.end:
-            word = w.tok_hash[j]
+            word = w.tok_key[j]
             bucket = _trans_hash(s, word) & w.trans_mask
             while True:
                 t = &w.trans[bucket]

@@ -1,7 +1,7 @@
 #ifndef NPLM_NBEST_H
 #define NPLM_NBEST_H
 /* The byte work of n-best rescoring (nplm/compose/_rescore.pyx): splitting a
-   hypothesis into words with their vocabulary hashes, 64 bytes at a time. */
+   hypothesis into words, 64 bytes at a time, with a key identifying each. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -32,31 +32,32 @@ static inline uint64_t nplm_delimiters64(const uint8_t *q) {
     return m;
 }
 
-/* nplm_hash_bytes(s, n), reading the last partial 8 bytes with one load where the
-   8 bytes from there lie before `limit` (bytes past the word masked off). */
-static inline uint64_t nplm_hash_word_before(const char *s, ptrdiff_t n, const char *limit) {
-    uint64_t h, k;
-    ptrdiff_t r = n & 7;
-    if (s + (n - r) + 8 > limit) return nplm_hash_bytes(s, n);
-    h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)n * 0xff51afd7ed558ccdULL);
-    while (n >= 8) {
-        memcpy(&k, s, 8);
-        h = (h ^ nplm_mix(k)) * 0xc4ceb9fe1a85ec53ULL;
-        s += 8; n -= 8;
+/* A word's identity as one 64-bit key: a word of 1..7 bytes is its bytes and its
+   length (exact: no two such words share a key), a longer word its
+   nplm_hash_bytes with the top byte set; then multiplied by an odd constant, a
+   one-to-one map that spreads every byte over the high bits (for hash tables).
+   `limit`: how far past the word the buffer may be read (one load, bytes past
+   the word masked off). */
+static inline uint64_t nplm_word_key(const uint8_t *s, size_t n, const uint8_t *limit) {
+    uint64_t k = 0;
+    if (n < 8) {
+        if (s + 8 <= limit) {
+            memcpy(&k, s, 8);
+            k &= ~0ULL >> (64 - 8 * n);
+        } else {
+            memcpy(&k, s, n);
+        }
+        k |= (uint64_t)n << 56;
+    } else {
+        k = nplm_hash_bytes((const char *)s, (ptrdiff_t)n) | (0xFFULL << 56);
     }
-    if (n > 0) {
-        memcpy(&k, s, 8);
-        k &= ~0ULL >> (64 - 8 * n);
-        h = (h ^ nplm_mix(k ^ 0x5bd1e995ULL)) * 0xc4ceb9fe1a85ec53ULL;
-    }
-    h = nplm_mix(h);
-    return h ? h : 1;
+    return k * 0x9E3779B97F4A7C15ULL;
 }
 
-/* The words of p[0:n]: word i is p[start[i]:start[i] + len[i]], hash[i] its
-   nplm_hash_bytes.  p[n:limit] may be read (not used).  Returns the number of
+/* The words of p[0:n]: word i is p[start[i]:start[i] + len[i]], key[i] its
+   nplm_word_key.  p[n:limit] may be read (not used).  Returns the number of
    words; the arrays hold n / 2 + 1 entries. */
-static inline size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *hash,
+static inline size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *key,
                                 int64_t *start, int64_t *len) {
     size_t ns = 0, ne = 0, base, i;
     uint64_t carry = 1;                     /* the byte before p counts as a delimiter */
@@ -79,7 +80,7 @@ static inline size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit
     if (ne < ns) len[ne++] = (int64_t)n;  /* (a block past n is all delimiters) */
     for (i = 0; i < ns; i++) {
         len[i] -= start[i];
-        hash[i] = nplm_hash_word_before((const char *)p + start[i], len[i], (const char *)limit);
+        key[i] = nplm_word_key(p + start[i], (size_t)len[i], limit);
     }
     return ns;
 }
