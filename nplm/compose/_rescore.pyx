@@ -28,7 +28,7 @@ Totals are added word by word in float32 from the left, the same additions as
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 from cython.parallel cimport prange, threadid
 
@@ -265,6 +265,11 @@ cdef struct Work:
     uint64_t *trans_used    # the slots taken (to clear them)
     int32_t n_trans
     uint64_t trans_mask
+    uint64_t *word_key      # open addressing on word keys (0: a free slot): the
+    WordId *word_id         # vocabulary ids of the sentence's words looked up
+    uint64_t *word_used     # the slots taken (to clear them)
+    int32_t n_word
+    uint64_t word_mask
     uint64_t *tok_key      # the group's words: their keys (0: </s>), where they
     int64_t *tok_start      # start in their hypothesis, their lengths
     int64_t *tok_len
@@ -299,6 +304,9 @@ cdef void _work_free(Work *w) noexcept nogil:
     free(w.ids)
     free(w.trans)
     free(w.trans_used)
+    free(w.word_key)
+    free(w.word_id)
+    free(w.word_used)
     free(w.tok_key)
     free(w.tok_start)
     free(w.tok_len)
@@ -366,6 +374,33 @@ cdef int _grow_trans(Work *w) noexcept nogil:
     return 0
 
 
+cdef int _grow_words(Work *w) noexcept nogil:
+    """A word table twice as large (1024 slots at first), the words moved; -1 when
+    out of memory."""
+    cdef uint64_t slots = 2 * (w.word_mask + 1) if w.word_key != NULL else 1024, b, i
+    cdef uint64_t *keys = <uint64_t *>calloc(slots, sizeof(uint64_t))
+    cdef WordId *ids = <WordId *>malloc(slots * sizeof(WordId))
+    cdef void *used = realloc(w.word_used, (slots // 2) * sizeof(uint64_t))
+    if keys == NULL or ids == NULL or used == NULL:
+        free(keys)
+        free(ids)
+        if used != NULL:
+            w.word_used = <uint64_t *>used
+        return -1
+    w.word_used = <uint64_t *>used
+    for i in range(<uint64_t>w.n_word):
+        b = (w.word_key[w.word_used[i]] >> 40) & (slots - 1)
+        while keys[b]:
+            b = (b + 1) & (slots - 1)
+        keys[b] = w.word_key[w.word_used[i]]
+        ids[b] = w.word_id[w.word_used[i]]
+        w.word_used[i] = b
+    free(w.word_key)
+    free(w.word_id)
+    w.word_key, w.word_id, w.word_mask = keys, ids, slots - 1
+    return 0
+
+
 cdef int32_t _intern(Work *w, const NState *s) noexcept nogil:
     """The id of state ``s``, added when new; -1 when out of memory."""
     cdef uint64_t h = _state_hash(s)
@@ -397,12 +432,17 @@ cdef int _reset(Work *w, LMCore core, bint bos) noexcept nogil:
     cdef NState start
     if w.trans == NULL and _grow_trans(w) < 0:
         return -1
+    if w.word_key == NULL and _grow_words(w) < 0:
+        return -1
     if w.states == NULL and _grow_states(w) < 0:
         return -1
     for i in range(w.n_trans):
         w.trans[w.trans_used[i]].state = -1
     for i in range(w.n_states):
         w.ids[w.state_slot[i]] = -1
+    for i in range(w.n_word):
+        w.word_key[w.word_used[i]] = 0
+    w.n_word = 0
     w.n_trans = 0
     w.n_states = 0
     if bos:
@@ -619,8 +659,7 @@ cdef class SharedScorer:
                     break
                 bucket = (bucket + 1) & w.trans_mask
             if t == NULL:
-                wid = (self.vocab.index(<const char *>ln.p + w.tok_start[j], w.tok_len[j]) if word
-                       else self.core.eos_id)
+                wid = self._word_id(w, word, ln.p + w.tok_start[j], w.tok_len[j]) if word else self.core.eos_id
                 self.core.prefetch(&w.states[s], wid)
                 ln.j, ln.s, ln.word, ln.wid, ln.pending = j, s, word, wid, True
                 return True
@@ -629,6 +668,26 @@ cdef class SharedScorer:
             j += 1
         ln.j, ln.s = j, s
         return False
+
+    cdef inline WordId _word_id(self, Work *w, uint64_t key, const uint8_t *p, Py_ssize_t n) noexcept nogil:
+        """The vocabulary id of word p[:n] (``key`` its key), looked up once a sentence."""
+        cdef uint64_t b = (key >> 40) & w.word_mask
+        cdef WordId wid
+        while w.word_key[b]:
+            if w.word_key[b] == key:
+                return w.word_id[b]
+            b = (b + 1) & w.word_mask
+        wid = self.vocab.index(<const char *>p, n)
+        if 2 * (w.n_word + 1) > w.word_mask + 1:
+            if _grow_words(w) < 0:
+                return wid                      # (not remembered)
+            b = (key >> 40) & w.word_mask
+            while w.word_key[b]:
+                b = (b + 1) & w.word_mask
+        w.word_key[b], w.word_id[b] = key, wid
+        w.word_used[w.n_word] = b
+        w.n_word += 1
+        return wid
 
     cdef int _resume(self, Work *w, Lane *ln) except -1 nogil:
         """The lane's pending transition: found in the tables (another lane added
