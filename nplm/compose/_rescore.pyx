@@ -43,6 +43,10 @@ cdef extern from "nbest.h" nogil:
                       int64_t *len)
 
 cdef enum:
+    # longest text format_float writes ("-1.2345678e-38"), with room to spare
+    MAX_FLOAT_TEXT = 24
+
+cdef enum:
     FMT_MOSES = 0
     FMT_PLAIN = 1
 
@@ -122,8 +126,8 @@ cdef int _scan_line(const uint8_t *p, Py_ssize_t a, Py_ssize_t e, int fmt, int64
 
 
 @cython.boundscheck(False)
-def scan(bytes chunk, int fmt, Py_ssize_t fields, bytes last_id):
-    """The lines of ``chunk`` (complete lines; the last may lack its newline).
+def scan(const uint8_t[::1] buf, int fmt, Py_ssize_t fields, bytes last_id):
+    """The lines of ``buf`` (complete lines; the last may lack its newline).
 
     Returns (starts, hyp_a, hyp_b, ins, groups, fields, runs, last_id, error,
     error_index, found): starts[i] is line i's first byte (starts[n] = len(buf)),
@@ -132,7 +136,6 @@ def scan(bytes chunk, int fmt, Py_ssize_t fields, bytes last_id):
     have (the first line's when 0 is passed), ``runs`` how many times the sentence id
     changes from ``last_id`` on, ``last_id`` the last line's id.  ``error`` is a SCAN_
     code for line ``error_index`` (0: none), ``found`` its field count."""
-    cdef const uint8_t[::1] buf = chunk
     cdef Py_ssize_t size = buf.shape[0], n = 0, i, a, e, line = 0
     cdef const uint8_t *p = &buf[0] if size else NULL
     cdef int64_t f[6]
@@ -199,45 +202,59 @@ def scan(bytes chunk, int fmt, Py_ssize_t fields, bytes last_id):
     if err != SCAN_OK:
         return None, None, None, None, None, fields, runs, last_id, err, line, f[5]
     if n:
-        last_id = chunk[prev_a:prev_a + prev_n]
+        last_id = PyBytes_FromStringAndSize(<const char *>p + prev_a, prev_n)
     return starts, cols[0], cols[1], cols[2], groups[:n_groups + 1], fields, runs, last_id, 0, 0, 0
+
+
+def assembled_size(Py_ssize_t size, Py_ssize_t lines, list labels):
+    """The most bytes ``assemble`` writes for ``lines`` lines of ``size`` bytes."""
+    return size + lines * sum(len(x) + MAX_FLOAT_TEXT for x in labels)
 
 
 @cython.boundscheck(False)
 def assemble(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] ins, list labels,
-             const float[:, ::1] values):
+             const float[:, ::1] values, uint8_t[::1] out):
     """The lines of ``buf`` with, at each line's insertion point, label j then value j
-    of every model j (``values[j, line]``): one bytes object."""
-    cdef Py_ssize_t n = ins.shape[0], k = len(labels), i, j, pos = 0, cap, extra = 0
-    if values.shape[0] != k or values.shape[1] != n or starts.shape[0] != n + 1:
-        raise ValueError("assemble: values, labels and lines disagree")
+    of every model j (``values[j, line]``), written to ``out`` (assembled_size()
+    bytes at least); returns the number of bytes written."""
+    cdef Py_ssize_t n = ins.shape[0], k = len(labels), i, j, pos = 0
     cdef const char *lab[64]
     cdef Py_ssize_t labn[64]
+    if values.shape[0] != k or values.shape[1] != n or starts.shape[0] != n + 1:
+        raise ValueError("assemble: values, labels and lines disagree")
     if k > 64:
         raise ValueError("at most 64 models at once")
+    if out.shape[0] < assembled_size(buf.shape[0], n, labels):
+        raise ValueError("assemble: the output buffer is too small")
     for j in range(k):
         lab[j] = labels[j]
         labn[j] = len(labels[j])
-        extra += labn[j] + 24
-    cap = buf.shape[0] + n * extra + 1
-    cdef char *out = <char *>malloc(cap)
-    if out == NULL:
-        raise MemoryError(f"cannot allocate {cap} bytes for the rescored lines")
     cdef const char *p = <const char *>&buf[0] if buf.shape[0] else NULL
-    try:
-        with nogil:
-            for i in range(n):
-                memcpy(out + pos, p + starts[i], ins[i] - starts[i])
-                pos += ins[i] - starts[i]
-                for j in range(k):
-                    memcpy(out + pos, lab[j], labn[j])
-                    pos += labn[j]
-                    pos += format_float(values[j, i], out + pos)
-                memcpy(out + pos, p + ins[i], starts[i + 1] - ins[i])
-                pos += starts[i + 1] - ins[i]
-        return PyBytes_FromStringAndSize(out, pos)
-    finally:
-        free(out)
+    cdef char *o = <char *>&out[0] if out.shape[0] else NULL
+    with nogil:
+        for i in range(n):
+            memcpy(o + pos, p + starts[i], ins[i] - starts[i])
+            pos += ins[i] - starts[i]
+            for j in range(k):
+                memcpy(o + pos, lab[j], labn[j])
+                pos += labn[j]
+                pos += format_float(values[j, i], o + pos)
+            memcpy(o + pos, p + ins[i], starts[i + 1] - ins[i])
+            pos += starts[i + 1] - ins[i]
+    return pos
+
+
+@cython.boundscheck(False)
+def last_line_end(const uint8_t[::1] buf, Py_ssize_t start, Py_ssize_t end):
+    """The index after the last newline of buf[start:end]; -1 when it has none."""
+    cdef Py_ssize_t i = end
+    if not 0 <= start <= end <= buf.shape[0]:
+        raise ValueError("last_line_end: outside the buffer")
+    while i > start:                    # (one line's length at most, from the end)
+        if buf[i - 1] == 10:
+            return i
+        i -= 1
+    return -1
 
 
 # ---------------------------------------------------------------------------------
