@@ -39,8 +39,8 @@ from nplm._kernels cimport LMCore, NState, Ret, Vocab, WordId, is_word_delimiter
 from nplm.backoff._arpa cimport format_float
 
 cdef extern from "nbest.h" nogil:
-    size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *hash, int64_t *start,
-                      int64_t *len)
+    size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *key, int64_t *start)
+    size_t nplm_word_length(const uint8_t *p, size_t n)
 
 cdef enum:
     # longest text format_float writes ("-1.2345678e-38"), with room to spare
@@ -288,8 +288,7 @@ cdef struct Work:
     int32_t n_word
     uint64_t word_mask
     uint64_t *tok_key      # the group's words: their keys (0: </s>), where they
-    int64_t *tok_start      # start in their hypothesis, their lengths
-    int64_t *tok_len
+    int64_t *tok_start      # where they start in their hypothesis
     int64_t *tok_first      # hypothesis i of the group: words tok_first[i]:tok_first[i + 1]
     Py_ssize_t tok_cap
     Py_ssize_t hyp_cap
@@ -326,7 +325,6 @@ cdef void _work_free(Work *w) noexcept nogil:
     free(w.word_used)
     free(w.tok_key)
     free(w.tok_start)
-    free(w.tok_len)
     free(w.tok_first)
     memset(w, 0, sizeof(Work))
 
@@ -479,6 +477,7 @@ cdef struct Lane:
     # for when ``pending``.
     Py_ssize_t h            # the hypothesis (-1: the lane is idle)
     const uint8_t *p        # its bytes
+    Py_ssize_t n
     Py_ssize_t j
     Py_ssize_t end
     int32_t s
@@ -488,8 +487,9 @@ cdef struct Lane:
     WordId wid
 
 
-cdef inline void _lane_start(Lane *ln, Py_ssize_t h, Py_ssize_t first, const uint8_t *p, Work *w) noexcept nogil:
-    ln.h, ln.p, ln.s, ln.total, ln.pending = h, p, 0, 0, False
+cdef inline void _lane_start(Lane *ln, Py_ssize_t h, Py_ssize_t first, const uint8_t *p, Py_ssize_t n,
+                             Work *w) noexcept nogil:
+    ln.h, ln.p, ln.n, ln.s, ln.total, ln.pending = h, p, n, 0, 0, False
     ln.j, ln.end = w.tok_first[h - first], w.tok_first[h - first + 1]
 
 
@@ -510,10 +510,6 @@ cdef int _tokens_reserve(Work *w, const int64_t *a, const int64_t *b, Py_ssize_t
         if p == NULL:
             return -1
         w.tok_start = <int64_t *>p
-        p = realloc(w.tok_len, need * sizeof(int64_t))
-        if p == NULL:
-            return -1
-        w.tok_len = <int64_t *>p
         w.tok_cap = need
     if end - first + 1 > w.hyp_cap:
         need = max(end - first + 1, 2 * w.hyp_cap)
@@ -626,8 +622,7 @@ cdef class SharedScorer:
             _no_memory()
         for h in range(first, end):
             w.tok_first[h - first] = words
-            words += nplm_words(p + a[h], b[h] - a[h], p + size, w.tok_key + words, w.tok_start + words,
-                                w.tok_len + words)
+            words += nplm_words(p + a[h], b[h] - a[h], p + size, w.tok_key + words, w.tok_start + words)
             if self.eos:
                 w.tok_key[words] = 0
                 words += 1
@@ -636,7 +631,7 @@ cdef class SharedScorer:
         for i in range(LANES):
             lanes[i].h = -1
             if h < end:
-                _lane_start(&lanes[i], h, first, p + a[h], w)
+                _lane_start(&lanes[i], h, first, p + a[h], b[h] - a[h], w)
                 h += 1
                 active += 1
         while active:
@@ -652,7 +647,7 @@ cdef class SharedScorer:
                         ln.h = -1
                         active -= 1
                         break
-                    _lane_start(ln, h, first, p + a[h], w)
+                    _lane_start(ln, h, first, p + a[h], b[h] - a[h], w)
                     h += 1
         return 0
 
@@ -676,7 +671,7 @@ cdef class SharedScorer:
                     break
                 bucket = (bucket + 1) & w.trans_mask
             if t == NULL:
-                wid = self._word_id(w, word, ln.p + w.tok_start[j], w.tok_len[j]) if word else self.core.eos_id
+                wid = self._word_id(w, word, ln.p + w.tok_start[j], ln.n - w.tok_start[j]) if word else self.core.eos_id
                 self.core.prefetch(&w.states[s], wid)
                 ln.j, ln.s, ln.word, ln.wid, ln.pending = j, s, word, wid, True
                 return True
@@ -687,14 +682,15 @@ cdef class SharedScorer:
         return False
 
     cdef inline WordId _word_id(self, Work *w, uint64_t key, const uint8_t *p, Py_ssize_t n) noexcept nogil:
-        """The vocabulary id of word p[:n] (``key`` its key), looked up once a sentence."""
+        """The vocabulary id of the word at p[:n] (``key`` its key; it ends at the
+        first delimiter), looked up once a sentence."""
         cdef uint64_t b = (key >> 40) & w.word_mask
         cdef WordId wid
         while w.word_key[b]:
             if w.word_key[b] == key:
                 return w.word_id[b]
             b = (b + 1) & w.word_mask
-        wid = self.vocab.index(<const char *>p, n)
+        wid = self.vocab.index(<const char *>p, nplm_word_length(p, n))
         if 2 * (w.n_word + 1) > w.word_mask + 1:
             if _grow_words(w) < 0:
                 return wid                      # (not remembered)

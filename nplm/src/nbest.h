@@ -54,12 +54,12 @@ static inline uint64_t nplm_word_key(const uint8_t *s, size_t n, const uint8_t *
     return k * 0x9E3779B97F4A7C15ULL;
 }
 
-/* The words of p[0:n]: word i is p[start[i]:start[i] + len[i]], key[i] its
-   nplm_word_key.  p[n:limit] may be read (not used).  Returns the number of
-   words; the arrays hold n / 2 + 1 entries. */
+/* The words of p[0:n]: word i starts at start[i], key[i] is its nplm_word_key.
+   p[n:limit] may be read (not used).  Returns the number of words; the arrays
+   hold n / 2 + 1 entries. */
 static inline size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *key,
-                                int64_t *start, int64_t *len) {
-    size_t ns = 0, ne = 0, base, i;
+                                int64_t *start) {
+    size_t ns = 0, ne = 0, base, end;
     uint64_t carry = 1;                     /* the byte before p counts as a delimiter */
     uint8_t tail[64];
     for (base = 0; base < n; base += 64) {
@@ -67,7 +67,7 @@ static inline size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit
         if (n - base >= 64) {
             d = nplm_delimiters64(p + base);
         } else {
-            memset(tail, ' ', 64);
+            memset(tail, ' ', 64);          /* (past n: delimiters) */
             memcpy(tail, p + base, n - base);
             d = nplm_delimiters64(tail);
         }
@@ -75,13 +75,24 @@ static inline size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit
         e = d & ~((d << 1) | carry);       /* a delimiter after a word byte */
         carry = d >> 63;
         while (s) { start[ns++] = (int64_t)(base + (size_t)__builtin_ctzll(s)); s &= s - 1; }
-        while (e) { len[ne++] = (int64_t)(base + (size_t)__builtin_ctzll(e)); e &= e - 1; }
+        while (e) {
+            end = base + (size_t)__builtin_ctzll(e);
+            key[ne] = nplm_word_key(p + start[ne], end - (size_t)start[ne], limit);
+            ne++;
+            e &= e - 1;
+        }
     }
-    if (ne < ns) len[ne++] = (int64_t)n;  /* (a block past n is all delimiters) */
-    for (i = 0; i < ns; i++) {
-        len[i] -= start[i];
-        key[i] = nplm_word_key(p + start[i], (size_t)len[i], limit);
+    if (ne < ns) {                          /* a word running to p[n] when n % 64 == 0 */
+        key[ne] = nplm_word_key(p + start[ne], n - (size_t)start[ne], limit);
+        ne++;
     }
     return ns;
+}
+
+/* The length of the word at p[0:n] (up to its first delimiter). */
+static inline size_t nplm_word_length(const uint8_t *p, size_t n) {
+    size_t k = 0;
+    while (k < n && !(p[k] == 32 || (unsigned)(p[k] - 9) <= 4u)) k++;
+    return k;
 }
 #endif
