@@ -654,31 +654,35 @@ cdef class SharedScorer:
     cdef inline bint _advance(self, Work *w, Lane *ln) noexcept nogil:
         """Walk the lane's words through known transitions: True when it stops at a
         new one (``pending``, prefetch requested), False at the end of its hypothesis."""
-        cdef Py_ssize_t j = ln.j
-        cdef uint64_t word, bucket
+        cdef Py_ssize_t j = ln.j, end = ln.end
+        cdef uint64_t word, bucket, mask = w.trans_mask
+        cdef const uint64_t *keys = w.tok_key
+        cdef const Trans *trans = w.trans
+        cdef const Trans *t
         cdef int32_t s = ln.s
-        cdef Trans *t
+        cdef float total = ln.total           # (in a register, not through ln)
         cdef WordId wid
-        while j < ln.end:
-            word = w.tok_key[j]
-            bucket = _trans_hash(s, word) & w.trans_mask
+        while j < end:
+            word = keys[j]
+            bucket = _trans_hash(s, word) & mask
             while True:
-                t = &w.trans[bucket]
+                t = &trans[bucket]
                 if t.state == s and t.word == word:
                     break
                 if t.state < 0:
                     t = NULL
                     break
-                bucket = (bucket + 1) & w.trans_mask
+                bucket = (bucket + 1) & mask
             if t == NULL:
+                ln.j, ln.s, ln.total = j, s, total
                 wid = self._word_id(w, word, ln.p + w.tok_start[j], ln.n - w.tok_start[j]) if word else self.core.eos_id
                 self.core.prefetch(&w.states[s], wid)
-                ln.j, ln.s, ln.word, ln.wid, ln.pending = j, s, word, wid, True
+                ln.word, ln.wid, ln.pending = word, wid, True
                 return True
-            ln.total += t.prob
+            total += t.prob
             s = t.next
             j += 1
-        ln.j, ln.s = j, s
+        ln.j, ln.s, ln.total = j, s, total
         return False
 
     cdef inline WordId _word_id(self, Work *w, uint64_t key, const uint8_t *p, Py_ssize_t n) noexcept nogil:
