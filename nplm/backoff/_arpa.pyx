@@ -306,7 +306,7 @@ cdef inline bint _shortest_exact(float a, uint64_t* cp, int* qp) noexcept nogil:
     unit = ldexp(1.0, e2 - 152)
     # 7 significant digits first (the commonest), then up or down to the largest
     # q whose interval holds an integer (every float32 has a 9-digit decimal).
-    q = min(_decimal_exponent(a) - 6, 0)
+    q = min((((e2 - 127) * 78913) >> 18) - 6, 0)      # floor(log10(a)) - 6, or one less
     if _interval_has(lo4, hi4, unit, even, q, &cl, &ch):
         while q < 0 and _interval_has(lo4, hi4, unit, even, q + 1, &L, &H):
             q += 1
@@ -324,6 +324,15 @@ cdef inline bint _shortest_exact(float a, uint64_t* cp, int* qp) noexcept nogil:
         while (<uint64_t>cl + step * 10 - 1) // (step * 10) * (step * 10) <= <uint64_t>ch:
             step *= 10
             q += 1
+    if step == 1:               # the integer in [cl, ch] nearest to V, ties to the even one
+        fl = <uint64_t>floor(V)
+        if <double>fl < cl:
+            fl = <uint64_t>cl
+        elif <double>(fl + 1) <= ch and (<double>(fl + 1) - V < V - <double>fl
+                                        or (<double>(fl + 1) - V == V - <double>fl and fl % 2 == 1)):
+            fl += 1
+        cp[0], qp[0] = fl, q
+        return True
     # the multiple of step in [cl, ch] nearest to V, ties to the even one
     first = (<uint64_t>cl + step - 1) // step
     last = <uint64_t>ch // step
@@ -392,55 +401,62 @@ cdef int format_float(float v, char* out) noexcept nogil:
 cdef int _write_decimal(uint64_t c, int q, char* out, int n) noexcept nogil:
     """Write c * 10^q (c > 0) after the n bytes already in out, in double-conversion's
     layout; returns the length."""
-    cdef int L, i, _i, point, exponent
-    cdef char digits[24]
+    cdef int L, i, first, point, exponent
+    cdef char digits[24]            # c's digits in digits[first:24]
+    cdef uint64_t r
     while c % 10 == 0:
         c //= 10
         q += 1
-    L = 0
-    while c > 0:
-        digits[L] = <char>(c'0' + c % 10)
-        c //= 10
-        L += 1
-    # digits are reversed; point = position of the decimal point after digits[0..]
-    point = L + q
+    first = 24
+    while c >= 100:
+        r = c % 100
+        c //= 100
+        first -= 2
+        digits[first] = DIGIT_PAIRS[2 * r]
+        digits[first + 1] = DIGIT_PAIRS[2 * r + 1]
+    if c >= 10:
+        first -= 2
+        digits[first] = DIGIT_PAIRS[2 * c]
+        digits[first + 1] = DIGIT_PAIRS[2 * c + 1]
+    else:
+        first -= 1
+        digits[first] = <char>(c'0' + c)
+    L = 24 - first
+    point = L + q               # digits before the decimal point
     exponent = point - 1
     if -6 <= exponent < 21:
         if point <= 0:
             out[n] = c'0'
             out[n + 1] = c'.'
             n += 2
-            for _i in range(-point):
-                out[n] = c'0'
-                n += 1
-            for i in range(L):
-                out[n] = digits[L - 1 - i]
-                n += 1
+            memset(out + n, c'0', -point)
+            n += -point
+            memcpy(out + n, digits + first, L)
+            n += L
         elif point >= L:
-            for i in range(L):
-                out[n] = digits[L - 1 - i]
-                n += 1
-            for _i in range(point - L):
-                out[n] = c'0'
-                n += 1
+            memcpy(out + n, digits + first, L)
+            n += L
+            memset(out + n, c'0', point - L)
+            n += point - L
         else:
-            for i in range(L):
-                if i == point:
-                    out[n] = c'.'
-                    n += 1
-                out[n] = digits[L - 1 - i]
-                n += 1
+            memcpy(out + n, digits + first, point)
+            out[n + point] = c'.'
+            memcpy(out + n + point + 1, digits + first + point, L - point)
+            n += L + 1
     else:
-        out[n] = digits[L - 1]
+        out[n] = digits[first]
         n += 1
         if L > 1:
             out[n] = c'.'
-            n += 1
-            for i in range(1, L):
-                out[n] = digits[L - 1 - i]
-                n += 1
+            memcpy(out + n + 1, digits + first + 1, L - 1)
+            n += L
         n += snprintf(out + n, 8, "e%d", exponent)
     return n
+
+
+cdef const char *DIGIT_PAIRS = (b"00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                b"4041424344454647484950515253545556575859606162636465666768697071727374757677787980"
+                                b"81828384858687888990919293949596979899")
 
 
 def format_floats(const float[::1] values):  # IN
