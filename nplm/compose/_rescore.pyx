@@ -41,6 +41,8 @@ from nplm.backoff._arpa cimport format_float
 cdef extern from "nbest.h" nogil:
     size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *key, int64_t *start)
     size_t nplm_word_length(const uint8_t *p, size_t n)
+    size_t nplm_count_lines(const uint8_t *p, size_t size)
+    void nplm_line_fields(const uint8_t *p, size_t size, int moses, int64_t *fields, int32_t *count)
 
 cdef enum:
     # longest text format_float writes ("-1.2345678e-38"), with room to spare
@@ -62,61 +64,33 @@ cdef enum:
 # ---------------------------------------------------------------------------------
 # Lines
 
-cdef int _scan_line(const uint8_t *p, Py_ssize_t a, Py_ssize_t e, int fmt, int64_t *f) noexcept nogil:
-    """Fields of line p[a:e] (no newline) into f: hyp start, hyp end, insertion
-    point, id start, id end, field count.  Returns a SCAN_ code."""
-    cdef Py_ssize_t k = a, c = e, sep0 = -1, sep1 = -1, sep2 = -1, nf = 1
-    cdef const uint8_t *q
+cdef int _scan_line(const uint8_t *p, Py_ssize_t a, const int64_t *sep, int32_t n_sep, int fmt,
+                    int64_t *f) noexcept nogil:
+    """Fields of line p[a:sep[0]] (sep[0]: its end; sep[1..3]: its first three field
+    separators, n_sep of them: nplm_line_fields) into f: hyp start, hyp end,
+    insertion point, id start, id end, field count.  Returns a SCAN_ code."""
+    cdef Py_ssize_t k = a, e = sep[0], c = sep[0], nf = n_sep + 1
     while k < e and is_word_delimiter(p[k]):
         k += 1
     if k == e:
         return SCAN_EMPTY
-    k = a
+    f[5] = nf
     if fmt == FMT_MOSES:
-        while True:                             # each '|||', left to right
-            q = <const uint8_t *>memchr(p + k, 124, e - k)
-            if q == NULL:
-                break
-            k = q - p
-            if k + 3 <= e and p[k + 1] == 124 and p[k + 2] == 124:
-                if nf == 1:
-                    sep0 = k
-                elif nf == 2:
-                    sep1 = k
-                elif nf == 3:
-                    sep2 = k
-                nf += 1
-                k += 3
-            else:
-                k += 1
-        f[5] = nf
         if nf < 4:
             return SCAN_FEW_FIELDS
-        f[0], f[1] = sep0 + 3, sep1
-        k = sep2
-        while k > sep1 + 3 and is_word_delimiter(p[k - 1]):
+        f[0], f[1] = sep[1] + 3, sep[2]
+        k = sep[3]
+        while k > sep[2] + 3 and is_word_delimiter(p[k - 1]):
             k -= 1
         f[2] = k
     else:
         while c > a and p[c - 1] == 13:      # rstrip(b"\r\n") of a line without its \n
             c -= 1
-        while True:                             # each tab
-            q = <const uint8_t *>memchr(p + k, 9, c - k)
-            if q == NULL:
-                break
-            k = q - p
-            if nf == 1:
-                sep0 = k
-            elif nf == 2:
-                sep1 = k
-            nf += 1
-            k += 1
-        f[5] = nf
         if nf < 2:
             return SCAN_FEW_FIELDS
-        f[0], f[1], f[2] = sep0 + 1, (sep1 if nf > 2 else c), c
+        f[0], f[1], f[2] = sep[1] + 1, (sep[2] if nf > 2 else c), c
     # the id: field 0 without surrounding white space, none inside
-    k, c = a, sep0
+    k, c = a, sep[1]
     while k < c and is_word_delimiter(p[k]):
         k += 1
     while c > k and is_word_delimiter(p[c - 1]):
@@ -136,28 +110,24 @@ def scan(const uint8_t[::1] buf, int fmt, Py_ssize_t fields, bytes last_id):
     have (the first line's when 0 is passed), ``runs`` how many times the sentence id
     changes from ``last_id`` on, ``last_id`` the last line's id.  ``error`` is a SCAN_
     code for line ``error_index`` (0: none), ``found`` its field count."""
-    cdef Py_ssize_t size = buf.shape[0], n = 0, i, a, e, line = 0
+    cdef Py_ssize_t size = buf.shape[0], n, i, a, line = 0
     cdef const uint8_t *p = &buf[0] if size else NULL
     cdef int64_t f[6]
     cdef int err = SCAN_OK
     cdef Py_ssize_t runs = 0, prev_a = 0, prev_n = -1
-    cdef const uint8_t *q
     with nogil:
-        q = p
-        while q != NULL and q < p + size:
-            q = <const uint8_t *>memchr(q, 10, p + size - q)
-            if q != NULL:
-                n += 1
-                q += 1
-    if size and p[size - 1] != 10:
-        n += 1
+        n = nplm_count_lines(p, size)
     starts = np.empty(n + 1, np.int64)
     cols = np.empty((4, n), np.int64)
     groups = np.empty(n + 1, np.int64)
+    seps = np.empty((n + 1, 4), np.int64)          # (nplm_line_fields starts a row past the last)
+    counts = np.empty(n + 1, np.int32)
     cdef int64_t[::1] g = groups
     cdef Py_ssize_t n_groups = 0
     cdef int64_t[::1] s = starts
     cdef int64_t[:, ::1] o = cols
+    cdef int64_t[:, ::1] sep = seps
+    cdef int32_t[::1] cnt = counts
     cdef const char *lp = NULL
     cdef Py_ssize_t ln = -1
     if last_id is not None:
@@ -165,12 +135,12 @@ def scan(const uint8_t[::1] buf, int fmt, Py_ssize_t fields, bytes last_id):
         ln = len(last_id)
     f[5] = 0
     with nogil:
+        if n:
+            nplm_line_fields(p, size, fmt == FMT_MOSES, &sep[0, 0], &cnt[0])
         a = 0
         while line < n:
-            q = <const uint8_t *>memchr(p + a, 10, size - a)
-            e = q - p if q != NULL else size
             s[line] = a
-            err = _scan_line(p, a, e, fmt, f)
+            err = _scan_line(p, a, &sep[line, 0], cnt[line], fmt, f)
             if err == SCAN_OK and fields and f[5] != fields:
                 err = SCAN_FIELD_COUNT
             if err == SCAN_OK and f[4] == f[3]:
@@ -195,8 +165,8 @@ def scan(const uint8_t[::1] buf, int fmt, Py_ssize_t fields, bytes last_id):
                 g[n_groups] = line
                 n_groups += 1
             prev_a, prev_n = f[3], f[4] - f[3]
+            a = sep[line, 0] + 1
             line += 1
-            a = e + 1
         s[n] = size
         g[n_groups] = n
     if err != SCAN_OK:

@@ -96,3 +96,100 @@ static inline size_t nplm_word_length(const uint8_t *p, size_t n) {
     return k;
 }
 #endif
+
+#ifndef NPLM_NBEST_LINES
+#define NPLM_NBEST_LINES
+/* Bit i of *a set where q[i] == ca, of *b where q[i] == cb, for q[0:64]. */
+static inline void nplm_bytes_equal64(const uint8_t *q, uint8_t ca, uint8_t cb, uint64_t *a, uint64_t *b) {
+    uint64_t ma = 0, mb = 0;
+    int i;
+#if defined(__SSE2__)
+    __m128i va = _mm_set1_epi8((char)ca), vb = _mm_set1_epi8((char)cb);
+    for (i = 0; i < 4; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(q + 16 * i));
+        ma |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, va)) << (16 * i);
+        mb |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, vb)) << (16 * i);
+    }
+#else
+    for (i = 0; i < 64; i++) {
+        ma |= (uint64_t)(q[i] == ca) << i;
+        mb |= (uint64_t)(q[i] == cb) << i;
+    }
+#endif
+    *a = ma;
+    *b = mb;
+}
+
+/* The number of lines of p[0:size] (a last line without a newline counts). */
+static inline size_t nplm_count_lines(const uint8_t *p, size_t size) {
+    size_t n = 0, i = 0;
+#if defined(__SSE2__)
+    const __m128i nl = _mm_set1_epi8('\n');
+    while (i + 16 <= size) {
+        __m128i acc = _mm_setzero_si128();
+        size_t stop = i + 16 * 255 < size ? i + 16 * 255 : size;   /* byte counters: at most 255 */
+        for (; i + 16 <= stop; i += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i)), nl));
+        acc = _mm_sad_epu8(acc, _mm_setzero_si128());
+        n += (size_t)_mm_cvtsi128_si32(acc) + (size_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+    }
+#endif
+    for (; i < size; i++) n += p[i] == '\n';
+    return n + (size && p[size - 1] != '\n');
+}
+
+/* For each line i of p[0:size] (lines: nplm_count_lines of them): where it ends
+   (its newline, or size), its field separators, counted, and the first three of
+   them: fields[4i] = end, fields[4i + 1..3] = separator starts (-1: none); count[i]
+   = separators.  Separators are "|||" (moses; taken from the left, without overlap,
+   as bytes.split does) or tabs.  The arrays hold one line more than p has. */
+static inline void nplm_line_fields(const uint8_t *p, size_t size, int moses, int64_t *fields, int32_t *count) {
+    size_t line = 0, base;
+    int64_t next = 0;           /* the first position a separator may start at */
+    int32_t c = 0;
+    uint8_t tail[64 + 2];
+    int64_t *f = fields;
+    f[1] = f[2] = f[3] = -1;
+    for (base = 0; base < size; base += 64) {
+        const uint8_t *q = p + base;
+        uint64_t nl, sep, ev;
+        if (size - base < 64 + 2) {
+            memset(tail, 0, sizeof tail);
+            memcpy(tail, q, size - base < sizeof tail ? size - base : sizeof tail);
+            q = tail;
+        }
+        nplm_bytes_equal64(q, '\n', moses ? '|' : '\t', &nl, &sep);
+        if (moses) {
+            uint64_t b64 = q[64] == '|', b65 = q[65] == '|';
+            sep = sep & ((sep >> 1) | (b64 << 63)) & ((sep >> 2) | (b64 << 62) | (b65 << 63));
+        }
+        if (size - base < 64) {
+            uint64_t keep = (1ULL << (size - base)) - 1;
+            nl &= keep;
+            sep &= keep;
+        }
+        ev = nl | sep;
+        while (ev) {
+            int k = __builtin_ctzll(ev);
+            int64_t pos = (int64_t)base + k;
+            ev &= ev - 1;
+            if ((nl >> k) & 1) {
+                f[0] = pos;
+                count[line++] = c;
+                f += 4;
+                f[1] = f[2] = f[3] = -1;
+                c = 0;
+                next = pos + 1;
+            } else if (pos >= next) {
+                if (c < 3) f[1 + c] = pos;
+                c++;
+                next = pos + (moses ? 3 : 1);
+            }
+        }
+    }
+    if (size && p[size - 1] != '\n') {
+        f[0] = (int64_t)size;
+        count[line] = c;
+    }
+}
+#endif
