@@ -253,8 +253,8 @@ cdef struct Work:
     int32_t n_trans
     uint64_t trans_mask
     uint64_t *word_key      # open addressing on word keys (0: a free slot): the
-    WordId *word_id         # vocabulary ids of the sentence's words looked up
-    uint64_t *word_used     # the slots taken (to clear them)
+    WordId *word_id         # vocabulary ids of the words looked up (up to
+    uint64_t *word_used     # WORDS_KEPT, then forgotten); the slots taken
     int32_t n_word
     uint64_t word_mask
     uint64_t *tok_key      # the group's words: their keys (0: </s>), where they
@@ -425,9 +425,6 @@ cdef int _reset(Work *w, LMCore core, bint bos) noexcept nogil:
         w.trans[w.trans_used[i]].state = -1
     for i in range(w.n_states):
         w.ids[w.state_slot[i]] = -1
-    for i in range(w.n_word):
-        w.word_key[w.word_used[i]] = 0
-    w.n_word = 0
     w.n_trans = 0
     w.n_states = 0
     if bos:
@@ -438,6 +435,7 @@ cdef int _reset(Work *w, LMCore core, bint bos) noexcept nogil:
 
 
 cdef enum:
+    WORDS_KEPT = 1 << 16    # word ids remembered by a thread at most
     LANES = 8               # hypotheses of a sentence walked in turn
 
 
@@ -657,15 +655,22 @@ cdef class SharedScorer:
 
     cdef inline WordId _word_id(self, Work *w, uint64_t key, const uint8_t *p, Py_ssize_t n) noexcept nogil:
         """The vocabulary id of the word at p[:n] (``key`` its key; it ends at the
-        first delimiter), looked up once a sentence."""
+        first delimiter), from the vocabulary the first time (the table of words
+        seen is smaller, and a list's sentences share most of their words)."""
         cdef uint64_t b = (key >> 40) & w.word_mask
         cdef WordId wid
+        cdef int32_t i
         while w.word_key[b]:
             if w.word_key[b] == key:
                 return w.word_id[b]
             b = (b + 1) & w.word_mask
         wid = self.vocab.index(<const char *>p, nplm_word_length(p, n))
-        if 2 * (w.n_word + 1) > w.word_mask + 1:
+        if w.n_word == WORDS_KEPT:               # forget them all (memory stays bounded)
+            for i in range(w.n_word):
+                w.word_key[w.word_used[i]] = 0
+            w.n_word = 0
+            b = (key >> 40) & w.word_mask
+        elif 2 * (w.n_word + 1) > w.word_mask + 1:
             if _grow_words(w) < 0:
                 return wid                      # (not remembered)
             b = (key >> 40) & w.word_mask
