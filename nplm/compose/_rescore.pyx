@@ -35,7 +35,7 @@ from cython.parallel cimport prange, threadid
 import numpy as np
 
 from nplm._hashing cimport fmix64
-from nplm._kernels cimport LMCore, NState, Ret, Vocab, WordId, is_word_delimiter
+from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId, is_word_delimiter
 from nplm.backoff._arpa cimport format_float
 
 cdef extern from "nbest.h" nogil:
@@ -453,6 +453,7 @@ cdef struct Lane:
     bint pending
     uint64_t word
     WordId wid
+    Hint hint               # what the model's prefetch worked out for it
 
 
 cdef inline void _lane_start(Lane *ln, Py_ssize_t h, Py_ssize_t first, const uint8_t *p, Py_ssize_t n,
@@ -644,7 +645,7 @@ cdef class SharedScorer:
             if t == NULL:
                 ln.j, ln.s, ln.total = j, s, total
                 wid = self._word_id(w, word, ln.p + w.tok_start[j], ln.n - w.tok_start[j]) if word else self.core.eos_id
-                self.core.prefetch(&w.states[s], wid)
+                self.core.prefetch(&w.states[s], wid, &ln.hint)
                 ln.word, ln.wid, ln.pending = word, wid, True
                 return True
             total += t.prob
@@ -700,7 +701,7 @@ cdef class SharedScorer:
             if t.state < 0:
                 break
             b = (b + 1) & w.trans_mask
-        self.core.score_word(&w.states[ln.s], ln.wid, &after, &ret)
+        self.core.score_hinted(&w.states[ln.s], ln.wid, &ln.hint, &after, &ret)
         w.lookups += 1
         nxt = _intern(w, &after)
         if nxt < 0:

@@ -10,7 +10,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 import numpy as np
 cimport numpy as cnp
 
-from nplm._kernels cimport LMCore, MAX_ORDER, NState, Ret, Vocab, WordId
+from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId, MAX_ORDER
 
 cnp.import_array()
 
@@ -215,8 +215,9 @@ cdef class KenlmProbingCore(LMCore):
         out.words[0] = self.bos_id
         out.backoff[0] = (<const float *>(self.m.unigram + <uint64_t>self.bos_id * self.m.unigram_stride))[1]
 
-    cdef void prefetch(self, const NState *ins, WordId w) noexcept nogil:
+    cdef void prefetch(self, const NState *ins, WordId w, Hint *hint) noexcept nogil:
         klm_probing_prefetch(&self.m, <const klm_state *>ins, w)
+        hint.n = -1
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         klm_probing_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
