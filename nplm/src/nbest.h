@@ -66,8 +66,10 @@ static inline size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit
         uint64_t d, s, e;
         if (n - base >= 64) {
             d = nplm_delimiters64(p + base);
+        } else if (p + base + 64 <= limit) {   /* (the bytes past n: delimiters) */
+            d = nplm_delimiters64(p + base) | (~0ULL << (n - base));
         } else {
-            memset(tail, ' ', 64);          /* (past n: delimiters) */
+            memset(tail, ' ', 64);
             memcpy(tail, p + base, n - base);
             d = nplm_delimiters64(tail);
         }
