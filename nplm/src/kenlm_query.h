@@ -190,13 +190,35 @@ static inline const uint8_t *klm_probe(const klm_hash_table *t, uint32_t stride,
     return klm_probe_from(t, stride, key, key % t->buckets);
 }
 
-static inline void klm_probing_score(const klm_probing *m, const klm_state *in, uint32_t w,
-                                     klm_state *out, klm_ret *ret) {
+/* Every order's key and first bucket for scoring w after `in`: they follow from the
+   words alone, so all the buckets are requested now, so that their cache misses
+   overlap instead of following one another as the lookups would have them (KenLM
+   probes one order at a time).  Returns the number of context words used. */
+static inline int klm_probing_keys(const klm_probing *m, const klm_state *in, uint32_t w, uint64_t *keys,
+                                   uint64_t *first) {
+    uint64_t node;
+    int n_ctx = in->length, i;
+    if (w >= m->n_unigram) w = 0;
+    if (n_ctx > m->order - 1) n_ctx = m->order - 1;
+    __builtin_prefetch(m->unigram + (uint64_t)w * m->unigram_stride);
+    node = w;
+    for (i = 0; i < n_ctx; i++) {
+        const klm_hash_table *t = i == m->order - 2 ? &m->longest : &m->middle[i];
+        node = klm_combine(node, in->words[i]);
+        keys[i] = node;
+        first[i] = node % t->buckets;
+        __builtin_prefetch(t->table + first[i] * (i == m->order - 2 ? 12 : m->middle_stride));
+    }
+    return n_ctx;
+}
+
+/* Score w after `in`, given klm_probing_keys(m, in, w, keys, first) = n_ctx. */
+static inline void klm_probing_probe(const klm_probing *m, const klm_state *in, uint32_t w, const uint64_t *keys,
+                                     const uint64_t *first, int n_ctx, klm_state *out, klm_ret *ret) {
     klm_state copy;
     const uint8_t *u, *e;
-    uint64_t node, keys[KLM_MAX_ORDER], first[KLM_MAX_ORDER];
     float prob;
-    int independent, length = 1, next_use, n_ctx, i;
+    int independent, length = 1, next_use, i;
     if (in == out) { copy = *in; in = &copy; }
     if (w >= m->n_unigram) w = 0;
     u = m->unigram + (uint64_t)w * m->unigram_stride;
@@ -206,21 +228,8 @@ static inline void klm_probing_score(const klm_probing *m, const klm_state *in, 
     out->backoff[0] = klm_load_float(u + 4);
     next_use = klm_has_extension(out->backoff[0]) ? 1 : 0;
     out->words[0] = w;
-    n_ctx = in->length;
-    if (n_ctx > m->order - 1) n_ctx = m->order - 1;
-    /* Every order's key and first bucket follow from the words alone: request all the
-     * buckets first, so that their cache misses overlap instead of following one
-     * another as the lookups would have them (KenLM probes one order at a time). */
-    node = w;
-    for (i = 0; i < n_ctx; i++) {
-        const klm_hash_table *t = i == m->order - 2 ? &m->longest : &m->middle[i];
-        node = klm_combine(node, in->words[i]);
-        keys[i] = node;
-        first[i] = node % t->buckets;
-        __builtin_prefetch(t->table + first[i] * (i == m->order - 2 ? 12 : m->middle_stride));
-    }
     for (i = 0; i < n_ctx && !independent; i++) {
-        node = keys[i];
+        uint64_t node = keys[i];
         if (i == m->order - 2) {
             e = klm_probe_from(&m->longest, 12, node, first[i]);
             if (e != NULL) {
@@ -245,19 +254,11 @@ static inline void klm_probing_score(const klm_probing *m, const klm_state *in, 
     ret->ngram_length = length;
 }
 
-/* The buckets klm_probing_score(m, in, w, ...) probes first, requested ahead of the call. */
-static inline void klm_probing_prefetch(const klm_probing *m, const klm_state *in, uint32_t w) {
-    uint64_t node;
-    int n_ctx = in->length, i;
-    if (w >= m->n_unigram) w = 0;
-    if (n_ctx > m->order - 1) n_ctx = m->order - 1;
-    __builtin_prefetch(m->unigram + (uint64_t)w * m->unigram_stride);
-    node = w;
-    for (i = 0; i < n_ctx; i++) {
-        const klm_hash_table *t = i == m->order - 2 ? &m->longest : &m->middle[i];
-        node = klm_combine(node, in->words[i]);
-        __builtin_prefetch(t->table + (node % t->buckets) * (i == m->order - 2 ? 12 : m->middle_stride));
-    }
+static inline void klm_probing_score(const klm_probing *m, const klm_state *in, uint32_t w,
+                                     klm_state *out, klm_ret *ret) {
+    uint64_t keys[KLM_MAX_ORDER], first[KLM_MAX_ORDER];
+    int n_ctx = klm_probing_keys(m, in, w, keys, first);
+    klm_probing_probe(m, in, w, keys, first, n_ctx, out, ret);
 }
 
 /* KenLM's GetState: the state after a context (most recent word first). */
