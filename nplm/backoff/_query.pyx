@@ -24,6 +24,7 @@ cdef extern from "backoff_table.h":
     uint64_t nplm_fastrange(uint64_t h, uint64_t n) noexcept nogil
     uint64_t nplm_combine(uint64_t h, uint32_t w) noexcept nogil
     void nplm_prefetch(const void *p) noexcept nogil
+    void nplm_prefetch_run(const void *p) noexcept nogil
     int nplm_signbit(float f) noexcept nogil
     float nplm_neg(float f) noexcept nogil
     float nplm_pos(float f) noexcept nogil
@@ -126,10 +127,10 @@ cdef class BackoffCore(LMCore):
             hint.key[i] = node
             if i == self.order - 2:
                 hint.bucket[i] = nplm_fastrange(node, self.long_buckets)
-                nplm_prefetch(&self.longest[hint.bucket[i]])
+                nplm_prefetch_run(&self.longest[hint.bucket[i]])
             else:
                 hint.bucket[i] = nplm_fastrange(node, self.mid_buckets[i])
-                nplm_prefetch(&self.mid[i][hint.bucket[i]])
+                nplm_prefetch_run(&self.mid[i][hint.bucket[i]])
         hint.n = n_ctx
 
     cdef inline int _probe(self, const NState *ins, WordId w, const Hint *hint, NState *out,
