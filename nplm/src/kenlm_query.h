@@ -207,7 +207,9 @@ static inline int klm_probing_keys(const klm_probing *m, const klm_state *in, ui
         node = klm_combine(node, in->words[i]);
         keys[i] = node;
         first[i] = node % t->buckets;
+        /* (a probe runs on past its first bucket, often into the next cache line) */
         __builtin_prefetch(t->table + first[i] * (i == m->order - 2 ? 12 : m->middle_stride));
+        __builtin_prefetch(t->table + first[i] * (i == m->order - 2 ? 12 : m->middle_stride) + 64);
     }
     return n_ctx;
 }
