@@ -328,9 +328,10 @@ cdef inline bint _shortest_exact(float a, uint64_t* cp, int* qp) noexcept nogil:
         fl = <uint64_t>floor(V)
         if <double>fl < cl:
             fl = <uint64_t>cl
-        elif <double>(fl + 1) <= ch and (<double>(fl + 1) - V < V - <double>fl
-                                        or (<double>(fl + 1) - V == V - <double>fl and fl % 2 == 1)):
-            fl += 1
+        elif <double>(fl + 1) <= ch:
+            d = (<double>(fl + 1) - V) - (V - <double>fl)   # (its sign and zero are exact)
+            if d < 0 or (d == 0 and fl % 2 == 1):
+                fl += 1
         cp[0], qp[0] = fl, q
         return True
     # the multiple of step in [cl, ch] nearest to V, ties to the even one
@@ -401,7 +402,7 @@ cdef int format_float(float v, char* out) noexcept nogil:
 cdef int _write_decimal(uint64_t c, int q, char* out, int n) noexcept nogil:
     """Write c * 10^q (c > 0) after the n bytes already in out, in double-conversion's
     layout; returns the length."""
-    cdef int L, i, first, point, exponent
+    cdef int L, first, point, exponent
     cdef char digits[24]            # c's digits in digits[first:24]
     cdef uint64_t r
     while c % 10 == 0:

@@ -2,26 +2,31 @@
 """Kernels of n-best rescoring (``nplm/compose/rescore.py``).
 
 ``scan`` finds, in a buffer of complete n-best lines, each line's hypothesis, sentence
-id and the point where the new features go, and checks the line's shape; the Python
-layer turns an error code into a message naming the file and line.  ``assemble``
-writes the lines back with the features spliced in (floats as the ARPA writer prints
-them).  ``SharedScorer`` scores the hypotheses through any model's scoring protocol
-(LMCore) without the GIL, sharing work between the hypotheses of a buffer, which in an
-n-best list differ from each other by a few words:
+id and the point where the new features go (newlines and separators 64 bytes at a
+time, nplm/src/nbest.h), and checks the line's shape; the Python layer turns an
+error code into a message naming the file and line.  ``assemble`` writes the lines
+back with the features spliced in (floats as the ARPA writer prints them).
+``SharedScorer`` scores the hypotheses through any model's scoring protocol (LMCore)
+without the GIL, sharing work between the hypotheses of one sentence (a run of equal
+ids), which in an n-best list differ from each other by a few words:
 
-* a prefix trie keeps, for every word prefix already scored, the state after it and
-  the float32 running total, so a hypothesis starts where it leaves the known ones;
-* a cache maps (state before position j, the words from j to the end) to where those
-  words' probabilities were stored (keyed by hashes, checked word for word on a
-  hit): equal states and equal remaining words have equal futures (the protocol's
-  contract), so once a hypothesis's state after an edit meets a known one, the rest
-  is copied.
+* the sentence's words are found and keyed first (a word of up to 7 bytes is its
+  bytes, a longer one its hash), 64 bytes at a time;
+* the states met are interned (equal states, by the protocol's equality, share an
+  id) and every (state, word) transition taken is kept with its probability and
+  next state: equal states and equal words have equal futures (the protocol's
+  contract), so each transition of the sentence goes to the model once, wherever
+  in whichever hypothesis it recurs (about one word in six on the benchmark's
+  lists);
+* the transitions the model must score are the slow part (its tables are far
+  bigger than the CPU caches): LANES hypotheses are walked in turn, each stopping
+  at a new transition, asking the model to prefetch what it will read
+  (LMCore.prefetch, its work kept in a Hint for score_hinted) and resumed after
+  the others, so that the cache misses of several lookups overlap;
+* word ids are looked up in the vocabulary once per word (a table of the words
+  seen, kept across sentences).
 
-The hypotheses of one sentence (a run of equal ids) share tables small enough to
-stay in cache; sentences are scored in parallel, each thread with its own tables.
-The model is still consulted for most of the time: the lookups sharing saves are
-the cheap ones (n-grams the sentence's other hypotheses just brought into cache).
-
+Sentences are scored in parallel with ``threads``, each thread with its own tables.
 Totals are added word by word in float32 from the left, the same additions as
 ``Model.score``, so every total is bit-identical to it.
 """
@@ -29,7 +34,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 from cython.parallel cimport prange, threadid
 
 import numpy as np

@@ -13,13 +13,15 @@ A feature is the model's ``score(hypothesis)`` (sentence start and end on, as
 ``Model.score``) in log10, or in natural log with ``base="e"``, written with the
 shortest digits that read back as the same float32.
 
-The list is read in chunks of complete lines, so a list of any length runs in the
-memory of one chunk.  Without weights no Python runs per line: ``_rescore.scan``
-checks and splits a chunk's lines, each model scores all its hypotheses at once
-through ``_rescore.SharedScorer`` (its word-by-word protocol, sharing the work of
-hypotheses with common prefixes and suffixes; sentences in parallel with
-``threads``), and ``_rescore.assemble`` writes the lines back with the features.
-Every feature is bit-identical to ``score()``, for every model kind.
+The list is read in chunks of complete lines into one reused buffer, so a list of
+any length runs in the memory of one chunk.  Without weights no Python runs per
+line: ``_rescore.scan`` checks and splits a chunk's lines, each model scores all its
+hypotheses at once through ``_rescore.SharedScorer`` (its word-by-word protocol,
+each (state, word) transition of a sentence's hypotheses scored once, the model's
+lookups prefetched so that they overlap; sentences in parallel with ``threads``),
+and ``_rescore.assemble`` writes the lines back with the features into a reused
+output buffer.  Every feature is bit-identical to ``score()``, for every model
+kind.
 """
 import contextlib
 import itertools

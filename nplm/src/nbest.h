@@ -1,7 +1,8 @@
 #ifndef NPLM_NBEST_H
 #define NPLM_NBEST_H
-/* The byte work of n-best rescoring (nplm/compose/_rescore.pyx): splitting a
-   hypothesis into words, 64 bytes at a time, with a key identifying each. */
+/* The byte work of n-best rescoring (nplm/compose/_rescore.pyx), 64 bytes at a
+   time: a chunk's lines and their fields, a hypothesis's words with a key
+   identifying each. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -97,10 +98,7 @@ static inline size_t nplm_word_length(const uint8_t *p, size_t n) {
     while (k < n && !(p[k] == 32 || (unsigned)(p[k] - 9) <= 4u)) k++;
     return k;
 }
-#endif
 
-#ifndef NPLM_NBEST_LINES
-#define NPLM_NBEST_LINES
 /* Bit i of *a set where q[i] == ca, of *b where q[i] == cb, for q[0:64]. */
 static inline void nplm_bytes_equal64(const uint8_t *q, uint8_t ca, uint8_t cb, uint64_t *a, uint64_t *b) {
     uint64_t ma = 0, mb = 0;
