@@ -262,9 +262,9 @@ cdef struct Work:
     uint64_t *word_used     # WORDS_KEPT, then forgotten); the slots taken
     int32_t n_word
     uint64_t word_mask
-    uint64_t *tok_key      # the group's words: their keys (0: </s>), where they
+    uint64_t *tok_key       # the sentence's words: their keys (0: </s>) and
     int64_t *tok_start      # where they start in their hypothesis
-    int64_t *tok_first      # hypothesis i of the group: words tok_first[i]:tok_first[i + 1]
+    int64_t *tok_first      # hypothesis i: words tok_first[i]:tok_first[i + 1]
     Py_ssize_t tok_cap
     Py_ssize_t hyp_cap
     int64_t lookups
