@@ -25,16 +25,16 @@ interpolation (EM-tuned on PTB valid text); (lambda, wp) is the grid point (lamb
 0 to 2 by 0.1, wp -6 to 6 by 0.5) with the lowest WER on valid lists built the same
 way, and the WER reported is on test lists.
 
-Speed: hypotheses per second of ``nplm.rescore`` (the KN5 as an nplm binary, also
-loaded from its ARPA file and from a KenLM probing binary when KenLM's build_binary
-is there; one thread, and two) against a Python loop that splits each Moses line,
+Speed: hypotheses per second of ``nplm.rescore`` (the KN5 as an nplm binary, one
+thread and two; with ``--all-formats`` also loaded from its ARPA file and from a
+KenLM probing binary when KenLM's build_binary is there) against a Python loop that splits each Moses line,
 calls ``kenlm.Model.score`` (the model loaded from the ARPA file) on the hypothesis
 and writes the line with the feature; both read and write the same files.  Rounds
 alternate, the best wall and process CPU time of each is kept.  ``--json`` saves the
 speed table for tools/docs_benchmarks.py.
 
     python tools/bench_rescore.py [--sentences 300] [--speed-sentences 1000] [--skip-wer]
-                                  [--json benchmarks/rescore.json]
+                                  [--all-formats] [--json benchmarks/rescore.json]
 """
 import argparse
 import math
