@@ -22,6 +22,14 @@ cdef struct Ret:
     int ngram_length     # length of the n-gram that matched (context used + 1)
 
 
+cdef struct Hint:
+    # What a core's prefetch() works out for a lookup, for its score_hinted(): the
+    # core's own (a back-off core: each order's key and first bucket).
+    uint64_t key[MAX_ORDER]
+    uint64_t bucket[MAX_ORDER]
+    int n
+
+
 cdef class LMCore:
     """The scoring protocol every model kind implements (see DESIGN.md)."""
     cdef public int order
@@ -31,6 +39,9 @@ cdef class LMCore:
                         Ret *ret) except -1 nogil
     cdef int score_words(self, const NState *in_state, const WordId *words, int n, NState *out_state,
                          Ret *rets) except -1 nogil
+    cdef void prefetch(self, const NState *in_state, WordId word, Hint *hint) noexcept nogil
+    cdef int score_hinted(self, const NState *in_state, WordId word, const Hint *hint,
+                          NState *out_state, Ret *ret) except -1 nogil
     cdef void begin_state(self, NState *out) noexcept nogil
     cdef void null_state(self, NState *out) noexcept nogil
     cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil

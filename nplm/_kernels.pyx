@@ -301,6 +301,19 @@ cdef class LMCore:
         out_state[0] = st[cur]
         return 0
 
+    cdef void prefetch(self, const NState *in_state, WordId word, Hint *hint) noexcept nogil:
+        """A sign that score_hinted(in_state, word, hint) follows soon: a model whose
+        lookups miss the CPU caches requests the memory now, so that a caller can
+        overlap several lookups' waits (the n-best rescorer does), and keeps in
+        *hint what it worked out.  Default: nothing."""
+        hint.n = -1
+
+    cdef int score_hinted(self, const NState *in_state, WordId word, const Hint *hint,
+                          NState *out_state, Ret *ret) except -1 nogil:
+        """score_word(in_state, word), given the *hint that prefetch(in_state, word)
+        filled (the same numbers).  Default: score_word."""
+        return self.score_word(in_state, word, out_state, ret)
+
     cdef void begin_state(self, NState *out) noexcept nogil:
         out.length = 1
         out.words[0] = self.bos_id

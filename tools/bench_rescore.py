@@ -26,14 +26,19 @@ interpolation (EM-tuned on PTB valid text); (lambda, wp) is the grid point (lamb
 way, and the WER reported is on test lists.
 
 Speed: hypotheses per second of ``nplm.rescore`` (the KN5 as an nplm binary, one
-thread) against a Python loop that splits each Moses line, calls
-``kenlm.Model.score`` on the hypothesis and writes the line with the feature; both
-read and write the same files.  Rounds alternate, the best of each is kept.
+thread and two; with ``--all-formats`` also loaded from its ARPA file and from a
+KenLM probing binary when KenLM's build_binary is there) against a Python loop that splits each Moses line,
+calls ``kenlm.Model.score`` (the model loaded from the ARPA file) on the hypothesis
+and writes the line with the feature; both read and write the same files.  Rounds
+alternate, the best wall and process CPU time of each is kept.  ``--json`` saves the
+speed table for tools/docs_benchmarks.py.
 
-    python tools/bench_rescore.py [--sentences 300] [--speed-sentences 1000]
+    python tools/bench_rescore.py [--sentences 300] [--speed-sentences 1000] [--skip-wer]
+                                  [--all-formats] [--json benchmarks/rescore.json]
 """
 import argparse
 import math
+import subprocess
 import sys
 import tempfile
 import time
@@ -266,17 +271,32 @@ def kenlm_loop(model, src, dst):
             g.write(" ||| ".join(fields))
 
 
-def best_times(fns, repeat, clock):
-    """Least time of each of ``fns`` over ``repeat`` rounds that call them in turn
-    (``clock``: wall time, or process CPU time, which a machine shared with other
-    jobs disturbs less; CPU time counts every thread's)."""
-    best = [float("inf")] * len(fns)
+def best_times(fns, repeat):
+    """Least wall and process CPU time of each of ``fns`` over ``repeat`` rounds that
+    call them in turn (CPU time, which a machine shared with other jobs disturbs
+    less, counts every thread's)."""
+    wall, cpu = [float("inf")] * len(fns), [float("inf")] * len(fns)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            t = clock()
+            t, c = time.perf_counter(), time.process_time()
             fn()
-            best[i] = min(best[i], clock() - t)
-    return best
+            wall[i] = min(wall[i], time.perf_counter() - t)
+            cpu[i] = min(cpu[i], time.process_time() - c)
+    return wall, cpu
+
+
+def kenlm_binary(arpa):
+    """The KN5 as a KenLM probing binary, built by KenLM's build_binary (None
+    without it)."""
+    build = Path(common.lmplz_path() or "/opt/kenlm-src/build/bin/lmplz").with_name("build_binary")
+    out = common.CACHE / "ptb.o5.kenlm-probing"
+    if not out.exists():
+        if not build.exists():
+            return None
+        subprocess.run([str(build), "probing", str(arpa), str(out) + ".tmp"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        Path(str(out) + ".tmp").replace(out)
+    return out
 
 
 def speed(args, channel, models, tmp):
@@ -287,27 +307,46 @@ def speed(args, channel, models, tmp):
     cfg = kenlm.Config()
     cfg.show_progress = False
     cfg.arpa_complain = kenlm.ARPALoadComplain.NONE
-    km = kenlm.Model(str(common.kn_arpa(5)), cfg)
-    nm = nplm.Model(models["KN5"])
+    arpa = common.kn_arpa(5)
+    km = kenlm.Model(str(arpa), cfg)
+    quiet = nplm.Config()
+    quiet.show_progress = False
+    quiet.arpa_complain = nplm.ARPALoadComplain.NONE
+    loaded = [("nplm binary", nplm.Model(models["KN5"]))]
+    if args.all_formats:
+        loaded.append(("ARPA", nplm.Model(str(arpa), quiet)))
+        kbin = kenlm_binary(arpa)
+        if kbin is not None:
+            loaded.append(("KenLM probing binary", nplm.Model(str(kbin))))
+    nm = loaded[0][1]
     hyps = [line.split(" ||| ")[1] for line in open(src, encoding="utf-8")]
-    def ours(threads):
-        with open(dst, "wb") as f:      # a plain file, as the loop's (no atomic rename, no fsync)
-            nplm.rescore(str(src), [nm], f, progress=False, threads=threads)
 
-    fns = [lambda: kenlm_loop(km, src, dst), lambda: ours(1), lambda: ours(2),
-           lambda: [km.score(h) for h in hyps],
-           lambda: nm.score_sentences(hyps, threads=1)]
-    for clock, label in ((time.perf_counter, "wall"), (time.process_time, "CPU")):
-        best = best_times(fns, args.rounds, clock)
-        print(f"\nspeed on {n} hypotheses of {len(refs)} PTB test sentences, KN5, best {label} time "
-              f"of {args.rounds} alternating rounds:")
-        print(f"  kenlm Python loop (split, score, write): {n / best[0]:,.0f} hypotheses/s")
-        for k, threads in ((1, 1), (2, 2)):
-            print(f"  nplm.rescore ({threads} thread{'s' if threads > 1 else ''}):"
-                  f"{' ' * (18 - threads // 2)}{n / best[k]:,.0f} hypotheses/s = "
-                  f"{best[0] / best[k]:.2f}x the kenlm loop")
-        print(f"  scoring alone: kenlm.Model.score loop {n / best[3]:,.0f}/s, nplm score_sentences "
-              f"(1 thread) {n / best[4]:,.0f}/s")
+    def ours(model, threads):
+        with open(dst, "wb") as f:      # a plain file, as the loop's (no atomic rename, no fsync)
+            nplm.rescore(str(src), [model], f, progress=False, threads=threads)
+
+    runs = [("kenlm Python loop (split, `score`, write)", lambda: kenlm_loop(km, src, dst))]
+    runs += [(f"`nplm.rescore`, KN5 as {label}, 1 thread", lambda m=m: ours(m, 1)) for label, m in loaded]
+    runs += [("`nplm.rescore`, KN5 as nplm binary, 2 threads", lambda: ours(nm, 2)),
+             ("scoring alone: `kenlm.Model.score` loop", lambda: [km.score(h) for h in hyps]),
+             ("scoring alone: nplm `score_sentences`, 1 thread", lambda: nm.score_sentences(hyps, threads=1))]
+    wall, cpu = best_times([fn for _, fn in runs], args.rounds)
+    rows = []
+    print(f"\nspeed on {n} hypotheses of {len(refs)} PTB test sentences, KN5, best of {args.rounds} "
+          "alternating rounds (hypotheses/s; ratio to the kenlm loop):")
+    print(f"  {'':<52} {'wall':>10} {'ratio':>6} {'CPU':>10} {'ratio':>6}")
+    for (label, _), w, c in zip(runs, wall, cpu):
+        loop = not label.startswith("`nplm.rescore`")
+        rows.append([label, n / w, float("nan") if loop else wall[0] / w,
+                     n / c, float("nan") if loop else cpu[0] / c])
+        print(f"  {label.replace('`', ''):<52} {n / w:>10,.0f} {'' if loop else f'{wall[0] / w:.2f}x':>6} "
+              f"{n / c:>10,.0f} {'' if loop else f'{cpu[0] / c:.2f}x':>6}")
+    return {"columns": ["", "wall, hypotheses/s", "wall, ratio to the kenlm loop", "CPU, hypotheses/s",
+                        "CPU, ratio to the kenlm loop"],
+            "rows": rows,
+            "notes": (f"{n:,} hypotheses ({args.nbest} a sentence) of {len(refs)} PTB test sentences from the "
+                      "confusion channel; KN5 of PTB train (lmplz), the kenlm module loading its ARPA file. CPU "
+                      "time counts every thread's, so a second thread cannot raise the CPU figures.")}
 
 
 def main():
@@ -318,6 +357,9 @@ def main():
     p.add_argument("--neural-epochs", type=int, default=3, help="epochs of the small network (0: none)")
     p.add_argument("--speed-sentences", type=int, default=1000, help="test sentences for the speed (1000)")
     p.add_argument("--rounds", type=int, default=5, help="alternating speed rounds (5)")
+    p.add_argument("--all-formats", action="store_true",
+                   help="also rescore with the KN5 loaded from its ARPA file and a KenLM binary")
+    p.add_argument("--json", help="also save the speed table here, for tools/docs_benchmarks.py")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip-wer", action="store_true")
     args = p.parse_args()
@@ -327,7 +369,9 @@ def main():
         tmp = Path(d)
         if not args.skip_wer:
             wer_table(args, models, Channel(words, counts, word_class, args.noise, args.seed), tmp)
-        speed(args, Channel(words, counts, word_class, args.noise, args.seed + 1), models, tmp)
+        table = speed(args, Channel(words, counts, word_class, args.noise, args.seed + 1), models, tmp)
+    if args.json:
+        common.save_results(args.json, "N-best rescoring against a kenlm loop", [table])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp, memset
 from nplm._hashing cimport fmix64
-from libc.math cimport floor, fabs, isfinite, isinf, INFINITY
+from libc.math cimport ceil, floor, fabs, isfinite, isinf, ldexp, INFINITY
 
 import numpy as np
 
@@ -279,15 +279,100 @@ cdef inline int parse_prob(const unsigned char* p, const unsigned char** endp,
     return r
 
 
+cdef inline bint _shortest_exact(float a, uint64_t* cp, int* qp) noexcept nogil:
+    """The shortest decimal c * 10^q that reads back as a (> 0, finite), nearest to
+    a, ties to the even c, found from a's rounding interval in exact double
+    arithmetic; False (nothing written) outside the range where that is exact
+    (a below about 1e-4, subnormal, or from 2^53 up).
+
+    a = m * 2^E; the decimals in (lo, hi), ends included when m is even, read back
+    as a.  Scaled by 10^-q (q <= 0), 4m, lo and hi in units of 2^(E-2) are below
+    2^26 and 10^-q = 5^-q * 2^-q with 5^-q < 2^26: every product fits a double's
+    53 bits.  From q = 0 on, multiples of 10^q are sought among the integers of
+    the q = 0 interval in integer arithmetic."""
+    cdef uint32_t bits
+    cdef int e2, q
+    cdef uint64_t m, lo4, hi4, step, first, last, c, best, fl
+    cdef double unit, V, cl, ch, L, H, d, best_d
+    cdef bint even
+    memcpy(&bits, &a, 4)
+    e2 = <int>((bits >> 23) & 0xff)
+    if e2 == 0 or e2 >= 127 + 53:
+        return False
+    m = (bits & 0x7fffff) | 0x800000
+    even = (m & 1) == 0
+    hi4 = 4 * m + 2
+    lo4 = 4 * m - 1 if (m == 0x800000 and e2 > 1) else 4 * m - 2
+    unit = ldexp(1.0, e2 - 152)
+    # 7 significant digits first (the commonest), then up or down to the largest
+    # q whose interval holds an integer (every float32 has a 9-digit decimal).
+    q = min((((e2 - 127) * 78913) >> 18) - 6, 0)      # floor(log10(a)) - 6, or one less
+    if _interval_has(lo4, hi4, unit, even, q, &cl, &ch):
+        while q < 0 and _interval_has(lo4, hi4, unit, even, q + 1, &L, &H):
+            q += 1
+            cl, ch = L, H
+    else:
+        while True:
+            q -= 1
+            if q < -11:
+                return False
+            if _interval_has(lo4, hi4, unit, even, q, &cl, &ch):
+                break
+    V = 4.0 * <double>m * unit * P10[-q]
+    step = 1
+    if q == 0:
+        while (<uint64_t>cl + step * 10 - 1) // (step * 10) * (step * 10) <= <uint64_t>ch:
+            step *= 10
+            q += 1
+    if step == 1:               # the integer in [cl, ch] nearest to V, ties to the even one
+        fl = <uint64_t>floor(V)
+        if <double>fl < cl:
+            fl = <uint64_t>cl
+        elif <double>(fl + 1) <= ch:
+            d = (<double>(fl + 1) - V) - (V - <double>fl)   # (its sign and zero are exact)
+            if d < 0 or (d == 0 and fl % 2 == 1):
+                fl += 1
+        cp[0], qp[0] = fl, q
+        return True
+    # the multiple of step in [cl, ch] nearest to V, ties to the even one
+    first = (<uint64_t>cl + step - 1) // step
+    last = <uint64_t>ch // step
+    fl = <uint64_t>floor(V / <double>step)
+    best, best_d = 0, 0.0
+    for c in range(fl - 1 if fl > 0 else 0, fl + 3):
+        if c < first or c > last:
+            continue
+        d = fabs(<double>(c * step) - V)
+        if best == 0 or d < best_d or (d == best_d and c % 2 == 0):
+            best, best_d = c, d
+    cp[0], qp[0] = best, q
+    return best != 0
+
+
+cdef inline bint _interval_has(uint64_t lo4, uint64_t hi4, double unit, bint even, int q, double* cl,
+                               double* ch) noexcept nogil:
+    """Whether an integer lies in the rounding interval scaled by 10^-q (q <= 0);
+    its first and last ones in *cl, *ch."""
+    cdef double scale = P10[-q] * unit
+    cdef double L = <double>lo4 * scale, H = <double>hi4 * scale
+    cl[0] = ceil(L)
+    ch[0] = floor(H)
+    if not even:
+        if cl[0] == L:
+            cl[0] += 1.0
+        if ch[0] == H:
+            ch[0] -= 1.0
+    return cl[0] <= ch[0]
+
+
 cdef int format_float(float v, char* out) noexcept nogil:
     """Write the shortest round-tripping decimal of v (finite) in double-conversion's
     ToShortestSingle style (NO_FLAGS, exponential outside 1e-6 <= |v| < 1e21,
     ``-0`` for negative zero, ``-inf`` for a log10 probability of zero, which
     KenLM reads back).  Returns the number of bytes written."""
-    cdef int n = 0, k, p, q, L, i, _i, point, exponent
+    cdef int n = 0, k, p, q
     cdef uint64_t c = 0, t
     cdef float a = fabs(v)
-    cdef char digits[24]
     if isinf(v):
         memcpy(out, b"-inf" if v < 0 else b"inf", 4 if v < 0 else 3)
         return 4 if v < 0 else 3
@@ -297,6 +382,8 @@ cdef int format_float(float v, char* out) noexcept nogil:
     if a == 0:
         out[n] = c'0'
         return n + 1
+    if _shortest_exact(a, &c, &q):
+        return _write_decimal(c, q, out, n)
     k = _decimal_exponent(a)
     # Most ARPA numbers have 7-8 significant digits: try 8 first, then walk down.
     if _shortest_at(a, k, 8, &c):
@@ -309,54 +396,68 @@ cdef int format_float(float v, char* out) noexcept nogil:
         p = 9
         while p < 17 and not _shortest_at(a, k, p, &c):
             p += 1
-    q = k - p + 1
+    return _write_decimal(c, k - p + 1, out, n)
+
+
+cdef int _write_decimal(uint64_t c, int q, char* out, int n) noexcept nogil:
+    """Write c * 10^q (c > 0) after the n bytes already in out, in double-conversion's
+    layout; returns the length."""
+    cdef int L, first, point, exponent
+    cdef char digits[24]            # c's digits in digits[first:24]
+    cdef uint64_t r
     while c % 10 == 0:
         c //= 10
         q += 1
-    L = 0
-    while c > 0:
-        digits[L] = <char>(c'0' + c % 10)
-        c //= 10
-        L += 1
-    # digits are reversed; point = position of the decimal point after digits[0..]
-    point = L + q
+    first = 24
+    while c >= 100:
+        r = c % 100
+        c //= 100
+        first -= 2
+        digits[first] = DIGIT_PAIRS[2 * r]
+        digits[first + 1] = DIGIT_PAIRS[2 * r + 1]
+    if c >= 10:
+        first -= 2
+        digits[first] = DIGIT_PAIRS[2 * c]
+        digits[first + 1] = DIGIT_PAIRS[2 * c + 1]
+    else:
+        first -= 1
+        digits[first] = <char>(c'0' + c)
+    L = 24 - first
+    point = L + q               # digits before the decimal point
     exponent = point - 1
     if -6 <= exponent < 21:
         if point <= 0:
             out[n] = c'0'
             out[n + 1] = c'.'
             n += 2
-            for _i in range(-point):
-                out[n] = c'0'
-                n += 1
-            for i in range(L):
-                out[n] = digits[L - 1 - i]
-                n += 1
+            memset(out + n, c'0', -point)
+            n += -point
+            memcpy(out + n, digits + first, L)
+            n += L
         elif point >= L:
-            for i in range(L):
-                out[n] = digits[L - 1 - i]
-                n += 1
-            for _i in range(point - L):
-                out[n] = c'0'
-                n += 1
+            memcpy(out + n, digits + first, L)
+            n += L
+            memset(out + n, c'0', point - L)
+            n += point - L
         else:
-            for i in range(L):
-                if i == point:
-                    out[n] = c'.'
-                    n += 1
-                out[n] = digits[L - 1 - i]
-                n += 1
+            memcpy(out + n, digits + first, point)
+            out[n + point] = c'.'
+            memcpy(out + n + point + 1, digits + first + point, L - point)
+            n += L + 1
     else:
-        out[n] = digits[L - 1]
+        out[n] = digits[first]
         n += 1
         if L > 1:
             out[n] = c'.'
-            n += 1
-            for i in range(1, L):
-                out[n] = digits[L - 1 - i]
-                n += 1
+            memcpy(out + n + 1, digits + first + 1, L - 1)
+            n += L
         n += snprintf(out + n, 8, "e%d", exponent)
     return n
+
+
+cdef const char *DIGIT_PAIRS = (b"00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                b"4041424344454647484950515253545556575859606162636465666768697071727374757677787980"
+                                b"81828384858687888990919293949596979899")
 
 
 def format_floats(const float[::1] values):  # IN

@@ -18,12 +18,13 @@ from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
 import numpy as np
 
-from nplm._kernels cimport LMCore, NState, Ret, WordId, MAX_ORDER
+from nplm._kernels cimport Hint, LMCore, NState, Ret, WordId, MAX_ORDER
 
 cdef extern from "backoff_table.h":
     uint64_t nplm_fastrange(uint64_t h, uint64_t n) noexcept nogil
     uint64_t nplm_combine(uint64_t h, uint32_t w) noexcept nogil
     void nplm_prefetch(const void *p) noexcept nogil
+    void nplm_prefetch_run(const void *p) noexcept nogil
     int nplm_signbit(float f) noexcept nogil
     float nplm_neg(float f) noexcept nogil
     float nplm_pos(float f) noexcept nogil
@@ -97,21 +98,54 @@ cdef class BackoffCore(LMCore):
         out.words[0] = self.bos_id
         out.backoff[0] = self.uni[self.bos_id].backoff
 
-    cdef int score_word(self, const NState *ins, WordId w, NState *out,
-                        Ret *ret) except -1 nogil:
-        # (One function: the prefetch pass and the probes share the keys and buckets kept on the stack.)
+    cdef void prefetch(self, const NState *ins, WordId w, Hint *hint) noexcept nogil:
+        self._keys(ins, w, hint)
+
+    cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
+        cdef Hint hint
+        self._keys(ins, w, &hint)
+        return self._probe(ins, w, &hint, out, ret)
+
+    cdef int score_hinted(self, const NState *ins, WordId w, const Hint *hint, NState *out,
+                          Ret *ret) except -1 nogil:
+        return self._probe(ins, w, hint, out, ret)
+
+    cdef inline void _keys(self, const NState *ins, WordId w, Hint *hint) noexcept nogil:
+        # Every order's key and first bucket are known from the words alone: request
+        # all the buckets now, so that their cache misses overlap instead of
+        # following one another, and keep keys and buckets for the probes.
+        cdef uint64_t node
+        cdef int i, n_ctx = ins.length
+        if w >= self.n_uni:
+            w = 0
+        if n_ctx > self.order - 1:
+            n_ctx = self.order - 1
+        nplm_prefetch(&self.uni[w])
+        node = w
+        for i in range(n_ctx):
+            node = nplm_combine(node, ins.words[i])
+            hint.key[i] = node
+            if i == self.order - 2:
+                hint.bucket[i] = nplm_fastrange(node, self.long_buckets)
+                nplm_prefetch_run(&self.longest[hint.bucket[i]])
+            else:
+                hint.bucket[i] = nplm_fastrange(node, self.mid_buckets[i])
+                nplm_prefetch_run(&self.mid[i][hint.bucket[i]])
+        hint.n = n_ctx
+
+    cdef inline int _probe(self, const NState *ins, WordId w, const Hint *hint, NState *out,
+                           Ret *ret) noexcept nogil:
+        # (One function: the probes of every order share the match state.)
         # KenLM's GenericModel::FullScore (lm/model.cc): longest match first by
-        # extending the hash one context word at a time, then charge the
-        # back-offs of the context n-grams longer than the match.
+        # extending the hash one context word at a time (the keys in *hint), then
+        # charge the back-offs of the context n-grams longer than the match.
         cdef const UniEntry *u
         cdef const MidEntry *me
         cdef const LongEntry *le
         cdef float prob
         cdef bint indep
-        cdef int length = 1, next_use, i, n_ctx
+        cdef int length = 1, next_use, i, n_ctx = hint.n
         cdef uint64_t node, b, _probes
-        cdef uint64_t keys[MAX_ORDER]
-        cdef uint64_t first[MAX_ORDER]
         if w >= self.n_uni:
             w = 0
         u = &self.uni[w]
@@ -119,27 +153,11 @@ cdef class BackoffCore(LMCore):
         indep = nplm_signbit(u.prob)
         out.backoff[0] = u.backoff
         next_use = 1 if nplm_has_ext(u.backoff) else 0
-        n_ctx = ins.length
-        if n_ctx > self.order - 1:
-            n_ctx = self.order - 1
-        # Every order's key and first bucket are known from the words alone: request
-        # all the buckets now, so that their cache misses overlap instead of following
-        # one another, and keep keys and buckets for the probes.
-        node = w
-        for i in range(n_ctx):
-            node = nplm_combine(node, ins.words[i])
-            keys[i] = node
-            if i == self.order - 2:
-                first[i] = nplm_fastrange(node, self.long_buckets)
-                nplm_prefetch(&self.longest[first[i]])
-            else:
-                first[i] = nplm_fastrange(node, self.mid_buckets[i])
-                nplm_prefetch(&self.mid[i][first[i]])
         for i in range(n_ctx):
             if indep:
                 break
-            node = keys[i]
-            b = first[i]
+            node = hint.key[i]
+            b = hint.bucket[i]
             if i == self.order - 2:
                 for _probes in range(self.long_buckets):
                     le = &self.longest[b]

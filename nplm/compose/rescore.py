@@ -13,13 +13,15 @@ A feature is the model's ``score(hypothesis)`` (sentence start and end on, as
 ``Model.score``) in log10, or in natural log with ``base="e"``, written with the
 shortest digits that read back as the same float32.
 
-The list is read in chunks of complete lines, so a list of any length runs in the
-memory of one chunk.  Without weights no Python runs per line: ``_rescore.scan``
-checks and splits a chunk's lines, each model scores all its hypotheses at once
-through ``_rescore.SharedScorer`` (its word-by-word protocol, sharing the work of
-hypotheses with common prefixes and suffixes; sentences in parallel with
-``threads``), and ``_rescore.assemble`` writes the lines back with the features.
-Every feature is bit-identical to ``score()``, for every model kind.
+The list is read in chunks of complete lines into one reused buffer, so a list of
+any length runs in the memory of one chunk.  Without weights no Python runs per
+line: ``_rescore.scan`` checks and splits a chunk's lines, each model scores all its
+hypotheses at once through ``_rescore.SharedScorer`` (its word-by-word protocol,
+each (state, word) transition of a sentence's hypotheses scored once, the model's
+lookups prefetched so that they overlap; sentences in parallel with ``threads``),
+and ``_rescore.assemble`` writes the lines back with the features into a reused
+output buffer.  Every feature is bit-identical to ``score()``, for every model
+kind.
 """
 import contextlib
 import itertools
@@ -388,6 +390,7 @@ class _Run:
         labels = ([f" {n}= ".encode() for n in self.names] if self.fmt == "moses"
                   else [b"\t"] * len(self.names))
         fields, last_id = 0, None
+        written = np.empty(0, np.uint8)
         for chunk in _chunks(f, batch * 64):
             (starts, hyp_a, hyp_b, ins, groups, fields, runs, last_id, err, index,
              found) = _rescore.scan(chunk, code, fields, last_id)
@@ -399,10 +402,13 @@ class _Run:
                 if sc is not None:
                     totals = sc.score(chunk, hyp_a, hyp_b, groups, self.threads or 1)
                 else:
-                    totals = _batch_scores(m, [chunk[a:b] for a, b in zip(hyp_a.tolist(), hyp_b.tolist())],
+                    totals = _batch_scores(m, [bytes(chunk[a:b]) for a, b in zip(hyp_a.tolist(), hyp_b.tolist())],
                                            self.threads)
                 values[j] = totals * self.scale if self.scale != 1.0 else totals
-            out.write(_rescore.assemble(chunk, starts, ins, labels, values))
+            need = _rescore.assembled_size(len(chunk), len(hyp_a), labels)
+            if len(written) < need:
+                written = np.empty(need + need // 4, np.uint8)
+            out.write(written[:_rescore.assemble(chunk, starts, ins, labels, values, written)])
             self._advance(len(hyp_a), runs, len(chunk))
 
     def reranking(self, f, listing, ranker, batch):
@@ -459,21 +465,28 @@ def _batch_scores(model, hyps, threads):
 
 def _chunks(f, size):
     """Complete lines of ``f`` in chunks of about ``size`` bytes (the last one may
-    lack its newline; a longer line is one chunk, gathered without recopying)."""
-    carry = []
+    lack its newline; a longer line is one chunk), read into one buffer: each chunk
+    is a view of it, valid until the next is asked for."""
+    buf = np.empty(2 * size, np.uint8)
+    have = 0                    # bytes of a line begun in the previous block
     while True:
-        block = f.read(size)
-        if not block:
-            if carry:
-                yield b"".join(carry)
+        if have + size > len(buf):
+            grown = np.empty(2 * (have + size), np.uint8)
+            grown[:have] = buf[:have]
+            buf = grown
+        n = f.readinto(buf[have:have + size])
+        if not n:
+            if have:
+                yield buf[:have]
             return
-        cut = block.rfind(b"\n") + 1
-        if cut == 0:
-            carry.append(block)
+        end = have + n
+        cut = _rescore.last_line_end(buf, have, end)
+        if cut < 0:
+            have = end
             continue
-        carry.append(block[:cut])
-        yield b"".join(carry)
-        carry = [block[cut:]] if cut < len(block) else []
+        yield buf[:cut]
+        have = end - cut
+        buf[:have] = buf[cut:end]
 
 
 _SCAN_MESSAGES = {

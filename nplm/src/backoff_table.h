@@ -4,6 +4,10 @@
 #include <string.h>
 #include "hash.h"
 static inline void nplm_prefetch(const void *p) { __builtin_prefetch(p); }
+static inline void nplm_prefetch_run(const void *p) {
+    __builtin_prefetch(p);
+    __builtin_prefetch((const char *)p + 64);
+}
 static inline int nplm_signbit(float f) { uint32_t i; memcpy(&i, &f, 4); return (int)(i >> 31); }
 static inline float nplm_neg(float f) { uint32_t i; memcpy(&i, &f, 4); i |= 0x80000000u; memcpy(&f, &i, 4); return f; }
 static inline float nplm_pos(float f) { uint32_t i; memcpy(&i, &f, 4); i &= 0x7fffffffu; memcpy(&f, &i, 4); return f; }

@@ -33,8 +33,18 @@ static inline uint64_t nplm_hash_bytes(const char *s, ptrdiff_t n) {
         s += 8; n -= 8;
     }
     if (n > 0) {
-        k = 0;
-        memcpy(&k, s, (size_t)n);
+        /* The last 1..7 bytes, little-endian and zero-padded, gathered by loads
+           that stay inside s[0:n] (a byte-wise copy into a word on the stack
+           stalls the load that reads it back). */
+        if (n >= 4) {
+            uint32_t lo, hi;
+            memcpy(&lo, s, 4);
+            memcpy(&hi, s + n - 4, 4);
+            k = (uint64_t)lo | ((uint64_t)hi << (8 * (n - 4)));
+        } else {
+            k = (uint64_t)(uint8_t)s[0] | ((uint64_t)(uint8_t)s[n / 2] << (8 * (n / 2)))
+                | ((uint64_t)(uint8_t)s[n - 1] << (8 * (n - 1)));
+        }
         h = (h ^ nplm_mix(k ^ 0x5bd1e995ULL)) * 0xc4ceb9fe1a85ec53ULL;
     }
     h = nplm_mix(h);

@@ -299,6 +299,34 @@ static inline void klm_probing_score(const klm_probing *m, const klm_state *in, 
     klm_finish(m->order, &r, w, in, out, ret);
 }
 
+/* The first half of klm_probing_score, for a caller that overlaps several lookups
+ * (the n-best rescorer's prefetch hint): every order's key and first bucket for w
+ * after `in`, the buckets and the line after each requested now (a probe often runs
+ * on into it).  Returns the number of context words used. */
+static inline int klm_probing_keys(const klm_probing *m, const klm_state *in, uint32_t w, uint64_t *keys,
+                                   uint64_t *first) {
+    int n_ctx = klm_min(in->length, m->order - 1), i;
+    if (w >= m->n_unigram) w = 0;
+    __builtin_prefetch(m->unigram + (uint64_t)w * m->unigram_stride);
+    klm_probing_request(m, in, &w, 0, n_ctx, keys, first);
+    for (i = 0; i < n_ctx; i++)
+        __builtin_prefetch((i == m->order - 2 ? m->longest.table + first[i] * 12
+                                               : m->middle[i].table + first[i] * m->middle_stride) + 64);
+    return n_ctx;
+}
+
+/* The second half: score w after `in` from klm_probing_keys(m, in, w, keys, first) =
+ * n_ctx.  out may be in. */
+static inline void klm_probing_probe(const klm_probing *m, const klm_state *in, uint32_t w, const uint64_t *keys,
+                                     const uint64_t *first, int n_ctx, klm_state *out, klm_ret *ret) {
+    klm_state copy;
+    klm_walk r;
+    if (in == out) { copy = *in; in = &copy; }
+    if (w >= m->n_unigram) w = 0;
+    klm_probing_walk(m, w, n_ctx, keys, first, &r);
+    klm_finish(m->order, &r, w, in, out, ret);
+}
+
 /* The walks of run[0..n) (n <= KLM_LANES) after state in, in order: w gets the words
  * as scored (an id beyond the unigrams is <unk>), r their walks.  The length of the
  * state before each word is known from the walk before it, so no walk goes deeper

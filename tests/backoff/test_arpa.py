@@ -286,8 +286,17 @@ def test_unknown_word_spellings():
 def test_format_floats_shortest_and_round_trip():
     rng = np.random.default_rng(5)
     bits = rng.integers(0, 2 ** 32, size=100_000, dtype=np.uint64).astype(np.uint32)
+    # log-probability and sentence-score ranges, integers and multiples of ten,
+    # powers of ten and of two (the bottoms of binades) with their neighbours,
+    # across the ranges where the formatter works in exact double arithmetic
+    # (about 1e-4 to 2^53) and beyond
+    special = np.concatenate([np.arange(-3000, 3000) * 10.0, 10.0 ** np.arange(-12, 20),
+                              2.0 ** np.arange(-40, 70), -np.exp(rng.uniform(-14, 45, 50_000)),
+                              rng.uniform(-300, 0, 50_000)]).astype(np.float32)
+    around = special.view(np.uint32)
     values = np.concatenate([bits.view(np.float32), (-rng.random(50_000) * 10).astype(np.float32),
                              np.arange(-4096, 4096, dtype=np.float32) / np.float32(16),
+                             special, (around + 1).view(np.float32), (around - 1).view(np.float32),
                              np.float32([0.0, -0.0, 1e-6, 1e-7, 1e21, 1e20, 3.4028235e38, 1e-45])])
     values = values[np.isfinite(values)]
     for v, s in zip(values, _arpa.format_floats(values)):

@@ -1,8 +1,10 @@
 """N-best rescoring: every added feature is the model's own score(hypothesis) (a
-back-off, a neural and an interpolated model; Moses and plain lists; log10 and ln),
-the rest of each line is kept byte for byte, re-ranking picks the weighted arg-max
-(checked by brute force), and malformed lists are errors naming file and line."""
+back-off, a neural and an interpolated model, KenLM's binaries; Moses and plain
+lists; log10 and ln; words of every length between every delimiter), the rest of
+each line is kept byte for byte, re-ranking picks the weighted arg-max (checked by
+brute force), and malformed lists are errors naming file and line."""
 import gzip
+import lzma
 import math
 import random
 import re
@@ -290,23 +292,41 @@ def _edited_lists(seed, n_ids=5, per_id=40):
     return hyps
 
 
+def _transitions(model, groups, bos, eos):
+    """How many distinct (state, word) transitions each group of hypotheses takes,
+    walked through the kenlm API's BaseScore (the model calls the scorer must make)."""
+    total = 0
+    for group in groups:
+        seen = set()
+        for words in group:
+            state, out = nplm.State(), nplm.State()
+            (model.BeginSentenceWrite if bos else model.NullContextWrite)(state)
+            for w in list(words) + (["</s>"] if eos else []):
+                model.BaseScore(state, w, out)
+                seen.add((state, w))
+                state, out = out, nplm.State()
+        total += len(seen)
+    return total
+
+
 @pytest.mark.parametrize("bos,eos", [(True, True), (False, True), (True, False), (False, False)])
 def test_shared_scorer_equals_score_bit_for_bit_and_shares_work(models, bos, eos):
     hyps = _edited_lists(3)
     data = "".join(f"{sid} ||| {' '.join(w)} ||| F= 0 ||| 0\n" for sid, w in hyps).encode()
     starts, a, b, ins, groups = scan(data, 0, 0, None)[:5]
     assert groups.tolist() == [0, 40, 80, 120, 160, 200]
+    by_id = [[w for _, w in hyps[i:i + 40]] for i in range(0, 200, 40)]
     for model in (models[0], models[2]):
         sc = SharedScorer(model.core, model.vocab, bos, eos)
         got = sc.score(data, a, b, groups)
         want = [model.score(" ".join(w), bos=bos, eos=eos) for _, w in hyps]
         assert got.tolist() == want
         words = sum(len(w) + eos for _, w in hyps)
-        assert sc.lookups < words / 2, (sc.lookups, words)
-        # one group per line: nothing shared, the same totals
+        assert sc.lookups == _transitions(model, by_id, bos, eos) < words / 2, (sc.lookups, words)
+        # one group per line: nothing shared between lines, the same totals
         sc = SharedScorer(model.core, model.vocab, bos, eos)
         assert sc.score(data, a, b, np.arange(len(hyps) + 1, dtype=np.int64)).tolist() == want
-        assert sc.lookups == words
+        assert sc.lookups == _transitions(model, [[w] for _, w in hyps], bos, eos) > words * 0.95
 
 
 def test_cli_nbest_out_plain_lists_and_refusals(models, reference_binaries, tmp_path, capsys):
@@ -353,3 +373,44 @@ def test_a_line_longer_than_a_chunk(models, tmp_path):
     got = (tmp_path / "o").read_text().split("\n")
     assert len(got) == 3
     assert np.float32(got[1].split("LM0= ")[1].split()[0]) == np.float32(models[0].score(" ".join(words)))
+
+
+@pytest.mark.parametrize("layout", ["probing", "trie"])
+def test_kenlm_binaries_give_the_kenlm_modules_scores(models, tmp_path, layout):
+    """A KenLM binary (its own vocabulary hashing and lookups, prefetched ahead of
+    the probing layout's) rescored bit for bit as the real kenlm module scores."""
+    kenlm = pytest.importorskip("kenlm")
+    path = tmp_path / f"o5.{layout}.bin"
+    path.write_bytes(lzma.decompress((REFERENCE / "kenlm-binary" / f"ptb5k.o5.{layout}.bin.xz").read_bytes()))
+    hyps = _edited_lists(11, n_ids=6, per_id=30)
+    src = tmp_path / "l"
+    src.write_bytes("".join(f"{sid} ||| {' '.join(w)} ||| F= 0 ||| 0\n" for sid, w in hyps).encode())
+    nplm.rescore(str(src), [str(path)], str(tmp_path / "o"))
+    reference = kenlm.Model(str(path))
+    for (_, words), line in zip(hyps, (tmp_path / "o").read_bytes().splitlines()):
+        got = np.float32(line.split(b"LM0= ")[1].split()[0].decode())
+        assert got == np.float32(reference.score(" ".join(words))), words
+
+
+def test_words_of_every_length_between_every_delimiter(models, tmp_path):
+    """Words of 1 to 20 bytes (their keys change at 8), separated by runs of every
+    delimiter, hypotheses longer than 64 bytes, and a plain list whose last
+    hypothesis ends the file (no byte may be read past it)."""
+    rng = random.Random(17)
+    vocab = [w for w in PTB_WORDS + POOL] + ["x" * k for k in range(1, 21)] + ["company" + "s" * k for k in range(4)]
+    lines = []
+    for i in range(40):
+        words = [rng.choice(vocab) for _ in range(rng.randrange(1, 30))]
+        gaps = [rng.choice([" ", "  ", "\v", "\f", " \v\f ", "\r "]) for _ in words]
+        hyp = "".join(g + w for g, w in zip(gaps, words)).lstrip(" ") + rng.choice(["", " ", "\f"])
+        lines.append((str(i // 5), hyp))
+    data = "\n".join(f"{sid}\t{hyp}" for sid, hyp in lines)       # no newline at the end
+    src = tmp_path / "l.tsv"
+    src.write_bytes(data.encode("utf-8"))
+    nplm.rescore(str(src), models, str(tmp_path / "o"), names=NAMES)
+    got = (tmp_path / "o").read_bytes().split(b"\n")
+    assert len(got) == len(lines) and not (tmp_path / "o").read_bytes().endswith(b"\n")
+    for (_, hyp), line in zip(lines, got):
+        values = line.split(b"\t")[-3:]
+        for model, v in zip(models, values):
+            assert np.float32(v.decode()) == np.float32(model.score(hyp)), (hyp, v)

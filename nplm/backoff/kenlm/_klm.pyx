@@ -10,7 +10,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 import numpy as np
 cimport numpy as cnp
 
-from nplm._kernels cimport LMCore, MAX_ORDER, NState, Ret, Vocab, WordId
+from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId, MAX_ORDER
 
 cnp.import_array()
 
@@ -65,6 +65,9 @@ cdef extern from "kenlm_query.h" nogil:
     uint32_t klm_probing_vocab_index(const uint8_t *table, uint64_t buckets, uint64_t h)
     uint32_t klm_sorted_vocab_index(const uint64_t *sorted, uint64_t n, uint64_t key)
     void klm_probing_score(const klm_probing *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
+    int klm_probing_keys(const klm_probing *m, const klm_state *ins, uint32_t w, uint64_t *keys, uint64_t *first)
+    void klm_probing_probe(const klm_probing *m, const klm_state *ins, uint32_t w, const uint64_t *keys,
+                           const uint64_t *first, int n_ctx, klm_state *out, klm_ret *ret)
     void klm_probing_context(const klm_probing *m, const uint32_t *words, int n, klm_state *out)
     void klm_trie_score(const klm_trie *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
     void klm_trie_context(const klm_trie *m, const uint32_t *words, int n, klm_state *out)
@@ -217,6 +220,15 @@ cdef class KenlmProbingCore(LMCore):
         out.length = 1
         out.words[0] = self.bos_id
         out.backoff[0] = (<const float *>(self.m.unigram + <uint64_t>self.bos_id * self.m.unigram_stride))[1]
+
+    cdef void prefetch(self, const NState *ins, WordId w, Hint *hint) noexcept nogil:
+        hint.n = klm_probing_keys(&self.m, <const klm_state *>ins, w, hint.key, hint.bucket)
+
+    cdef int score_hinted(self, const NState *ins, WordId w, const Hint *hint, NState *out,
+                          Ret *ret) except -1 nogil:
+        klm_probing_probe(&self.m, <const klm_state *>ins, w, hint.key, hint.bucket, hint.n,
+                          <klm_state *>out, <klm_ret *>ret)
+        return 0
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         klm_probing_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
