@@ -4,8 +4,10 @@ The pipeline, one function per stage, its options in a ``DistilConfig``:
 
 1. ``prepare_teacher``: the teacher (and the lower-order teacher) as a ``Teacher``.
 2. ``collect_candidates``: which n-grams are listed.  Every word of the teacher's
-   vocabulary as a unigram, plus the n-grams of a text (``count_texts``: one hash
-   table per order) each order with its own count threshold, of a back-off model,
+   vocabulary as a unigram, plus the n-grams of a text (``count_texts``: counted
+   as estimation counts, within ``count_memory``, spilling sorted runs to the
+   temporary folder beyond it) each order with its own count threshold, of a
+   back-off model,
    of text sampled from the teacher (``nplm sample``, or drawn here by
    ``sample_pool``: the unseen n-grams where a network's generalisation lives), and
    every frequent context's ``top_k`` most probable continuations.  The set is
@@ -42,14 +44,17 @@ teacher does not know become ``<unk>``.  The neural padding token ``<null>`` is 
 a word of the distilled model.  The unigram distribution is renormalised over the
 vocabulary minus ``<s>`` (a no-op for a normalised teacher).
 
-Memory: the distinct n-grams of the text (before thresholds) and the listed ones,
-as flat numpy arrays; no Python object per n-gram.
+Memory: counting holds at most ``count_memory`` (``-S``; the counts of the distinct
+n-grams of a sampled pool are most of a big run's memory, and most are thresholded
+away), the later stages the listed n-grams as flat numpy arrays; no Python object
+per n-gram.  Temporary files (the spilled runs, the pool drawn here) go to
+``temp_prefix`` (``-T``) and vanish however the run ends.
 """
+import contextlib
 import dataclasses
 import functools
 import os
-import shutil
-import tempfile
+import resource
 import warnings
 
 import numpy as np
@@ -58,9 +63,11 @@ from tqdm import tqdm
 from nplm._kernels import thread_count
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
+from nplm.backoff.estimate.config import DEFAULT_MEMORY, parse_size, temp_directory
+from nplm.backoff.estimate.every_order import count_every_order
 from nplm.backoff.tables import NGramTables, expand_ranges, row_groups
 from nplm.compose import continuation as cont
-from nplm.compose._distil import GramCounter, probe_groups  # noqa: F401 (probe_groups: for nplm.convert)
+from nplm.compose._distil import probe_groups  # noqa: F401 (probe_groups: for nplm.convert)
 from nplm.compose.favour import GRID, choose_favour
 from nplm.compose.ngram_structure import (  # noqa: F401
     EPS,
@@ -73,9 +80,8 @@ from nplm.compose.ngram_structure import (  # noqa: F401
     prune_structure,
     unique_sorted,
 )
-from nplm.errors import FormatError
-from nplm.io.atomic import same_file
-from nplm.io.text import split_words, utf8_lines
+from nplm.io.atomic import same_file, temp_folder
+from nplm.io.text import utf8_lines
 from nplm.model import ARPALoadComplain, Config, Model
 from nplm.neural.query import exact_network_of, network_of
 from nplm.neural.sample import sample_to_file
@@ -91,7 +97,6 @@ except ImportError as e:  # pragma: no cover - build problem
 _prune_scores = prune_scores
 _keep_masks = keep_masks
 _unique = unique_sorted
-_CHUNK_LINES = 200_000
 _FORBIDDEN = frozenset({"<s>", "</s>", "<null>"})
 
 
@@ -121,6 +126,8 @@ class DistilConfig:
     favour_model: object = None
     favour_valid: object = None
     favour_grid: tuple = GRID
+    count_memory: object = None
+    temp_prefix: object = None
 
     def check(self):
         """Refuse out-of-range options before the teacher is loaded (seconds)."""
@@ -142,9 +149,18 @@ class DistilConfig:
             raise ValueError(f"sample_tokens takes a number of tokens to sample (>= 0), not {t!r}")
         if t and not self.sample_models:
             raise ValueError("sample_tokens needs sample_models: the neural models to sample from")
+        parse_size(DEFAULT_MEMORY if self.count_memory is None else self.count_memory)
+        temp_directory(self.temp_prefix)
         if (self.favour_model is None) != (self.favour_valid is None):
             raise ValueError("favour_model and favour_valid go together: the back-off model to lean on "
                              "and the validation text that chooses how far")
+
+    def counting(self):
+        """count_texts's options: the budget (``count_memory`` less what the process
+        holds already, as estimation's -S), the temporary folder, progress."""
+        memory = parse_size(DEFAULT_MEMORY if self.count_memory is None else self.count_memory)
+        held = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return dict(memory=max(memory - held, 1 << 16), temp_prefix=self.temp_prefix, progress=self.progress)
 
     def inputs(self):
         """The input paths (none may be overwritten by the output)."""
@@ -296,45 +312,20 @@ def vocab_map(words, model):
 # ---------------------------------------------------------------------------------
 # Stage 2: the candidate n-grams.
 
-def _sentence_ids(path, vocab, bos, eos, forbidden):
-    """Token id arrays of the text's lines in chunks: (flat ids with <s>/</s> around
-    each sentence, sentence start offsets)."""
-    buf, starts, pos = [], [], 0
-    for line_no, line in enumerate(utf8_lines(path), 1):   # invalid UTF-8: an error naming the line
-        words = split_words(line)
-        for w in words:
-            if w in forbidden:
-                raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)
-        ids = vocab.ids(words) if words else np.zeros(0, np.int32)
-        starts.append(pos)
-        buf.append(np.concatenate([[bos], ids, [eos]]).astype(np.int32))
-        pos += len(ids) + 2
-        if len(starts) >= _CHUNK_LINES:
-            yield np.concatenate(buf), np.asarray(starts, np.int64)
-            buf, starts, pos = [], [], 0
-    if starts:
-        yield np.concatenate(buf), np.asarray(starts, np.int64)
-
-
-def count_texts(paths, vocab, order, V, bos, eos, forbidden=(), progress=False, min_counts=None):
+def count_texts(paths, words, order, min_counts=None, memory=DEFAULT_MEMORY, temp_prefix=None, progress=False):
     """{n: (rows (count, n) int32, counts int64)} for n = 2..order: the n-grams of the
     texts (counted together) with one <s> before and </s> after each line (never
-    ending in <s>), in order of first sight; with ``min_counts`` ({n: c}) only those
-    seen at least c times.  Counted by one hash table per order
-    (nplm.compose._distil.GramCounter)."""
-    counter = GramCounter(order, V)
-    for path in paths:
-        chunks = _sentence_ids(path, vocab, bos, eos, forbidden)
-        if progress:
-            chunks = tqdm(chunks, desc="count n-grams", unit="chunk")
-        for ids, starts in chunks:
-            counter.add(ids, starts)
-    return counter.result(min_counts)
+    ending in <s>), in teacher ids (``words``: the teacher's words by id; others
+    count as <unk>); with ``min_counts`` ({n: c}) only those seen at least c times.
+    Counted as estimation counts, within ``memory`` (``-S``), spilling sorted runs
+    to ``temp_prefix`` (``-T``) beyond it (nplm/backoff/estimate/every_order.py)."""
+    return count_every_order([os.fspath(p) for p in paths], order, words, min_counts, memory, temp_prefix,
+                             sorted(_FORBIDDEN), progress)
 
 
-def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False, min_counts=None):
+def count_text(path, words, order, min_counts=None, **kwargs):
     """``count_texts`` of one text."""
-    return count_texts([path], vocab, order, V, bos, eos, forbidden, progress, min_counts)
+    return count_texts([path], words, order, min_counts, **kwargs)
 
 
 def _per_order(value, order, name):
@@ -376,21 +367,18 @@ def sample_pool(cfg, workdir):
 
 def sampled_rows(t, cfg):
     """{n: rows} of the sampled n-grams that pass ``sample_min_count``: from
-    ``sample_text`` and from ``sample_tokens`` drawn now (counted together)."""
+    ``sample_text`` and from ``sample_tokens`` drawn now into the temporary folder
+    (counted together)."""
     thresholds = _per_order(cfg.sample_min_count, cfg.order, "sample_min_count")
     paths = [cfg.sample_text] if cfg.sample_text is not None else []
-    workdir = tempfile.mkdtemp(prefix="nplm-distil-") if cfg.sample_tokens else None
-    try:
-        if workdir is not None:
-            paths += sample_pool(cfg, workdir)
+    with contextlib.ExitStack() as stack:
+        if cfg.sample_tokens:
+            folder = stack.enter_context(temp_folder(temp_directory(cfg.temp_prefix), "nplm-distil-"))
+            paths += sample_pool(cfg, folder.path)
         if not paths:
             return {}
         # only the rows that pass are built: most sampled n-grams are seen once
-        counted = count_texts(paths, t.model.vocab, cfg.order, t.V, t.bos, t.eos, _FORBIDDEN,
-                              cfg.progress, min_counts=thresholds)
-    finally:
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
+        counted = count_texts(paths, t.words, cfg.order, thresholds, **cfg.counting())
     return {n: counted[n][0] for n in counted}
 
 
@@ -409,7 +397,8 @@ def collect_candidates(t, cfg):
     _per_order(cfg.sample_min_count, cfg.order, "sample_min_count")
     counted = None
     if cfg.text is not None:
-        counted = count_text(cfg.text, t.model.vocab, cfg.order, t.V, t.bos, t.eos, _FORBIDDEN, cfg.progress)
+        # (top_k needs every count; otherwise only the rows that pass are built)
+        counted = count_text(cfg.text, t.words, cfg.order, None if cfg.top_k else thresholds, **cfg.counting())
         for n in range(2, cfg.order + 1):
             r, c = counted[n]
             rows[n].append(r[c >= thresholds[n]])

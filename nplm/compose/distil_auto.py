@@ -226,9 +226,6 @@ def choose_pool(parts, quality, text, budget_s, memory, t0, notes):
     if not parts.networks or quality == "fast" or text is None:
         return 0
     cap = POOL_PER_TEXT_TOKEN * text_tokens(text)
-    if quality == "best" and memory is None:
-        avail = mem_available()
-        memory = int(0.8 * avail) if avail else None
     rate = sample_rate(parts.networks[0]) if budget_s is not None and cap > PROBE_TOKENS else 0.0
     spent = time.perf_counter() - t0 + 0.25 * (budget_s or 0.0)
     tokens = min(cap, pool_tokens(budget_s if rate else None, memory, rate, spent, peak_rss()))
@@ -252,6 +249,11 @@ def plan(teacher, order, text=None, *, quality="default", valid=None, budget=Non
     preset_budget, preset_memory, preset_cont, preset_buckets = PRESETS[quality]
     budget_s = parse_duration(budget) if budget is not None else preset_budget or None
     memory = parse_size(memory) if memory is not None else preset_memory
+    if quality == "best" and memory is None:
+        avail = mem_available()
+        memory = int(0.8 * avail) if avail else None
+    if options.get("count_memory") is None and memory is not None:
+        options["count_memory"] = memory         # counting stays within the run's budget
     parts = inspect_teacher(teacher)
     notes = []
     tune_text = valid or parts.tuned_on

@@ -87,6 +87,24 @@ def test_default_distil_of_a_mixture_is_no_worse_than_kn_on_held_out_text(corpus
     assert report.table == pytest.approx(_kenlm_ppl(out, (d / "valid.txt").read_text().splitlines()), rel=1e-5)
 
 
+def test_counting_in_a_tiny_memory_budget_gives_the_same_table(corpus, default_table, tmp_path):
+    """``-S`` so small that counting the text and the sampled pool spills a run per chunk
+    and sums the runs in parts gives the in-memory run's table, byte for byte (the same
+    pool: the same seed); the spilled runs and the pool leave nothing in ``-T``."""
+    from nplm.cli.main import main
+    d, kn, net, spec = corpus
+    tables, report, plan, out = default_table
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    spilled = tmp_path / "spilled.arpa"
+    rc = main(["distil", str(spec), "--text", str(d / "train.txt"), "--order", str(ORDER), "--arpa", str(spilled),
+               "--sample-tokens", str(POOL), "-S", "1K", "-T", str(temp), "-q"])
+    assert rc == 0
+    assert spilled.read_bytes() == out.read_bytes()
+    assert list(temp.iterdir()) == []
+    assert plan.config.count_memory == 4 << 30         # the default quality's --memory
+
+
 def test_a_bad_option_set_is_reported_loudly(corpus, capsys):
     """A table pruned to a tenth of KN's size, from the flat teacher as it is, is worse
     than KN: the CLI says so and names the fixes."""
