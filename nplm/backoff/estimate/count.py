@@ -162,8 +162,9 @@ def check_utf8(chunk, name, line):
         codecs.utf_8_decode(chunk, "strict", True)
     except UnicodeDecodeError as e:
         bad_line = line + chunk.count(b"\n", 0, e.start)
-        raise FormatError(f"invalid UTF-8 (byte 0x{chunk[e.start]:02x}); the text must be UTF-8",
-                          name, bad_line) from None
+        column = e.start - (chunk.rfind(b"\n", 0, e.start) + 1) + 1
+        raise FormatError(f"invalid UTF-8 (byte 0x{chunk[e.start]:02x} at byte {column} of the line); the text "
+                          "must be UTF-8", name, bad_line) from None
 
 
 def feed(counter, chunk, name, line):
