@@ -55,6 +55,7 @@ import dataclasses
 import functools
 import os
 import resource
+import time
 import warnings
 
 import numpy as np
@@ -98,6 +99,7 @@ _prune_scores = prune_scores
 _keep_masks = keep_masks
 _unique = unique_sorted
 _FORBIDDEN = frozenset({"<s>", "</s>", "<null>"})
+POOL_PIECES = 16          # a pool drawn against a time budget: in this many pieces at most
 
 
 @dataclasses.dataclass
@@ -106,7 +108,12 @@ class DistilConfig:
 
     ``sample_tokens`` > 0 draws that many tokens from ``sample_models`` (neural model
     paths; split 2:1:1... between them, the recipe's 80M + 40M) into temporary
-    files, counted with ``sample_text`` under ``sample_min_count``."""
+    files, counted with ``sample_text`` under ``sample_min_count``.  With
+    ``sample_more`` (a callable) the pool is drawn in pieces of ``POOL_PIECES``-th
+    of it, and stops early when ``sample_more(tokens drawn, seconds spent drawing,
+    tokens of the next piece)`` is false (a time budget measured as it goes).
+    ``continuation_contexts``: the one-word contexts whose whole teacher
+    distribution the continuation unigrams score (the most probable; default all)."""
     order: int
     text: object = None
     ngrams: object = None
@@ -128,6 +135,8 @@ class DistilConfig:
     favour_grid: tuple = GRID
     count_memory: object = None
     temp_prefix: object = None
+    continuation_contexts: object = None
+    sample_more: object = None
 
     def check(self):
         """Refuse out-of-range options before the teacher is loaded (seconds)."""
@@ -140,6 +149,9 @@ class DistilConfig:
         if c is not False and (int(c) != c or not 0 <= c < self.order):
             raise ValueError(f"continuation takes the number of orders below order {self.order} to reshape "
                              f"(0..{self.order - 1}; 0 or False: none), not {c!r}")
+        c = self.continuation_contexts
+        if c is not None and (isinstance(c, bool) or int(c) != c or c < 1):
+            raise ValueError(f"continuation_contexts takes a number of contexts (>= 1) or None, not {c!r}")
         k = self.top_k
         if isinstance(k, bool) or int(k) != k or k < 0:
             raise ValueError(f"top_k takes the number of continuations to list per context (>= 0), not {k!r}")
@@ -249,6 +261,12 @@ def _score(model, rows, threads, id_map=None):
     return out
 
 
+def teacher_log10(model, rows, threads=1):
+    """log10 p(last | rest) of rows of ``model``'s word ids (float32), as the
+    teacher is scored."""
+    return _score(model, rows, threads)
+
+
 def _warn_short_histories(teacher, order, has_lower):
     """Warn when the table needs a neural teacher's short histories and the teacher
     never trained on them.  Without --variable-history a network sees <null> padding
@@ -353,7 +371,10 @@ def sample_shares(tokens, n_models):
 
 def sample_pool(cfg, workdir):
     """Draw ``cfg.sample_tokens`` tokens from ``cfg.sample_models`` into text files
-    under ``workdir``; their paths."""
+    under ``workdir`` (in pieces while ``cfg.sample_more`` allows, when given); their
+    paths."""
+    if cfg.sample_more is not None:
+        return sample_pieces(cfg, workdir)
     paths = []
     for k, (model, tokens) in enumerate(zip(cfg.sample_models, sample_shares(cfg.sample_tokens,
                                                                               len(cfg.sample_models)))):
@@ -361,6 +382,28 @@ def sample_pool(cfg, workdir):
             continue
         out = os.path.join(workdir, f"sample{k}.txt")
         sample_to_file(model, out, tokens, seed=cfg.sample_seed + k, progress=cfg.progress)
+        paths.append(out)
+    return paths
+
+
+def sample_pieces(cfg, workdir):
+    """The pool in pieces, each from the network furthest below its share, while
+    ``cfg.sample_more(drawn, seconds, next piece)`` says go on; the paths."""
+    shares = np.array(sample_shares(cfg.sample_tokens, len(cfg.sample_models)), dtype=np.float64)
+    piece = max(1, -(-cfg.sample_tokens // POOL_PIECES))
+    drawn = np.zeros(len(shares), dtype=np.int64)
+    paths, seconds = [], 0.0
+    while drawn.sum() < cfg.sample_tokens:
+        k = int(np.argmin(drawn / np.maximum(shares, 1)))
+        tokens = int(min(piece, cfg.sample_tokens - drawn.sum()))
+        if not cfg.sample_more(int(drawn.sum()), seconds, tokens):
+            break
+        out = os.path.join(workdir, f"sample{len(paths)}.txt")
+        t0 = time.perf_counter()
+        _, got = sample_to_file(cfg.sample_models[k], out, tokens, seed=cfg.sample_seed + len(paths),
+                                progress=cfg.progress)
+        seconds += time.perf_counter() - t0
+        drawn[k] += got
         paths.append(out)
     return paths
 
@@ -527,12 +570,13 @@ def prune_stage(t, s, logprob, p, target):
     return s, logprob, bows
 
 
-def continuation_stage(t, s, logprob, k, progress=False):
+def continuation_stage(t, s, logprob, k, progress=False, max_contexts=None):
     """Stage 6: reshape orders 1..k of the final table for backing off
     (nplm/compose/continuation.py); the new bows."""
     top = min(int(k), s.order - 1)
     predictable = t.predictable()
-    shaped = {1: cont.unigrams(t.score, s, logprob, t.bos, t.eos, predictable, progress)}
+    shaped = {1: cont.unigrams(t.score, s, logprob, t.bos, t.eos, predictable, progress,
+                               max_contexts=max_contexts)}
     for n in range(2, top + 1):
         shaped[n] = cont.level(t.score, s, logprob, n, t.bos, t.eos, progress=progress)
     logprob.update(shaped)
@@ -580,7 +624,7 @@ def run_pipeline(teacher, cfg, info=None):
     s, logprob, pruned_bows = prune_stage(t, s, logprob, p, cfg.prune_to)
     bows = pruned_bows if pruned_bows is not None else bows
     if cfg.continuation and s.order > 1:
-        bows = continuation_stage(t, s, logprob, cfg.continuation, cfg.progress)
+        bows = continuation_stage(t, s, logprob, cfg.continuation, cfg.progress, cfg.continuation_contexts)
     if cfg.favour_model is not None:
         logprob, bows = favour_stage(t, s, logprob, cfg, bos_lp, {} if info is None else info) \
             or (logprob, bows)

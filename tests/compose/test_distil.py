@@ -530,6 +530,27 @@ def test_continuation_shapes_equal_a_brute_force_sum(tiny):
     got_fit = cont.unigrams(score, s, lp, bos, eos, pred)
     assert np.allclose(10.0 ** got_fit[pred], fitted[pred], rtol=1e-4, atol=1e-12)
     assert not np.allclose(fitted[pred], q[pred] / q[pred].sum(), rtol=1e-3)
+    # whole distributions after the k most probable contexts only; each other context
+    # leaves its exact mass (from the listed bigrams' scores) in the shape of the
+    # teacher's unigrams r over the words it does not list
+    k = 40
+    ctxs = sorted((u for u in range(V) if u != eos and (pred[u] or u == bos) and P1[u] > 0), key=lambda u: -P1[u])
+    r = np.where(pred, ln[1], 0.0) / ln[1][pred].sum()
+    p2 = {tuple(x): p for x, p in zip(s.rows(2).tolist(), ln[2])}
+    qk = np.zeros(V)
+    for i, u in enumerate(ctxs):
+        unlisted = [w for w in range(V) if pred[w] and w not in listed2.get(u, ())]
+        if i < k:
+            dist = full([u])
+            qk[unlisted] += P1[u] * dist[unlisted]
+        else:
+            left = 1 - sum(p2[(u, w)] for w in listed2.get(u, ()))
+            qk[unlisted] += P1[u] * left * r[unlisted] / (1 - sum(r[w] for w in listed2.get(u, ())))
+    assert len(ctxs) > 2 * k
+    got_k = cont.unigrams(score, s, lp, bos, eos, pred, fit=False, max_contexts=k)
+    assert np.allclose(10.0 ** got_k[pred], qk[pred] / qk[pred].sum(), rtol=1e-4, atol=1e-12)
+    assert not np.allclose(qk[pred] / qk[pred].sum(), q[pred] / q[pred].sum(), rtol=1e-3)
+    assert np.array_equal(cont.unigrams(score, s, lp, bos, eos, pred, max_contexts=len(ctxs)), got_fit)
     # bigrams: contexts e = (x, g) listed as bigrams, candidates the words listed after g;
     # the K most probable e of each g scored exactly, the rest through p_T(w | g)
     listed3 = {}
