@@ -11,10 +11,12 @@ What the recipe (README, "Distillation") learned, and what is chosen here from i
 * A table lists only what its candidate pool holds; text sampled from the networks
   lists the unseen n-grams they find likely (20M -> 40M -> 80M sampled tokens:
   136.2 -> 134.8 -> 134.6).  The pool is drawn from the mixture's networks (the first
-  twice the others' share), its size set by a time and a memory budget; sampled
-  bigrams seen once and longer n-grams seen twice are listed.
+  twice the others' share), its size set by a memory budget and drawn in pieces while
+  the run's projected end fits the time budget (``PoolClock``); sampled bigrams seen
+  once and longer n-grams seen twice are listed.
 * With a sampled pool the unigrams must be shaped for backing off (145.6 -> 136.2):
-  ``continuation=1``.
+  ``continuation=1``, scoring whole distributions after the ``CONTINUATION_CONTEXTS``
+  most probable one-word contexts (every one with ``quality="best"``).
 * The table wants more of the back-off model than the perplexity-optimal mixture, and
   more where the back-off model has seen more of the context: a linear mixture's
   weights are re-tuned per back-off context bucket (3 back-off bins per context
