@@ -5,10 +5,13 @@ import numpy as np
 
 
 class Counter:
+    def close_vocabulary(self, words: Any) -> Any: ...
+    closed: Any
     distinct_ngrams: Any
     err_offset: Any
     def feed(self, data: np.ndarray) -> Any: ...
     def find(self, word: bytes) -> Any: ...
+    kenlm_spaces: Any
     order: Any
     def reset_table(self) -> Any: ...
     sentences: Any

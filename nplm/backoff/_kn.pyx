@@ -1,9 +1,10 @@
 """Counting and adjusting kernels of modified Kneser-Ney estimation; the stages in
 ``nplm/backoff/estimate/`` run the pipeline.
 
-1. ``Counter``: tokenise text bytes (lmplz's delimiters: space, tab, CR, NUL; one
-   sentence per line), give words ids in first-appearance order after ``<unk>``=0,
-   ``<s>``=1, ``</s>``=2 (lmplz's numbering, hence its ARPA unigram order), and count
+1. ``Counter``: tokenise text bytes (lmplz's delimiters: space, tab, CR, NUL; or
+   KenLM's queries': ASCII white space; one sentence per line), give words ids in
+   first-appearance order after ``<unk>``=0, ``<s>``=1, ``</s>``=2 (lmplz's numbering,
+   hence its ARPA unigram order) or those of a given, closed vocabulary, and count
    the highest-order n-grams, left-padded with ``<s>``, in an open-addressing table.
 2. ``Counter.suffix_sorted``: LSD radix sort of those n-grams in suffix order (last
    word most significant), the order lmplz writes every section of its ARPA in.
@@ -23,6 +24,7 @@ from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memcmp, memset, memchr
 from nplm._hashing cimport fmix64
+from nplm._kernels cimport is_word_delimiter
 
 from cython.parallel cimport prange
 
@@ -82,6 +84,10 @@ cdef inline uint64_t _hash_words(const uint32_t *w, int n) noexcept nogil:
     return fmix64(h)
 
 
+cdef inline bint _splits(uint8_t c, bint kenlm_spaces) noexcept nogil:
+    return is_word_delimiter(c) if kenlm_spaces else _is_delim(c)
+
+
 cdef inline bint _is_delim(uint8_t c) noexcept nogil:
     # lmplz's word delimiters ("\0\t\n\r "); '\n' also ends the sentence.
     return c == 32 or c == 10 or c == 9 or c == 13 or c == 0
@@ -95,6 +101,8 @@ cdef class Counter:
     """
     cdef readonly int order
     cdef readonly bint skip_symbols
+    cdef readonly bint kenlm_spaces     # split as KenLM's queries (\t \n \v \f \r space), not lmplz
+    cdef readonly bint closed           # the vocabulary is fixed: other words count as <unk>
     cdef readonly uint64_t tokens, sentences, unk_tokens, skipped_symbols
     cdef readonly int64_t err_offset   # byte offset of the offending token (KN_SPECIAL)
     # vocabulary: words' bytes in one arena; offsets[id]..offsets[id+1]
@@ -112,11 +120,13 @@ cdef class Counter:
     cdef uint64_t *nslots           # (hash high 32 bits << 32) | (entry + 1); 0 = empty
     cdef size_t nmask
 
-    def __cinit__(self, int order, bint skip_symbols=False):
+    def __cinit__(self, int order, bint skip_symbols=False, bint kenlm_spaces=False):
         if order < 1:
             raise ValueError(f"order must be at least 1, got {order}")
         self.order = order
         self.skip_symbols = skip_symbols
+        self.kenlm_spaces = kenlm_spaces
+        self.closed = False
         self.arena_cap = 1 << 16
         self.arena = <uint8_t *> malloc(self.arena_cap)
         self.vcap = 1 << 12
@@ -200,6 +210,22 @@ cdef class Counter:
     cdef int64_t _find_word(self, const uint8_t *p, size_t n) noexcept nogil:
         cdef size_t i
         return self._probe(p, n, _hash_bytes(p, n), &i)
+
+    def close_vocabulary(self, words):
+        """Give ``words`` (UTF-8 bytes, none of them a special) the ids 3, 4, ... in
+        this order and fix the vocabulary: from now on a word not in it counts as
+        ``<unk>``.  Only before anything is fed."""
+        if self.closed or self.vsize != 3 or self.tokens:
+            raise RuntimeError("close_vocabulary: only once, before counting")
+        cdef bytes w
+        cdef int64_t got
+        for w in words:
+            if self._find_word(<const uint8_t *> w, len(w)) >= 0:
+                raise ValueError(f"close_vocabulary: {w!r} is a special or listed twice")
+            got = self._word_id(<const uint8_t *> w, len(w))
+            if got < 0:
+                raise MemoryError("cannot allocate the vocabulary")
+        self.closed = True
 
     cdef int _grow_vocab_arrays(self) noexcept nogil:
         cdef size_t cap = self.vcap * 2
@@ -325,6 +351,7 @@ cdef class Counter:
         cdef int _j
         cdef int64_t w
         cdef bint words_on_line
+        cdef bint ks = self.kenlm_spaces
         while i < n:
             sentence_start = m
             for _j in range(self.order - 1):
@@ -332,16 +359,21 @@ cdef class Counter:
                 m += 1
             words_on_line = False
             while True:
-                while i < n and data[i] != 10 and _is_delim(data[i]):
+                while i < n and data[i] != 10 and _splits(data[i], ks):
                     i += 1
                 if i == n or data[i] == 10:
                     break
                 start = i
-                while i < n and not _is_delim(data[i]):
+                while i < n and not _splits(data[i], ks):
                     i += 1
-                w = self._word_id(data + start, i - start)
-                if w < 0:
-                    return w
+                if self.closed:
+                    w = self._find_word(data + start, i - start)
+                    if w < 0:
+                        w = UNK
+                else:
+                    w = self._word_id(data + start, i - start)
+                    if w < 0:
+                        return w
                 if w <= EOS:
                     if self.skip_symbols:
                         self.skipped_symbols += 1

@@ -894,6 +894,13 @@ class Distil:
                        help="only for contexts seen at least this often (default 2)")
         p.add_argument("--threads", type=int, default=1,
                        help="threads scoring the teacher (only for teachers safe to share, e.g. back-off)")
+        p.add_argument("-S", "--count-memory", type=_memory_size, metavar="SIZE",
+                       help="memory budget for counting the text's and the pool's n-grams, as estimate's -S "
+                            "(2G, 512M, 80%%): counts beyond it spill to sorted files in -T, to the same table "
+                            "(default: --memory where there is one, else 80%% of physical memory)")
+        p.add_argument("-T", "--temp_prefix", "--temp-prefix", metavar="DIR",
+                       help="folder for temporary files: spilled counts and the pool sampled here (default "
+                            "TMPDIR or /tmp); they are removed when the command ends, whichever way")
 
     @staticmethod
     def add_defaults(g):
@@ -903,7 +910,9 @@ class Distil:
                             "best: the recipe's distillation (135 sampled tokens per training token, 120M on PTB, "
                             "from up to two networks)")
         g.add_argument("--budget", metavar="TIME", help="time for the sampled pool's size, e.g. 20m, 1.5h")
-        g.add_argument("--memory", metavar="SIZE", help="memory for the sampled pool's size, e.g. 4G")
+        g.add_argument("--memory", metavar="SIZE",
+                       help="memory for the whole run, e.g. 4G: it sizes the sampled pool, and counting stays "
+                            "within it (the default -S)")
         g.add_argument("--valid", type=_input_file, metavar="DEV",
                        help="validation text: the table's perplexity is reported beside the back-off model's, "
                             "and a mixture's weights are re-tuned per back-off context bucket on it "
@@ -946,7 +955,8 @@ class Distil:
                 favour=not args.no_favour,
                 ngrams=args.ngrams, min_count=args.min_count, sample_text=args.sample_text,
                 sample_min_count=args.sample_min_count, top_k=args.top_k,
-                top_k_min_count=args.top_k_min_count, threads=args.threads, progress=args.progress)
+                top_k_min_count=args.top_k_min_count, threads=args.threads, progress=args.progress,
+                count_memory=args.count_memory, temp_prefix=args.temp_prefix)
         for note in plan.notes if args.quiet else ():
             print(f"nplm distil: {note}", file=sys.stderr)
         print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)

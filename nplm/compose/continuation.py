@@ -85,10 +85,13 @@ def fit_unigrams(m, M, ctx, words, max_iter=200, tol=1e-12):
     return q
 
 
-def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64, fit=True):
+def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64, fit=True, max_contexts=None):
     """log10 unigram probabilities for backing off (float64, V): the continuation
     ratio q(w) ~ m(w) = sum_u P(u) p_T(w | u) [(u, w) not listed], then (``fit``)
-    fitted to the bows' renormalisation by ``fit_unigrams``."""
+    fitted to the bows' renormalisation by ``fit_unigrams``.  The teacher's whole
+    distribution is scored after the ``max_contexts`` most probable contexts u (all
+    by default); the rarer ones are taken to leave the teacher's unigram shape on the
+    words they do not list, with their exact mass (``rare_contexts``)."""
     V = s.V
     P = np.power(10.0, chain_log10P(s, lp, bos, eos, 1)[1])
     P[eos] = 0.0                            # never a context
@@ -98,6 +101,10 @@ def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64, fit=
     q = np.zeros(V)
     M = np.zeros(V)
     us = np.flatnonzero(P > 0).astype(np.int32)
+    if max_contexts is not None and len(us) > max_contexts:
+        us = us[np.argsort(-P[us], kind="stable")]
+        q, M = rare_contexts(us[max_contexts:], P, s, lp, predictable)
+        us = np.sort(us[:max_contexts])
     allw = np.arange(V, dtype=np.int32)
     it = range(0, len(us), chunk)
     if progress:
@@ -118,6 +125,28 @@ def unigrams(score, s, lp, bos, eos, predictable, progress=False, chunk=64, fit=
             q = fit_unigrams(q, M, ctx, words)
         out[predictable] = np.log10(np.maximum(q[predictable] / q.sum(), 1e-99))
     return out
+
+
+def rare_contexts(rare, P, s, lp, predictable):
+    """(m, M) of the one-word contexts ``rare`` without scoring their distributions:
+    each leaves its exact mass L(u) = 1 - sum of the teacher's listed p(w | u) (the
+    table's bigram scores), spread over the words it does not list in the shape of
+    the teacher's unigrams r: m(w) = sum_u P(u) L(u) r(w) [(u, w) unlisted] / (1 - sum
+    of r over the words u lists)."""
+    V = s.V
+    ctx, words = s.prefix[2], s.word[2]
+    r = np.where(predictable, np.power(10.0, lp[1].astype(np.float64)), 0.0)
+    r /= r.sum()
+    is_rare = np.zeros(V, dtype=bool)
+    is_rare[rare] = True
+    sel = is_rare[ctx]
+    c, w = ctx[sel], words[sel]
+    listed_p = np.bincount(c, weights=np.power(10.0, lp[2][sel].astype(np.float64)), minlength=V)
+    listed_r = np.bincount(c, weights=r[w], minlength=V)
+    M = np.where(is_rare, P * np.maximum(1.0 - listed_p, 0.0), 0.0)
+    A = np.where(is_rare, M / np.maximum(1.0 - listed_r, 1e-12), 0.0)
+    m = r * (A.sum() - np.bincount(w, weights=A[c], minlength=V))
+    return np.maximum(m, 0.0), M
 
 
 def level(score, s, lp, n, bos, eos, max_extensions=64, progress=False, chunk=1 << 21):  # long: one greedy pass

@@ -4,8 +4,10 @@ The pipeline, one function per stage, its options in a ``DistilConfig``:
 
 1. ``prepare_teacher``: the teacher (and the lower-order teacher) as a ``Teacher``.
 2. ``collect_candidates``: which n-grams are listed.  Every word of the teacher's
-   vocabulary as a unigram, plus the n-grams of a text (``count_texts``: one hash
-   table per order) each order with its own count threshold, of a back-off model,
+   vocabulary as a unigram, plus the n-grams of a text (``count_texts``: counted
+   as estimation counts, within ``count_memory``, spilling sorted runs to the
+   temporary folder beyond it) each order with its own count threshold, of a
+   back-off model,
    of text sampled from the teacher (``nplm sample``, or drawn here by
    ``sample_pool``: the unseen n-grams where a network's generalisation lives), and
    every frequent context's ``top_k`` most probable continuations.  The set is
@@ -42,14 +44,18 @@ teacher does not know become ``<unk>``.  The neural padding token ``<null>`` is 
 a word of the distilled model.  The unigram distribution is renormalised over the
 vocabulary minus ``<s>`` (a no-op for a normalised teacher).
 
-Memory: the distinct n-grams of the text (before thresholds) and the listed ones,
-as flat numpy arrays; no Python object per n-gram.
+Memory: counting holds at most ``count_memory`` (``-S``; the counts of the distinct
+n-grams of a sampled pool are most of a big run's memory, and most are thresholded
+away), the later stages the listed n-grams as flat numpy arrays; no Python object
+per n-gram.  Temporary files (the spilled runs, the pool drawn here) go to
+``temp_prefix`` (``-T``) and vanish however the run ends.
 """
+import contextlib
 import dataclasses
 import functools
 import os
-import shutil
-import tempfile
+import resource
+import time
 import warnings
 
 import numpy as np
@@ -57,9 +63,11 @@ import numpy as np
 from nplm._kernels import thread_count
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
+from nplm.backoff.estimate.config import DEFAULT_MEMORY, parse_size, temp_directory
+from nplm.backoff.estimate.every_order import count_every_order
 from nplm.backoff.tables import NGramTables, expand_ranges, row_groups
 from nplm.compose import continuation as cont
-from nplm.compose._distil import GramCounter, probe_groups  # noqa: F401 (probe_groups: for nplm.convert)
+from nplm.compose._distil import probe_groups  # noqa: F401 (probe_groups: for nplm.convert)
 from nplm.compose.favour import GRID, choose_favour
 from nplm.compose.ngram_structure import (  # noqa: F401
     EPS,
@@ -72,10 +80,9 @@ from nplm.compose.ngram_structure import (  # noqa: F401
     prune_structure,
     unique_sorted,
 )
-from nplm.errors import FormatError
-from nplm.io.atomic import same_file
+from nplm.io.atomic import same_file, temp_folder
 from nplm.io.progress import tqdm
-from nplm.io.text import split_words, utf8_lines
+from nplm.io.text import utf8_lines
 from nplm.model import ARPALoadComplain, Config, Model
 from nplm.neural.query import exact_network_of, network_of
 from nplm.neural.sample import sample_to_file
@@ -91,8 +98,8 @@ except ImportError as e:  # pragma: no cover - build problem
 _prune_scores = prune_scores
 _keep_masks = keep_masks
 _unique = unique_sorted
-_CHUNK_LINES = 200_000
 _FORBIDDEN = frozenset({"<s>", "</s>", "<null>"})
+POOL_PIECES = 16          # a pool drawn against a time budget: in this many pieces at most
 
 
 @dataclasses.dataclass
@@ -101,7 +108,12 @@ class DistilConfig:
 
     ``sample_tokens`` > 0 draws that many tokens from ``sample_models`` (neural model
     paths; split 2:1:1... between them, the recipe's 80M + 40M) into temporary
-    files, counted with ``sample_text`` under ``sample_min_count``."""
+    files, counted with ``sample_text`` under ``sample_min_count``.  With
+    ``sample_more`` (a callable) the pool is drawn in pieces of ``POOL_PIECES``-th
+    of it, and stops early when ``sample_more(tokens drawn, seconds spent drawing,
+    tokens of the next piece)`` is false (a time budget measured as it goes).
+    ``continuation_contexts``: the one-word contexts whose whole teacher
+    distribution the continuation unigrams score (the most probable; default all)."""
     order: int
     text: object = None
     ngrams: object = None
@@ -121,6 +133,10 @@ class DistilConfig:
     favour_model: object = None
     favour_valid: object = None
     favour_grid: tuple = GRID
+    count_memory: object = None
+    temp_prefix: object = None
+    continuation_contexts: object = None
+    sample_more: object = None
 
     def check(self):
         """Refuse out-of-range options before the teacher is loaded (seconds)."""
@@ -133,6 +149,9 @@ class DistilConfig:
         if c is not False and (int(c) != c or not 0 <= c < self.order):
             raise ValueError(f"continuation takes the number of orders below order {self.order} to reshape "
                              f"(0..{self.order - 1}; 0 or False: none), not {c!r}")
+        c = self.continuation_contexts
+        if c is not None and (isinstance(c, bool) or int(c) != c or c < 1):
+            raise ValueError(f"continuation_contexts takes a number of contexts (>= 1) or None, not {c!r}")
         k = self.top_k
         if isinstance(k, bool) or int(k) != k or k < 0:
             raise ValueError(f"top_k takes the number of continuations to list per context (>= 0), not {k!r}")
@@ -142,9 +161,18 @@ class DistilConfig:
             raise ValueError(f"sample_tokens takes a number of tokens to sample (>= 0), not {t!r}")
         if t and not self.sample_models:
             raise ValueError("sample_tokens needs sample_models: the neural models to sample from")
+        parse_size(DEFAULT_MEMORY if self.count_memory is None else self.count_memory)
+        temp_directory(self.temp_prefix)
         if (self.favour_model is None) != (self.favour_valid is None):
             raise ValueError("favour_model and favour_valid go together: the back-off model to lean on "
                              "and the validation text that chooses how far")
+
+    def counting(self):
+        """count_texts's options: the budget (``count_memory`` less what the process
+        holds already, as estimation's -S), the temporary folder, progress."""
+        memory = parse_size(DEFAULT_MEMORY if self.count_memory is None else self.count_memory)
+        held = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return dict(memory=max(memory - held, 1 << 16), temp_prefix=self.temp_prefix, progress=self.progress)
 
     def inputs(self):
         """The input paths (none may be overwritten by the output)."""
@@ -233,6 +261,12 @@ def _score(model, rows, threads, id_map=None):
     return out
 
 
+def teacher_log10(model, rows, threads=1):
+    """log10 p(last | rest) of rows of ``model``'s word ids (float32), as the
+    teacher is scored."""
+    return _score(model, rows, threads)
+
+
 def _warn_short_histories(teacher, order, has_lower):
     """Warn when the table needs a neural teacher's short histories and the teacher
     never trained on them.  Without --variable-history a network sees <null> padding
@@ -296,45 +330,20 @@ def vocab_map(words, model):
 # ---------------------------------------------------------------------------------
 # Stage 2: the candidate n-grams.
 
-def _sentence_ids(path, vocab, bos, eos, forbidden):
-    """Token id arrays of the text's lines in chunks: (flat ids with <s>/</s> around
-    each sentence, sentence start offsets)."""
-    buf, starts, pos = [], [], 0
-    for line_no, line in enumerate(utf8_lines(path), 1):   # invalid UTF-8: an error naming the line
-        words = split_words(line)
-        for w in words:
-            if w in forbidden:
-                raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)
-        ids = vocab.ids(words) if words else np.zeros(0, np.int32)
-        starts.append(pos)
-        buf.append(np.concatenate([[bos], ids, [eos]]).astype(np.int32))
-        pos += len(ids) + 2
-        if len(starts) >= _CHUNK_LINES:
-            yield np.concatenate(buf), np.asarray(starts, np.int64)
-            buf, starts, pos = [], [], 0
-    if starts:
-        yield np.concatenate(buf), np.asarray(starts, np.int64)
-
-
-def count_texts(paths, vocab, order, V, bos, eos, forbidden=(), progress=False, min_counts=None):
+def count_texts(paths, words, order, min_counts=None, memory=DEFAULT_MEMORY, temp_prefix=None, progress=False):
     """{n: (rows (count, n) int32, counts int64)} for n = 2..order: the n-grams of the
     texts (counted together) with one <s> before and </s> after each line (never
-    ending in <s>), in order of first sight; with ``min_counts`` ({n: c}) only those
-    seen at least c times.  Counted by one hash table per order
-    (nplm.compose._distil.GramCounter)."""
-    counter = GramCounter(order, V)
-    for path in paths:
-        chunks = _sentence_ids(path, vocab, bos, eos, forbidden)
-        if progress:
-            chunks = tqdm(chunks, desc="count n-grams", unit="chunk")
-        for ids, starts in chunks:
-            counter.add(ids, starts)
-    return counter.result(min_counts)
+    ending in <s>), in teacher ids (``words``: the teacher's words by id; others
+    count as <unk>); with ``min_counts`` ({n: c}) only those seen at least c times.
+    Counted as estimation counts, within ``memory`` (``-S``), spilling sorted runs
+    to ``temp_prefix`` (``-T``) beyond it (nplm/backoff/estimate/every_order.py)."""
+    return count_every_order([os.fspath(p) for p in paths], order, words, min_counts, memory, temp_prefix,
+                             sorted(_FORBIDDEN), progress)
 
 
-def count_text(path, vocab, order, V, bos, eos, forbidden=(), progress=False, min_counts=None):
+def count_text(path, words, order, min_counts=None, **kwargs):
     """``count_texts`` of one text."""
-    return count_texts([path], vocab, order, V, bos, eos, forbidden, progress, min_counts)
+    return count_texts([path], words, order, min_counts, **kwargs)
 
 
 def _per_order(value, order, name):
@@ -362,7 +371,10 @@ def sample_shares(tokens, n_models):
 
 def sample_pool(cfg, workdir):
     """Draw ``cfg.sample_tokens`` tokens from ``cfg.sample_models`` into text files
-    under ``workdir``; their paths."""
+    under ``workdir`` (in pieces while ``cfg.sample_more`` allows, when given); their
+    paths."""
+    if cfg.sample_more is not None:
+        return sample_pieces(cfg, workdir)
     paths = []
     for k, (model, tokens) in enumerate(zip(cfg.sample_models, sample_shares(cfg.sample_tokens,
                                                                               len(cfg.sample_models)))):
@@ -374,23 +386,42 @@ def sample_pool(cfg, workdir):
     return paths
 
 
+def sample_pieces(cfg, workdir):
+    """The pool in pieces, each from the network furthest below its share, while
+    ``cfg.sample_more(drawn, seconds, next piece)`` says go on; the paths."""
+    shares = np.array(sample_shares(cfg.sample_tokens, len(cfg.sample_models)), dtype=np.float64)
+    piece = max(1, -(-cfg.sample_tokens // POOL_PIECES))
+    drawn = np.zeros(len(shares), dtype=np.int64)
+    paths, seconds = [], 0.0
+    while drawn.sum() < cfg.sample_tokens:
+        k = int(np.argmin(drawn / np.maximum(shares, 1)))
+        tokens = int(min(piece, cfg.sample_tokens - drawn.sum()))
+        if not cfg.sample_more(int(drawn.sum()), seconds, tokens):
+            break
+        out = os.path.join(workdir, f"sample{len(paths)}.txt")
+        t0 = time.perf_counter()
+        _, got = sample_to_file(cfg.sample_models[k], out, tokens, seed=cfg.sample_seed + len(paths),
+                                progress=cfg.progress)
+        seconds += time.perf_counter() - t0
+        drawn[k] += got
+        paths.append(out)
+    return paths
+
+
 def sampled_rows(t, cfg):
     """{n: rows} of the sampled n-grams that pass ``sample_min_count``: from
-    ``sample_text`` and from ``sample_tokens`` drawn now (counted together)."""
+    ``sample_text`` and from ``sample_tokens`` drawn now into the temporary folder
+    (counted together)."""
     thresholds = _per_order(cfg.sample_min_count, cfg.order, "sample_min_count")
     paths = [cfg.sample_text] if cfg.sample_text is not None else []
-    workdir = tempfile.mkdtemp(prefix="nplm-distil-") if cfg.sample_tokens else None
-    try:
-        if workdir is not None:
-            paths += sample_pool(cfg, workdir)
+    with contextlib.ExitStack() as stack:
+        if cfg.sample_tokens:
+            folder = stack.enter_context(temp_folder(temp_directory(cfg.temp_prefix), "nplm-distil-"))
+            paths += sample_pool(cfg, folder.path)
         if not paths:
             return {}
         # only the rows that pass are built: most sampled n-grams are seen once
-        counted = count_texts(paths, t.model.vocab, cfg.order, t.V, t.bos, t.eos, _FORBIDDEN,
-                              cfg.progress, min_counts=thresholds)
-    finally:
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
+        counted = count_texts(paths, t.words, cfg.order, thresholds, **cfg.counting())
     return {n: counted[n][0] for n in counted}
 
 
@@ -409,7 +440,8 @@ def collect_candidates(t, cfg):
     _per_order(cfg.sample_min_count, cfg.order, "sample_min_count")
     counted = None
     if cfg.text is not None:
-        counted = count_text(cfg.text, t.model.vocab, cfg.order, t.V, t.bos, t.eos, _FORBIDDEN, cfg.progress)
+        # (top_k needs every count; otherwise only the rows that pass are built)
+        counted = count_text(cfg.text, t.words, cfg.order, None if cfg.top_k else thresholds, **cfg.counting())
         for n in range(2, cfg.order + 1):
             r, c = counted[n]
             rows[n].append(r[c >= thresholds[n]])
@@ -538,12 +570,13 @@ def prune_stage(t, s, logprob, p, target):
     return s, logprob, bows
 
 
-def continuation_stage(t, s, logprob, k, progress=False):
+def continuation_stage(t, s, logprob, k, progress=False, max_contexts=None):
     """Stage 6: reshape orders 1..k of the final table for backing off
     (nplm/compose/continuation.py); the new bows."""
     top = min(int(k), s.order - 1)
     predictable = t.predictable()
-    shaped = {1: cont.unigrams(t.score, s, logprob, t.bos, t.eos, predictable, progress)}
+    shaped = {1: cont.unigrams(t.score, s, logprob, t.bos, t.eos, predictable, progress,
+                               max_contexts=max_contexts)}
     for n in range(2, top + 1):
         shaped[n] = cont.level(t.score, s, logprob, n, t.bos, t.eos, progress=progress)
     logprob.update(shaped)
@@ -591,7 +624,7 @@ def run_pipeline(teacher, cfg, info=None):
     s, logprob, pruned_bows = prune_stage(t, s, logprob, p, cfg.prune_to)
     bows = pruned_bows if pruned_bows is not None else bows
     if cfg.continuation and s.order > 1:
-        bows = continuation_stage(t, s, logprob, cfg.continuation, cfg.progress)
+        bows = continuation_stage(t, s, logprob, cfg.continuation, cfg.progress, cfg.continuation_contexts)
     if cfg.favour_model is not None:
         logprob, bows = favour_stage(t, s, logprob, cfg, bos_lp, {} if info is None else info) \
             or (logprob, bows)

@@ -11,10 +11,12 @@ What the recipe (README, "Distillation") learned, and what is chosen here from i
 * A table lists only what its candidate pool holds; text sampled from the networks
   lists the unseen n-grams they find likely (20M -> 40M -> 80M sampled tokens:
   136.2 -> 134.8 -> 134.6).  The pool is drawn from the mixture's networks (the first
-  twice the others' share), its size set by a time and a memory budget; sampled
-  bigrams seen once and longer n-grams seen twice are listed.
+  twice the others' share), its size set by a memory budget and drawn in pieces while
+  the run's projected end fits the time budget (``PoolClock``); sampled bigrams seen
+  once and longer n-grams seen twice are listed.
 * With a sampled pool the unigrams must be shaped for backing off (145.6 -> 136.2):
-  ``continuation=1``.
+  ``continuation=1``, scoring whole distributions after the ``CONTINUATION_CONTEXTS``
+  most probable one-word contexts (every one with ``quality="best"``).
 * The table wants more of the back-off model than the perplexity-optimal mixture, and
   more where the back-off model has seen more of the context: a linear mixture's
   weights are re-tuned per back-off context bucket (3 back-off bins per context
@@ -35,7 +37,17 @@ import tempfile
 import time
 import warnings
 
-from nplm.compose.distil import DistilConfig, load_model, refuse_overwriting_inputs, run_pipeline, vocab_map, write_tables
+import numpy as np
+
+from nplm.compose.distil import (
+    DistilConfig,
+    load_model,
+    refuse_overwriting_inputs,
+    run_pipeline,
+    teacher_log10,
+    vocab_map,
+    write_tables,
+)
 from nplm.compose.interpolate import InterpolatedModel, is_spec
 from nplm.evaluate import evaluate
 from nplm.io.resources import mem_available
@@ -48,9 +60,21 @@ QUALITIES = ("fast", "default", "best")
 FAVOUR = 0.25                 # the recipe's move towards the back-off model
 BUCKET_BINS = 3
 BYTES_PER_SAMPLED_TOKEN = 60  # the recipe: 120M sampled tokens peaked at 6.9 GB
-WORK_PER_SAMPLED_TOKEN = 2.3  # counting, scoring and shaping per token, in sampling times
 POOL_PER_TEXT_TOKEN = 135     # the recipe's 80M + 40M sampled for PTB's 887k training tokens
 PROBE_TOKENS = 100_000        # sampled to measure the sampling rate
+PROBE_CONTEXTS = 8            # whole teacher distributions scored to measure the scoring rate
+# The time model of a pool drawn against a budget, measured on PTB (KN5 + a 1000-d
+# network, 14.75M sampled tokens): counting, listing, scoring, pruning and the lean
+# towards the back-off model took 0.46 of the sampling time; the rest of a run
+# without a pool (the text's n-grams, the lean, writing, the check) about 25 teacher
+# scores per training token; the continuation unigrams one per (context, word).
+WORK_AFTER_SAMPLING = 0.5     # work per sampled token after sampling, in sampling times
+ROWS_PER_TEXT_TOKEN = 25      # the rest of the run, in teacher scores per training token
+RESERVE = 0.15                # of the time budget, for what the model misses
+# The continuation unigrams score the teacher's whole distribution after this many
+# of the most probable one-word contexts (PTB, 10k words: test 131.09 against 131.05
+# with every context, in a third of the time; nplm/compose/continuation.py).
+CONTINUATION_CONTEXTS = 2000
 PRESETS = {
     # quality: (time budget s, memory bytes, continuation, buckets)
     "fast": (0, None, 0, True),
@@ -157,21 +181,48 @@ def sample_rate(network, tokens=PROBE_TOKENS):
         return tokens / max(time.perf_counter() - t0, 1e-3)
 
 
+def score_seconds(model, contexts=PROBE_CONTEXTS):
+    """Seconds per teacher score here and now: ``model``'s whole distribution after a
+    few one-word contexts, as the continuation unigrams score it."""
+    V = len(model.vocab)
+    u = np.arange(min(V, 4), min(V, 4 + contexts), dtype=np.int32)
+    rows = np.column_stack([np.repeat(u, V), np.tile(np.arange(V, dtype=np.int32), len(u))])
+    t0 = time.perf_counter()
+    teacher_log10(model, np.ascontiguousarray(rows, dtype=np.int32))
+    return (time.perf_counter() - t0) / max(len(rows), 1)
+
+
 def peak_rss():
     """This process's peak resident memory in bytes."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def pool_tokens(budget_s, memory, rate, spent_s=0.0, rss=0):
-    """Sampled tokens that fit a time budget (``None``: no limit) after ``spent_s``,
-    at ``rate`` sampled tokens/s and the work per token after it, and a memory budget
-    (``None``: no limit) above ``rss`` bytes already resident."""
-    limits = []
-    if budget_s is not None:
-        limits.append(max(0.0, budget_s - spent_s) * rate / WORK_PER_SAMPLED_TOKEN)
-    if memory is not None:
-        limits.append(max(0, memory - rss) / BYTES_PER_SAMPLED_TOKEN)
-    return int(min(limits)) if limits else 1 << 62
+def pool_tokens(memory, rss=0):
+    """Sampled tokens that fit a memory budget (``None``: no limit) above ``rss`` bytes
+    already resident."""
+    if memory is None:
+        return 1 << 62
+    return int(max(0, memory - rss) / BYTES_PER_SAMPLED_TOKEN)
+
+
+class PoolClock:
+    """DistilConfig.sample_more for a time budget: another piece of the pool is drawn
+    while the run's projected end, at the sampling rate measured so far (before the
+    first piece: ``rate``), stays before ``end`` (a time.perf_counter() value): the
+    piece, the work after sampling for every token drawn
+    (``WORK_AFTER_SAMPLING``), and ``fixed_s`` seconds of work that does not grow
+    with the pool.  ``drawn``: the tokens it let draw."""
+
+    def __init__(self, end, rate, fixed_s):
+        self.end, self.rate, self.fixed_s = end, rate, fixed_s
+        self.drawn = 0
+
+    def __call__(self, drawn, seconds, piece):
+        rate = drawn / seconds if drawn and seconds > 0 else self.rate
+        need = (piece + (drawn + piece) * WORK_AFTER_SAMPLING) / max(rate, 1e-9) + self.fixed_s
+        go = time.perf_counter() + need <= self.end
+        self.drawn = drawn + piece if go else drawn
+        return go
 
 
 # ---------------------------------------------------------------------------------
@@ -220,25 +271,35 @@ def text_tokens(path):
     return sum(len(split_words(line)) + 1 for line in utf8_lines(path))
 
 
-def choose_pool(parts, quality, text, budget_s, memory, t0, notes):
-    """Sampled tokens for the pool: at most the recipe's 135 per training token,
-    within the quality's or the given time and memory budgets."""
+def choose_pool(parts, quality, text, budget_s, memory, t0, model, contexts):
+    """(tokens, PoolClock or None) of the pool: at most the recipe's 135 sampled per
+    training token, within the memory budget, drawn in pieces while the time budget
+    allows (``contexts``: the one-word contexts the continuation unigrams score)."""
     if not parts.networks or quality == "fast" or text is None:
-        return 0
-    cap = POOL_PER_TEXT_TOKEN * text_tokens(text)
-    if quality == "best" and memory is None:
-        avail = mem_available()
-        memory = int(0.8 * avail) if avail else None
-    rate = sample_rate(parts.networks[0]) if budget_s is not None and cap > PROBE_TOKENS else 0.0
-    spent = time.perf_counter() - t0 + 0.25 * (budget_s or 0.0)
-    tokens = min(cap, pool_tokens(budget_s if rate else None, memory, rate, spent, peak_rss()))
+        return 0, None
+    n_text = text_tokens(text)
+    tokens = min(POOL_PER_TEXT_TOKEN * n_text, pool_tokens(memory, peak_rss()))
+    if budget_s is None or tokens == 0:
+        return tokens, None
+    per_score = score_seconds(model)
+    V = len(model.vocab)
+    fixed = (min(contexts or V, V) * V + ROWS_PER_TEXT_TOKEN * n_text) * per_score
+    clock = PoolClock(t0 + (1.0 - RESERVE) * budget_s, sample_rate(parts.networks[0]), fixed)
+    return tokens, clock
+
+
+def pool_note(parts, tokens, clock, budget_s, memory, drawn=True):
+    """The line saying how big the pool is (``drawn``: after it was drawn) and why."""
     limits = [f"{budget_s / 60:g} min" if budget_s is not None else None,
               f"{memory / (1 << 30):.1f} GiB" if memory is not None else None]
-    notes.append(f"pool: {tokens:,} tokens sampled from {len(parts.networks)} network(s) "
-                 f"(at most {POOL_PER_TEXT_TOKEN} per training token; budget "
-                 f"{', '.join(x for x in limits if x) or 'none'}"
-                 + (f"; sampling at {rate:,.0f} tokens/s" if rate else "") + ")")
-    return tokens
+    if clock is None:
+        size = f"{tokens:,} tokens"
+    else:
+        size = f"{clock.drawn:,} of at most {tokens:,} tokens" if drawn else f"at most {tokens:,} tokens"
+    return (f"pool: {size} sampled from {len(parts.networks)} network(s) (at most {POOL_PER_TEXT_TOKEN} per "
+            f"training token; budget {', '.join(x for x in limits if x) or 'none'}"
+            + (f"; drawn while the run's projected end fits {1 - RESERVE:.0%} of the time" if clock else "")
+            + ")")
 
 
 def plan(teacher, order, text=None, *, quality="default", valid=None, budget=None, memory=None,
@@ -252,6 +313,11 @@ def plan(teacher, order, text=None, *, quality="default", valid=None, budget=Non
     preset_budget, preset_memory, preset_cont, preset_buckets = PRESETS[quality]
     budget_s = parse_duration(budget) if budget is not None else preset_budget or None
     memory = parse_size(memory) if memory is not None else preset_memory
+    if quality == "best" and memory is None:
+        avail = mem_available()
+        memory = int(0.8 * avail) if avail else None
+    if options.get("count_memory") is None and memory is not None:
+        options["count_memory"] = memory         # counting stays within the run's budget
     parts = inspect_teacher(teacher)
     notes = []
     tune_text = valid or parts.tuned_on
@@ -259,8 +325,15 @@ def plan(teacher, order, text=None, *, quality="default", valid=None, budget=Non
     lower_teacher = choose_lower(parts, lower)
     if lower == "auto" and lower_teacher is not None:
         notes.append(f"lower orders from {os.path.basename(lower_teacher)} (a network lacks variable history)")
-    if sample_tokens is None:
-        sample_tokens = choose_pool(parts, quality, text, budget_s, memory, t0, notes) if order > 1 else 0
+    if quality != "best":
+        options.setdefault("continuation_contexts", CONTINUATION_CONTEXTS)
+    clock = None
+    if sample_tokens is None and order > 1:
+        sample_tokens, clock = choose_pool(parts, quality, text, budget_s, memory, t0, model,
+                                           options["continuation_contexts"] if quality != "best" else None)
+        if parts.networks and quality != "fast" and text is not None:
+            notes.append(pool_note(parts, sample_tokens, clock, budget_s, memory, drawn=False))
+    sample_tokens = sample_tokens or 0
     if target_size == "auto":
         target_size = parts.backoff_size
         if target_size is not None:
@@ -274,7 +347,7 @@ def plan(teacher, order, text=None, *, quality="default", valid=None, budget=Non
     cfg = DistilConfig(order=order, text=text, lower_teacher=lower_teacher, prune_to=target_size,
                        favour_model=parts.backoff_path if lean else None, favour_valid=tune_text if lean else None,
                        continuation=continuation, sample_tokens=sample_tokens,
-                       sample_models=tuple(parts.networks) if sample_tokens else (),
+                       sample_models=tuple(parts.networks) if sample_tokens else (), sample_more=clock,
                        sample_min_count=sample_min_count if sample_min_count is not None
                        else ([1, 2][:order - 1] if sample_tokens else None), progress=progress, **options)
     return Plan(model, cfg, parts, valid or parts.tuned_on, notes)
@@ -354,6 +427,11 @@ def distil_auto_to_file(teacher, out, order, text=None, log=None, **kwargs):
     refuse_overwriting_inputs(out, [teacher, *p.config.inputs()])
     info = {}
     tables = run_pipeline(p.teacher, p.config, info)
+    clock = p.config.sample_more
+    if isinstance(clock, PoolClock):
+        p.notes.append(f"pool: {clock.drawn:,} tokens drawn within the time budget")
+        if log is not None:
+            log(p.notes[-1])
     if "favour" in info:
         p.notes.append(f"moved {info['favour']:g} of the way towards the back-off model (validation perplexity "
                        + ", ".join(f"{F:g}: {v:.2f}" for F, v in info["favour_tried"].items()) + ")")

@@ -407,7 +407,7 @@ def test_unreadable_inputs(tmp_path):
 
 def test_non_utf8_names_line(tmp_path):
     path = write(tmp_path, "latin1.txt", b"a b\nc d\ncaf\xe9 x\n")
-    with pytest.raises(FormatError, match=r"latin1\.txt:3: invalid UTF-8 \(byte 0xe9\)"):
+    with pytest.raises(FormatError, match=r"latin1\.txt:3: invalid UTF-8 \(byte 0xe9 at byte 4 of the line\)"):
         estimate(path, 2, progress=False)
 
 

@@ -416,8 +416,7 @@ def test_pruning_criterion_is_the_exact_relative_entropy(tiny, tmp_path):
     force over the whole vocabulary after removing that n-gram alone."""
     teacher, text, held, d = tiny
     V = len(teacher.vocab)
-    teacher.vocab.words()
-    counted = distil.count_text(str(text), teacher.vocab, 3, V, teacher.vocab.id("<s>"), teacher.vocab.id("</s>"))
+    counted = distil.count_text(str(text), teacher.vocab.words(), 3)
     s = distil.build_structure(V, {n: counted[n][0] for n in (2, 3)})
     logprob = {n: distil._score(teacher, s.rows(n), 1).astype(np.float64) for n in (1, 2, 3)}
     bos, eos = teacher.vocab.id("<s>"), teacher.vocab.id("</s>")
@@ -498,7 +497,7 @@ def test_continuation_shapes_equal_a_brute_force_sum(tiny):
     teacher, text, held, d = tiny
     V = len(teacher.vocab)
     bos, eos = teacher.vocab.id("<s>"), teacher.vocab.id("</s>")
-    counted = distil.count_text(str(text), teacher.vocab, 3, V, bos, eos)
+    counted = distil.count_text(str(text), teacher.vocab.words(), 3)
     s = distil.build_structure(V, {2: counted[2][0], 3: counted[3][0][counted[3][1] >= 2]})
     score = lambda r: distil._score(teacher, np.ascontiguousarray(r, np.int32), 1).astype(np.float64)
     lp = {n: score(s.rows(n)) for n in (1, 2, 3)}
@@ -537,6 +536,27 @@ def test_continuation_shapes_equal_a_brute_force_sum(tiny):
     got_fit = cont.unigrams(score, s, lp, bos, eos, pred)
     assert np.allclose(10.0 ** got_fit[pred], fitted[pred], rtol=1e-4, atol=1e-12)
     assert not np.allclose(fitted[pred], q[pred] / q[pred].sum(), rtol=1e-3)
+    # whole distributions after the k most probable contexts only; each other context
+    # leaves its exact mass (from the listed bigrams' scores) in the shape of the
+    # teacher's unigrams r over the words it does not list
+    k = 40
+    ctxs = sorted((u for u in range(V) if u != eos and (pred[u] or u == bos) and P1[u] > 0), key=lambda u: -P1[u])
+    r = np.where(pred, ln[1], 0.0) / ln[1][pred].sum()
+    p2 = {tuple(x): p for x, p in zip(s.rows(2).tolist(), ln[2])}
+    qk = np.zeros(V)
+    for i, u in enumerate(ctxs):
+        unlisted = [w for w in range(V) if pred[w] and w not in listed2.get(u, ())]
+        if i < k:
+            dist = full([u])
+            qk[unlisted] += P1[u] * dist[unlisted]
+        else:
+            left = 1 - sum(p2[(u, w)] for w in listed2.get(u, ()))
+            qk[unlisted] += P1[u] * left * r[unlisted] / (1 - sum(r[w] for w in listed2.get(u, ())))
+    assert len(ctxs) > 2 * k
+    got_k = cont.unigrams(score, s, lp, bos, eos, pred, fit=False, max_contexts=k)
+    assert np.allclose(10.0 ** got_k[pred], qk[pred] / qk[pred].sum(), rtol=1e-4, atol=1e-12)
+    assert not np.allclose(qk[pred] / qk[pred].sum(), q[pred] / q[pred].sum(), rtol=1e-3)
+    assert np.array_equal(cont.unigrams(score, s, lp, bos, eos, pred, max_contexts=len(ctxs)), got_fit)
     # bigrams: contexts e = (x, g) listed as bigrams, candidates the words listed after g;
     # the K most probable e of each g scored exactly, the rest through p_T(w | g)
     listed3 = {}
@@ -621,22 +641,27 @@ def test_continuation_table_is_normalised_and_loads_in_kenlm(tiny, tmp_path):
         assert abs(km.score(line) - nm.score(line)) < 1e-4
 
 
-def test_count_text_equals_a_brute_force_count(tmp_path, monkeypatch):
+@pytest.mark.parametrize("memory", ["80%", "1K"])
+def test_count_text_equals_a_brute_force_count(tmp_path, memory):
     """Every order's n-gram counts (<s> before and </s> after each line, never across
-    lines) equal a plain Python count, across chunk boundaries and table growth."""
+    lines; words split at ASCII white space as KenLM's queries split them) equal a
+    plain Python count, in memory and with a budget so small that every chunk spills a
+    run and the runs are summed in 64 parts; the temporary files are gone after."""
     from collections import Counter
 
     from nplm.neural.vocab import SPECIALS, Vocabulary
     rng = np.random.default_rng(5)
     words = list(SPECIALS) + [f"v{i}" for i in range(40)]
     vocab = Vocabulary(words, np.ones(len(words), np.int64))
-    lines = [" ".join(rng.choice(words[4:], rng.integers(0, 12))) for _ in range(3000)]
+    lines = [" ".join(rng.choice(words[4:], rng.integers(0, 12))) for _ in range(20000)]
     lines[7] = "never seen words x y"                 # OOVs count as <unk>
+    lines[8] = "v1\x0bv2\x0cv3 <unk>\tv4 \r"          # every ASCII space splits
     text = tmp_path / "t.txt"
     text.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(distil, "_CHUNK_LINES", 700)
-    bos, eos, V = vocab.id("<s>"), vocab.id("</s>"), len(words)
-    got = distil.count_text(str(text), vocab, 4, V, bos, eos)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    bos, eos = vocab.id("<s>"), vocab.id("</s>")
+    got = distil.count_text(str(text), vocab.words, 4, memory=memory, temp_prefix=str(temp))
     expect = {n: Counter() for n in (2, 3, 4)}
     for line in lines:
         ids = [bos] + [vocab.id(w) for w in line.split()] + [eos]
@@ -648,28 +673,31 @@ def test_count_text_equals_a_brute_force_count(tmp_path, monkeypatch):
         rows, counts = got[n]
         assert rows.shape == (len(expect[n]), n) and rows.dtype == np.int32
         assert dict(zip(map(tuple, rows.tolist()), counts.tolist())) == dict(expect[n])
-    # with thresholds, exactly the n-grams seen often enough (rows rebuilt from prefixes)
-    some = distil.count_text(str(text), vocab, 4, V, bos, eos, min_counts={2: 1, 3: 3, 4: 2})
+    # with thresholds, exactly the n-grams seen often enough
+    some = distil.count_text(str(text), vocab.words, 4, {2: 1, 3: 3, 4: 2}, memory=memory,
+                             temp_prefix=str(temp))
     for n, c in ((2, 1), (3, 3), (4, 2)):
         rows, counts = some[n]
         assert dict(zip(map(tuple, rows.tolist()), counts.tolist())) == \
             {g: k for g, k in expect[n].items() if k >= c}
+    assert list(temp.iterdir()) == []
 
 
-def test_gram_counter_rejects_bad_input():
-    from nplm.compose._distil import GramCounter
-    c = GramCounter(3, 10)
-    with pytest.raises(ValueError, match="out of range"):
-        c.add(np.array([1, 10], np.int32), np.array([0], np.int64))
-    with pytest.raises(ValueError, match="starts"):
-        c.add(np.array([1, 2, 3], np.int32), np.array([2, 1], np.int64))
-    c.add(np.array([1, 2, 3, 1, 2], np.int32), np.array([0, 3], np.int64))
-    out = c.result()
-    assert out[3][0].tolist() == [[1, 2, 3]] and out[2][1].tolist() == [2, 1]
-    with pytest.raises(RuntimeError):
-        c.result()
-    with pytest.raises(ValueError):
-        GramCounter(3, 0)
+@pytest.mark.parametrize("memory", ["80%", "1K"])
+def test_count_text_refuses_reserved_tokens(tmp_path, memory):
+    """<s>, </s> and <null> in a text are errors naming the file and the line, whether
+    or not the teacher knows <null>, in memory and spilling; no temporary file stays."""
+    from nplm.neural.vocab import SPECIALS
+    body = "".join(f"w{i % 50} w{i % 7} w{i % 11}\n" for i in range(30000))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    for words in (list(SPECIALS) + ["w1"], ["<unk>", "<s>", "</s>", "w1"]):
+        for token in ("<s>", "</s>", "<null>"):
+            text = tmp_path / "bad.txt"
+            text.write_text(body + f"w1 {token} w2\n" + body)
+            with pytest.raises(FormatError, match=rf"bad.txt:30001: .*{token}"):
+                distil.count_text(str(text), words, 3, memory=memory, temp_prefix=str(temp))
+            assert list(temp.iterdir()) == []
 
 
 @pytest.mark.parametrize("kwargs,message", [

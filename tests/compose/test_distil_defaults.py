@@ -87,6 +87,24 @@ def test_default_distil_of_a_mixture_is_no_worse_than_kn_on_held_out_text(corpus
     assert report.table == pytest.approx(_kenlm_ppl(out, (d / "valid.txt").read_text().splitlines()), rel=1e-5)
 
 
+def test_counting_in_a_tiny_memory_budget_gives_the_same_table(corpus, default_table, tmp_path):
+    """``-S`` so small that counting the text and the sampled pool spills a run per chunk
+    and sums the runs in parts gives the in-memory run's table, byte for byte (the same
+    pool: the same seed); the spilled runs and the pool leave nothing in ``-T``."""
+    from nplm.cli.main import main
+    d, kn, net, spec = corpus
+    tables, report, plan, out = default_table
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    spilled = tmp_path / "spilled.arpa"
+    rc = main(["distil", str(spec), "--text", str(d / "train.txt"), "--order", str(ORDER), "--arpa", str(spilled),
+               "--sample-tokens", str(POOL), "-S", "1K", "-T", str(temp), "-q"])
+    assert rc == 0
+    assert spilled.read_bytes() == out.read_bytes()
+    assert list(temp.iterdir()) == []
+    assert plan.config.count_memory == 4 << 30         # the default quality's --memory
+
+
 def test_a_bad_option_set_is_reported_loudly(corpus, capsys):
     """A table pruned to a tenth of KN's size, from the flat teacher as it is, is worse
     than KN: the CLI says so and names the fixes."""
@@ -165,13 +183,44 @@ def test_budgets_parse_and_bound_the_pool():
             distil_auto.parse_duration(bad)
     with pytest.raises(ValueError, match="memory size"):
         distil_auto.parse_size("4 gigs")
-    # time: what is left of the budget at the rate, over the work per sampled token
-    assert distil_auto.pool_tokens(100, None, 1000, spent_s=40) == int(60 * 1000 / distil_auto.WORK_PER_SAMPLED_TOKEN)
     # memory: what is left above the resident set, at the bytes per sampled token
     per = distil_auto.BYTES_PER_SAMPLED_TOKEN
-    assert distil_auto.pool_tokens(None, 1000 * per + 500, 0, rss=500) == 1000
-    assert distil_auto.pool_tokens(1e9, 10 * per, 1e6) == 10
-    assert distil_auto.pool_tokens(10, 10 * per, 1e6, spent_s=20) == 0
+    assert distil_auto.pool_tokens(1000 * per + 500, rss=500) == 1000
+    assert distil_auto.pool_tokens(10 * per, rss=20 * per) == 0 and distil_auto.pool_tokens(None) >= 1 << 62
+
+
+def test_the_pool_clock_keeps_the_projected_end_within_the_budget():
+    """Another piece is drawn while now + its sampling + the work after sampling of
+    every token drawn + the fixed work ends before the deadline; before the first
+    piece at the probe's rate, then at the rate measured so far."""
+    import time
+    W = distil_auto.WORK_AFTER_SAMPLING
+    now = time.perf_counter()
+    clock = distil_auto.PoolClock(now + 100.0, rate=1000.0, fixed_s=10.0)
+    assert clock(0, 0.0, int(80 / (1 + W) * 1000)) and clock.drawn == int(80 / (1 + W) * 1000)
+    assert not clock(0, 0.0, int(95 / (1 + W) * 1000)) and clock.drawn == 0
+    # 10k tokens took 20 s (500/s): 10k more need 20 s + 20k * W / 500 s + 10 s
+    assert clock(10_000, 20.0, 10_000) == (time.perf_counter() + 30 + 40 * W <= now + 100)
+    assert not clock(10_000, 20.0, 40_000) and clock.drawn == 10_000
+
+
+def test_a_pool_drawn_in_pieces_stops_when_the_clock_says_so(corpus, tmp_path):
+    """sample_pool draws pieces from the network furthest below its share, with their
+    own seeds, and stops at the first piece the clock refuses."""
+    from nplm.compose.distil import POOL_PIECES, DistilConfig, sample_pool
+    d, kn, net, spec = corpus
+    asked = []
+
+    def more(drawn, seconds, piece):
+        asked.append((drawn, piece))
+        return len(asked) <= 3
+    cfg = DistilConfig(order=3, sample_tokens=16_000, sample_models=(str(net), str(net)), sample_more=more)
+    paths = sample_pool(cfg, str(tmp_path))
+    assert len(paths) == 3 and len(asked) == 4
+    assert all(piece == 16_000 // POOL_PIECES for _, piece in asked)
+    sizes = [sum(len(line.split()) + 1 for line in open(p)) for p in paths]
+    assert all(n >= 1000 for n in sizes) and asked[-1][0] == sum(sizes)
+    assert len({open(p).read() for p in paths}) == 3                  # seeds differ
 
 
 def test_sample_shares_give_the_first_network_twice_the_others():

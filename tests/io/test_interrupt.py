@@ -193,6 +193,35 @@ def test_ctrl_c_removes_the_temporary_file(tmp_path, inputs, name):
     assert "Traceback" not in err
 
 
+def test_ctrl_c_while_distil_spills_counts_leaves_no_temporary_file(tmp_path, inputs):
+    """distil counting within -S 1K spills a run per chunk into a folder under -T;
+    Ctrl-C the moment that folder appears removes it with all it holds."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    text = zipf_text(tmp_path / "big.txt", 60000, seed=5)
+    out = tmp_path / "d.arpa"
+    cmd = nplm_cmd("distil", inputs["binary"], "--text", text, "-o", 4, "--arpa", out, "-S", "1K", "-T", temp, "-q")
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    signalled = False
+    try:
+        while p.poll() is None and time.monotonic() < deadline:
+            if any(temp.iterdir()):
+                p.send_signal(signal.SIGINT)
+                signalled = True
+                break
+            time.sleep(0.001)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert signalled, "no temporary folder appeared under -T"
+    assert p.returncode != 0 and b"Traceback" not in err, err.decode()[-3000:]
+    assert list(temp.iterdir()) == [] and not out.exists()
+    assert temps(tmp_path) == []
+
+
 def test_an_interrupt_that_skips_exit_still_leaves_no_temporary_file(tmp_path):
     # Python checks for signals on entering a function, so a Ctrl-C can land as
     # atomic_write.__exit__ is entered, before its cleanup (seen once in CI under

@@ -186,8 +186,9 @@ def check_utf8(chunk, name, line):
         codecs.utf_8_decode(chunk, "strict", True)
     except UnicodeDecodeError as e:
         bad_line = line + chunk.count(b"\n", 0, e.start)
-        raise FormatError(f"invalid UTF-8 (byte 0x{chunk[e.start]:02x}); the text must be UTF-8",
-                          name, bad_line) from None
+        column = e.start - (chunk.rfind(b"\n", 0, e.start) + 1) + 1
+        raise FormatError(f"invalid UTF-8 (byte 0x{chunk[e.start]:02x} at byte {column} of the line); the text "
+                          "must be UTF-8", name, bad_line) from None
 
 
 def feed(counter, chunk, name, line):
@@ -203,13 +204,16 @@ def feed(counter, chunk, name, line):
     if rc == -2:
         at = counter.err_offset
         end = at
-        while end < len(chunk) and chunk[end:end + 1] not in b" \t\r\n\0":
+        spaces = b" \t\n\v\f\r" if counter.kenlm_spaces else b" \t\r\n\0"
+        while end < len(chunk) and chunk[end:end + 1] not in spaces:
             end += 1
         word = chunk[at:end].decode("utf-8")
-        raise FormatError(f"special word {word} is not allowed in the text (it is added "
-                          f"around every line); pass --skip_symbols (skip_symbols=True) "
-                          f"to treat <s>, </s> and <unk> as whitespace",
-                          name, line + chunk.count(b"\n", 0, at))
+        if counter.closed:          # (a vocabulary given: nothing to skip them with)
+            msg = f"the text contains the reserved token {word!r} (it is added around every line)"
+        else:
+            msg = (f"special word {word} is not allowed in the text (it is added around every line); "
+                   "pass --skip_symbols (skip_symbols=True) to treat <s>, </s> and <unk> as whitespace")
+        raise FormatError(msg, name, line + chunk.count(b"\n", 0, at))
     raise RuntimeError(f"n-gram counting failed with status {rc}")
 
 
