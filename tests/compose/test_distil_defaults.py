@@ -236,3 +236,20 @@ def test_lean_options_go_together():
         DistilConfig(order=3, favour_model="kn.arpa").check()
     with pytest.raises(ValueError, match="sample_models"):
         DistilConfig(order=3, sample_tokens=10).check()
+
+
+def test_a_network_without_variable_history_is_named_as_the_cause(corpus, tmp_path):
+    """A teacher whose network lacks variable history teaches the top order only: the
+    table barely beats its back-off input, and the warning says why."""
+    d, kn, net, spec = corpus
+    short = tmp_path / "short.nplm"
+    train(str(d / "train.txt"), str(d / "valid.txt"), str(short), NeuralConfig(order=ORDER, embedding_dim=64),
+          TrainConfig(epochs=4, threads=1, seed=3), log=lambda s: None, progress=False)
+    mix = interpolate([str(kn), str(short)])
+    mix.tune(str(d / "valid.txt"))
+    mix.save(str(tmp_path / "mix.json"), tuned_on=str(d / "valid.txt"))
+    with pytest.warns(distil_auto.DistilQualityWarning, match="--variable-history") as caught:
+        tables, report, plan = distil_auto.distil_auto_to_file(str(tmp_path / "mix.json"), str(tmp_path / "t.arpa"),
+                                                               ORDER, str(d / "train.txt"), quality="fast")
+    assert plan.parts.short_history and report.table > distil_auto.SMALL_GAIN * report.backoff
+    assert any("gains only" in str(w.message) or "WORSE" in str(w.message) for w in caught)
