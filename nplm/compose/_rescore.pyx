@@ -304,23 +304,24 @@ cdef void _work_free(Work *w) noexcept nogil:
     memset(w, 0, sizeof(Work))
 
 
+cdef inline int _resize(void **block, size_t size) noexcept nogil:
+    """realloc *block to size bytes; -1 (the block kept as it was) when out of memory."""
+    cdef void *p = realloc(block[0], size)
+    if p == NULL:
+        return -1
+    block[0] = p
+    return 0
+
+
 cdef int _grow_states(Work *w) noexcept nogil:
     """Room for twice as many states (the id table rebuilt); -1 when out of memory."""
     cdef int32_t cap = 2 * w.states_cap if w.states_cap else 256, i
     cdef uint64_t slots = 2 * <uint64_t>cap, b
     cdef void *p
-    p = realloc(w.states, cap * sizeof(NState))
-    if p == NULL:
+    if (_resize(<void **>&w.states, cap * sizeof(NState)) < 0
+            or _resize(<void **>&w.state_hash, cap * sizeof(uint64_t)) < 0
+            or _resize(<void **>&w.state_slot, cap * sizeof(uint64_t)) < 0):
         return -1
-    w.states = <NState *>p
-    p = realloc(w.state_hash, cap * sizeof(uint64_t))
-    if p == NULL:
-        return -1
-    w.state_hash = <uint64_t *>p
-    p = realloc(w.state_slot, cap * sizeof(uint64_t))
-    if p == NULL:
-        return -1
-    w.state_slot = <uint64_t *>p
     p = malloc(slots * sizeof(int32_t))
     if p == NULL:
         return -1
@@ -471,26 +472,18 @@ cdef int _tokens_reserve(Work *w, const int64_t *a, const int64_t *b, Py_ssize_t
                          Py_ssize_t end) noexcept nogil:
     """Token arrays for the words of hypotheses first..end-1; -1 when out of memory."""
     cdef Py_ssize_t h, need = 0
-    cdef void *p
     for h in range(first, end):
         need += (b[h] - a[h]) // 2 + 2          # most words it can hold, + </s>
     if need > w.tok_cap:
         need = max(need, 2 * w.tok_cap)
-        p = realloc(w.tok_key, need * sizeof(uint64_t))
-        if p == NULL:
+        if (_resize(<void **>&w.tok_key, need * sizeof(uint64_t)) < 0
+                or _resize(<void **>&w.tok_start, need * sizeof(int64_t)) < 0):
             return -1
-        w.tok_key = <uint64_t *>p
-        p = realloc(w.tok_start, need * sizeof(int64_t))
-        if p == NULL:
-            return -1
-        w.tok_start = <int64_t *>p
         w.tok_cap = need
     if end - first + 1 > w.hyp_cap:
         need = max(end - first + 1, 2 * w.hyp_cap)
-        p = realloc(w.tok_first, need * sizeof(int64_t))
-        if p == NULL:
+        if _resize(<void **>&w.tok_first, need * sizeof(int64_t)) < 0:
             return -1
-        w.tok_first = <int64_t *>p
         w.hyp_cap = need
     return 0
 
