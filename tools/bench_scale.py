@@ -11,7 +11,9 @@ text (renaming a different random set in each copy spreads repeated n-grams over
 counts 2-4 and lmplz's 5-gram discounts go out of range).  For
 each size, in one run: lmplz -S SIZE, nplm -S SIZE (and, with --dask, nplm on a
 LocalCluster of 2 workers): wall time, peak resident memory of the process, peak
-temporary disk, and whether the ARPA files are identical.
+temporary disk, and whether the ARPA files are identical.  Each ARPA is hashed as soon
+as it is written and then deleted, so that the 300M-word run needs room for one ARPA
+(about 30 GB) and the temporary files, not two ARPAs.
 
     python tools/bench_scale.py --words 20M --memory 2G [--dask]
 
@@ -19,6 +21,7 @@ The machine is shared: run the sizes you compare in one invocation.
 """
 import argparse
 import collections
+import hashlib
 import os
 import random
 import shutil
@@ -76,7 +79,7 @@ def folder_bytes(path):
 
 
 def measured(cmd, temp, stdin=None):
-    """Run ``cmd``: (wall s, peak RSS bytes, peak bytes under ``temp``)."""
+    """Run ``cmd``: (wall s, CPU s, peak RSS bytes, peak bytes under ``temp``)."""
     peak_disk = [0]
     done = threading.Event()
 
@@ -95,7 +98,7 @@ def measured(cmd, temp, stdin=None):
     watcher.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}):\n{err[-2000:]}")
-    return wall, usage.ru_maxrss * 1024, peak_disk[0]
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, peak_disk[0]
 
 
 def run_lmplz(corpus, order, memory, work):
@@ -116,14 +119,22 @@ def run_nplm(corpus, order, memory, work, scheduler=None, tag="nplm"):
     return out, measured(cmd, temp)
 
 
-def same(a, b):
-    return subprocess.run(["cmp", "-s", str(a), str(b)]).returncode == 0
+def digest_and_delete(path):
+    """SHA-256 of ``path``, which is then removed (two 30 GB ARPAs do not fit beside each other)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            h.update(block)
+    path.unlink()
+    return h.hexdigest()
 
 
-def row(name, wall, rss, disk, identical, memory):
+def row(name, measures, identical, memory):
+    wall, cpu, rss, disk = measures
     budget = parse_size(memory)
-    print(f"{name:14s} wall {wall:8.1f} s  peak RSS {rss / 2**30:6.2f} GiB ({rss / budget:5.2f} of -S)  "
-          f"temp disk {disk / 2**30:6.2f} GiB  identical {identical}", flush=True)
+    print(f"{name:14s} wall {wall:8.1f} s  CPU {cpu:8.1f} s  peak RSS {rss / 2**30:6.2f} GiB "
+          f"({rss / budget:5.2f} of -S)  temp disk {disk / 2**30:6.2f} GiB  identical {identical}",
+          flush=True)
 
 
 def bench(words, order, memory, work, dask_cluster, extra_memory=(), reuse_lmplz=False):
@@ -131,28 +142,29 @@ def bench(words, order, memory, work, dask_cluster, extra_memory=(), reuse_lmplz
     if not corpus.exists():
         n = build_corpus(corpus, words)
         print(f"built {corpus} ({n} words, {corpus.stat().st_size / 2**20:.0f} MiB)", flush=True)
-    ref = work / f"lmplz.{words}.o{order}.arpa"
-    if not (reuse_lmplz and ref.exists()):
-        out, (lw, lr, ld) = run_lmplz(corpus, order, memory, work)
-        os.replace(out, ref)
-        row("lmplz", lw, lr, ld, "-", memory)
-        (work / f"{ref.name}.wall").write_text(str(lw))
+    ref = work / f"lmplz.{words}.o{order}"
+    saved = ref.with_suffix(ref.suffix + ".sha256")
+    if not (reuse_lmplz and saved.exists()):
+        out, measures = run_lmplz(corpus, order, memory, work)
+        row("lmplz", measures, "-", memory)
+        want, lw = digest_and_delete(out), measures[0]
+        saved.write_text(f"{want} {lw}")
     else:
-        lw = float((work / f"{ref.name}.wall").read_text())
-        print(f"lmplz          (its ARPA and wall {lw:.1f} s from an earlier run)", flush=True)
-    out, (nw, nr, nd) = run_nplm(corpus, order, memory, work)
-    row("nplm", nw, nr, nd, same(out, ref), memory)
+        want, lw = saved.read_text().split()
+        lw = float(lw)
+        print(f"lmplz          (its ARPA's digest and wall {lw:.1f} s from an earlier run)", flush=True)
+    out, measures = run_nplm(corpus, order, memory, work)
+    row("nplm", measures, digest_and_delete(out) == want, memory)
+    nw = measures[0]
     print(f"{'':14s} nplm/lmplz wall {nw / lw:.2f}", flush=True)
     for m in extra_memory:      # budgets below what the counts need: spilled, part by part
-        out, (sw, sr, sd) = run_nplm(corpus, order, m, work, tag=f"nplm-{m}")
-        row(f"nplm -S {m}", sw, sr, sd, same(out, ref), m)
+        out, measures = run_nplm(corpus, order, m, work, tag=f"nplm-{m}")
+        row(f"nplm -S {m}", measures, digest_and_delete(out) == want, m)
     if dask_cluster is not None:
-        out, (dw, dr, dd) = run_nplm(corpus, order, memory, work, dask_cluster.scheduler_address, "dask")
-        row("nplm dask", dw, dr, dd, same(out, ref), memory)
-        print(f"{'':14s} dask/nplm wall {dw / nw:.2f} (client process RSS only)", flush=True)
-    for f in work.glob("*.arpa"):
-        if f != ref or not reuse_lmplz:
-            f.unlink()
+        out, measures = run_nplm(corpus, order, memory, work, dask_cluster.scheduler_address, "dask")
+        row("nplm dask", measures, digest_and_delete(out) == want, memory)
+        print(f"{'':14s} dask/nplm wall {measures[0] / nw:.2f} (client process RSS and CPU only)",
+              flush=True)
 
 
 def word_count(size):
@@ -169,7 +181,7 @@ def main():
     p.add_argument("--work", help="folder for corpora, outputs and temporary files")
     p.add_argument("--dask", action="store_true", help="also nplm on a 2-worker LocalCluster")
     p.add_argument("--reuse-lmplz", action="store_true",
-                   help="keep lmplz's ARPA in --work and reuse it on the next run of the same size")
+                   help="reuse lmplz's ARPA digest and wall time saved in --work by an earlier run")
     p.add_argument("--extra-memory", nargs="*", default=[], metavar="SIZE",
                    help="also nplm with these smaller -S (forcing it to spill)")
     args = p.parse_args()

@@ -639,9 +639,17 @@ def main(argv=None):
     except BrokenPipeError:
         return _output_closed()
     except (OSError, ValueError) as e:
-        return _error(str(e))
+        return _error(_os_message(e))
     except MemoryError as e:
         return _error(f"out of memory: {e}" if str(e) else "out of memory")
+
+
+def _os_message(e):
+    """An OSError that names a file reads 'FILE: why', without Python's '[Errno N]'."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        names = f"{e.filename} -> {e.filename2}" if e.filename2 is not None else f"{e.filename}"
+        return f"{names}: {e.strerror}"
+    return str(e)
 
 
 def _check_outputs(args):

@@ -500,3 +500,14 @@ def test_missing_input_files_are_named_with_their_option(tmp_path, capsys):
             main(argv)
         err = capsys.readouterr().err
         assert f"argument {option}" in err and ("no such file" in err or "not a file" in err), err
+
+
+@pytest.mark.parametrize("command", ["estimate", "distil"])
+def test_a_missing_temporary_folder_is_named_with_its_option(models, tmp_path, command):
+    missing = tmp_path / "no" / "such" / "dir"
+    args = {"estimate": ("estimate", "-o", "3", "--text", TOY, "--arpa", tmp_path / "o.arpa"),
+            "distil": ("distil", models["arpa"], "--text", TOY, "-o", "3", "--arpa", tmp_path / "o.arpa")}
+    r = run_cli(*args[command], "-T", missing)
+    assert r.returncode == 1
+    assert f"nplm: error: {missing}: No such directory for temporary files (-T)" in r.stderr
+    assert "Errno" not in r.stderr and not (tmp_path / "o.arpa").exists()
