@@ -727,8 +727,13 @@ class Train:
         g.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=n.tie_embeddings,
                        help="one table for input and output word vectors (needs the last hidden layer as "
                             "wide as the embeddings; default %(default)s)")
-        g.add_argument("--variable-history", action="store_true",
-                       help="train on randomly truncated contexts too, so one net serves every order")
+        g.add_argument("--variable-history", action=argparse.BooleanOptionalAction, default=n.variable_history,
+                       help="train on randomly truncated contexts too, so one net serves every order, "
+                            "as a distilled table's lower orders need (default %(default)s)")
+        g.add_argument("--full-history", type=float, default=n.full_history, metavar="SHARE",
+                       help="with variable history: the share of examples that keep their whole context, "
+                            "the others a uniformly drawn shorter one (1/(order-1): every length alike, as "
+                            "Zamora-Martinez et al.; default %(default)s)")
         g.add_argument("--shortlist", type=_nonneg_int, default=n.shortlist, metavar="N",
                        help="output units for only the N most frequent training words plus one "
                             "out-of-shortlist unit, whose probability the other words share by their "
@@ -784,7 +789,8 @@ class Train:
                               context=args.context, activation=args.activation, output=args.output,
                               objective=args.objective, noise_samples=args.noise_samples,
                               classes=args.classes, clustering=args.clustering,
-                              variable_history=args.variable_history, tie_embeddings=args.tie_embeddings,
+                              variable_history=args.variable_history, full_history=args.full_history,
+                              tie_embeddings=args.tie_embeddings,
                               shortlist=args.shortlist, shortlist_input=args.shortlist_input)
         tc = TrainConfig(epochs=args.epochs, minibatch=args.minibatch, learning_rate=args.learning_rate,
                          optimizer=args.optimizer, l2=args.l2, dropout=args.dropout,
@@ -801,11 +807,14 @@ class Train:
         for option, dest, idle in (("--classes", "classes", config.output != "class"),
                                    ("--clustering", "clustering", config.output != "class"),
                                    ("--noise-samples", "noise_samples", objective != "nce"),
-                                   ("--variable-history", "variable_history", config.order == 2)):
+                                   ("--variable-history", "variable_history", config.order == 2),
+                                   ("--full-history", "full_history",
+                                    config.order == 2 or not config.variable_history)):
             if dest in given and idle:
                 why = {"classes": "without --output class", "clustering": "without --output class",
                        "noise_samples": "without --objective nce",
-                       "variable_history": "at order 2 (every context is one word already)"}[dest]
+                       "variable_history": "at order 2 (every context is one word already)",
+                       "full_history": "without variable history, or at order 2"}[dest]
                 print(f"nplm: warning: {option} has no effect {why}", file=sys.stderr)
         if args.resume and args.ensemble == 1:
             # the checkpoint's settings, but for the options given (which train() then

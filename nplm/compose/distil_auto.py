@@ -398,7 +398,7 @@ def advice(plan_):
     if parts.mixture is not None and plan_.teacher is parts.model and parts.mixture.bucket_by is None:
         tips.append("--valid DEV (the mixture's weights re-tuned per back-off context bucket)")
     if parts.short_history:
-        tips.append("networks trained with --variable-history")
+        tips.append("networks trained with variable history (nplm train without --no-variable-history)")
     return tips
 
 
@@ -423,9 +423,10 @@ def check_table(out, plan_, valid=None):
     elif plan_.parts.short_history and rep.backoff is not None and rep.table > SMALL_GAIN * rep.backoff:
         warnings.warn(f"the distilled table gains only {1 - rep.table / rep.backoff:.1%} over its back-off input "
                       f"on {os.path.basename(valid)} ({rep.table:.2f} against {rep.backoff:.2f}): the teacher's "
-                      "network was trained without --variable-history, so the orders below the top keep the "
-                      "back-off model's probabilities; a network trained with --variable-history teaches every "
-                      "order (on PTB, 7% better than KN5 instead of 0.3%)", DistilQualityWarning, stacklevel=3)
+                      "network was trained with --no-variable-history, so the orders below the top keep the "
+                      "back-off model's probabilities; a network trained with variable history (nplm train's "
+                      "default) teaches every order (on PTB, 7% better than KN5 instead of 0.3%)",
+                      DistilQualityWarning, stacklevel=3)
     return rep
 
 

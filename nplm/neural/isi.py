@@ -369,7 +369,7 @@ def to_neural(model):
     hidden = (H, r) if H > 0 else (r,)
     cfg = NeuralConfig(order=c["ngram_size"], embedding_dim=d, hidden=hidden, context="full",
                        activation=_ACT_IN[c["activation_function"]], output="softmax", objective="nce",
-                       classes=0)
+                       classes=0, variable_history=False)
     f32 = lambda x: np.ascontiguousarray(x, dtype=np.float32)  # noqa: E731
     z2, z1 = np.zeros((0, 0), np.float32), np.zeros(0, np.float32)
     if H > 0:

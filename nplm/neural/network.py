@@ -62,7 +62,17 @@ class NeuralConfig:
     (the specials always have theirs) and one out-of-shortlist unit, whose probability
     the other words share in proportion to their training counts; ``shortlist_input``
     maps the context side the same way.  The model still scores every word of its
-    vocabulary (see nplm.neural.shortlist)."""
+    vocabulary (see nplm.neural.shortlist).
+
+    ``variable_history`` (the default) trains on randomly truncated contexts too, so
+    that the network also gives good probabilities after shorter histories: the lower
+    orders a distilled back-off table and fallback normalisation need.  A share
+    ``full_history`` of the examples keeps the whole context, the others a uniformly
+    drawn shorter one; 1/(order-1) is Zamora-Martinez et al.'s uniform draw over every
+    length.  With 0.75, PTB perplexity at the full context is that of a network
+    trained without truncation, and after one to three words close to the uniform
+    draw's (docs/guide/train.md).  A model file without the keys was trained without
+    truncation, or (with ``variable_history`` only) by the uniform draw."""
     order: int = 5
     embedding_dim: int = 1000
     hidden: tuple = ()
@@ -73,7 +83,8 @@ class NeuralConfig:
     noise_samples: int = 10
     classes: int = 0            # 0: about sqrt(V)
     clustering: str = "brown"
-    variable_history: bool = False
+    variable_history: bool = True
+    full_history: float = 0.75  # with variable_history: share of examples that keep the whole context
     tie_embeddings: bool = False  # one table for input and output word vectors (Press & Wolf 2017)
     shortlist: int = 0          # output units for only this many most frequent words + OOS (0: all words)
     shortlist_input: bool = False  # the context side too: OOS words share the OOS unit's embedding
@@ -109,6 +120,9 @@ class NeuralConfig:
         need(self.classes >= 0, f"number of classes must be positive (or 0 for automatic), not {self.classes}")
         need(self.clustering in ("brown", "frequency"),
              f"clustering must be 'brown' or 'frequency', not {self.clustering!r}")
+        need(not isinstance(self.full_history, bool) and isinstance(self.full_history, (int, float))
+             and 0.0 <= self.full_history <= 1.0,
+             f"full history share must be a number from 0 to 1, not {self.full_history!r}")
         need(not isinstance(self.shortlist, bool) and isinstance(self.shortlist, (int, np.integer))
              and self.shortlist >= 0,
              f"shortlist must be a non-negative number of words (0: none), not {self.shortlist!r}")
@@ -148,6 +162,8 @@ class NeuralConfig:
             raise ValueError(f"unknown neural config keys {sorted(unknown)}")
         d = dict(d)
         d["hidden"] = tuple(d.get("hidden", ()))
+        d.setdefault("variable_history", False)
+        d.setdefault("full_history", 1.0 / max(1, d.get("order", cls.order) - 1))
         return cls(**d).validate()
 
 

@@ -154,11 +154,15 @@ class Noise:
         return (self.n1, self.logkq, self.n2, self.logkq2)
 
 
-def truncate_histories(contexts, rng):
-    """Variable-history training (Zamora-Martinez et al. 2.1): each example keeps a
-    uniformly drawn number 1..n-1 of its most recent words; the rest become <null>."""
+def truncate_histories(contexts, rng, full_history):
+    """Variable-history training (Zamora-Martinez et al. 2.1): a share ``full_history``
+    of the examples keeps its whole context of n-1 words, the others a uniformly drawn
+    number 1..n-2 of their most recent words; the rest become <null>.  The paper draws
+    1..n-1 uniformly, which is ``full_history`` = 1/(n-1)."""
     N, m = contexts.shape
-    keep = rng.integers(1, m + 1, size=N)
+    if m == 1:
+        return contexts.copy()
+    keep = np.where(rng.random(N) < full_history, m, rng.integers(1, m, size=N))
     drop = np.arange(m)[None, :] < (m - keep)[:, None]
     out = contexts.copy()
     out[drop] = NULL
@@ -292,7 +296,7 @@ class Trainer:
         ctx = np.ascontiguousarray(ctx_all[perm])
         tgt = np.ascontiguousarray(tgt_all[perm])
         if self.net.config.variable_history:
-            ctx = truncate_histories(ctx, rng)
+            ctx = truncate_histories(ctx, rng, self.net.config.full_history)
         if self.in_map is not None:
             ctx = self.in_map[ctx]
         for w, nz in enumerate(self.noises):

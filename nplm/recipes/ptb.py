@@ -331,17 +331,20 @@ def neural_configs(s):
         # self-normalised at query time.
         "Vaswani NCE": NeuralConfig(order=s.order, embedding_dim=dim(150), hidden=(dim(750), dim(150)),
                                     context="full", output="softmax", objective="nce",
-                                    noise_samples=s.noise_samples, clustering="brown"),
+                                    noise_samples=s.noise_samples, variable_history=False,
+                                    clustering="brown"),
         # Baltescu & Blunsom 2015: diagonal context matrices, no hidden layer,
         # Brown-class-factored output, NCE with few noise samples.
         "Baltescu class NCE": NeuralConfig(order=s.order, embedding_dim=dim(150), hidden=(), context="diagonal",
                                            output="class", objective="nce",
-                                           noise_samples=max(1, s.noise_samples // 10), clustering="brown"),
+                                           noise_samples=max(1, s.noise_samples // 10),
+                                           variable_history=False, clustering="brown"),
         # V-NNLM (Zamora-Martinez et al.): one net for every history length, softmax
         # normalisers of frequent contexts precomputed (fallback normalisation).
         "V-NNLM fallback": NeuralConfig(order=s.order, embedding_dim=dim(150), hidden=(dim(500),),
                                         context="full", output="softmax", objective="nce",
-                                        noise_samples=s.noise_samples, variable_history=True, clustering="brown"),
+                                        noise_samples=s.noise_samples, variable_history=True,
+                                        full_history=1.0 / (s.order - 1), clustering="brown"),
     }
 
 

@@ -308,8 +308,8 @@ def test_outputs_are_checked_before_the_work(models, tmp_path, capsys):
          "--epochs", "1", "--quiet", "--threads", "1"],
     ]
     for args in runs:
-        for bad, message in ((missing / "x.out", f"No such directory for the output: '{missing}'"),
-                             (tmp_path, f"Is a directory, not a file name for the output: '{tmp_path}'")):
+        for bad, message in ((missing / "x.out", f"nplm: error: {missing}: No such directory for the output"),
+                             (tmp_path, f"nplm: error: {tmp_path}: Is a directory, not a file name for the output")):
             assert main([str(bad) if a == "{}" else a for a in args]) == 1, args
             err = capsys.readouterr().err
             assert message in err and "nplm-tmp" not in err, (args, err)
@@ -458,8 +458,8 @@ def test_convert_of_a_spec_points_to_distil(models, tmp_path):
 
 
 def test_train_warns_of_options_without_effect_and_checks_the_time_limit(tmp_path, capsys):
-    """--classes/--clustering without a class output, --noise-samples without NCE and
-    --variable-history at order 2 change nothing: said, not silently ignored; a time
+    """--classes/--clustering without a class output, --noise-samples without NCE,
+    --variable-history at order 2 and --full-history without it change nothing: said, not silently ignored; a time
     limit must be a positive number of minutes (0 read as 'none', -1 stopped at once)."""
     from nplm.cli.main import main
     text = tmp_path / "t.txt"
@@ -470,7 +470,9 @@ def test_train_warns_of_options_without_effect_and_checks_the_time_limit(tmp_pat
              (["--output", "tree", "--clustering", "frequency"], "--clustering has no effect"),
              (["--output", "softmax", "--objective", "mle", "--noise-samples", "5"],
               "--noise-samples has no effect without --objective nce"),
-             (["--order", "2", "--variable-history"], "--variable-history has no effect at order 2")]
+             (["--order", "2", "--variable-history"], "--variable-history has no effect at order 2"),
+             (["--no-variable-history", "--full-history", "0.5"],
+              "--full-history has no effect without variable history")]
     for i, (extra, said) in enumerate(cases):
         assert main(base + ["--out", str(tmp_path / f"m{i}.nplm")] + extra) == 0
         assert said in capsys.readouterr().err

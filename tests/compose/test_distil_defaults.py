@@ -243,12 +243,13 @@ def test_a_network_without_variable_history_is_named_as_the_cause(corpus, tmp_pa
     table barely beats its back-off input, and the warning says why."""
     d, kn, net, spec = corpus
     short = tmp_path / "short.nplm"
-    train(str(d / "train.txt"), str(d / "valid.txt"), str(short), NeuralConfig(order=ORDER, embedding_dim=64),
+    train(str(d / "train.txt"), str(d / "valid.txt"), str(short),
+          NeuralConfig(order=ORDER, embedding_dim=64, variable_history=False),
           TrainConfig(epochs=4, threads=1, seed=3), log=lambda s: None, progress=False)
     mix = interpolate([str(kn), str(short)])
     mix.tune(str(d / "valid.txt"))
     mix.save(str(tmp_path / "mix.json"), tuned_on=str(d / "valid.txt"))
-    with pytest.warns(distil_auto.DistilQualityWarning, match="--variable-history") as caught:
+    with pytest.warns(distil_auto.DistilQualityWarning, match="--no-variable-history") as caught:
         tables, report, plan = distil_auto.distil_auto_to_file(str(tmp_path / "mix.json"), str(tmp_path / "t.arpa"),
                                                                ORDER, str(d / "train.txt"), quality="fast")
     assert plan.parts.short_history and report.table > distil_auto.SMALL_GAIN * report.backoff

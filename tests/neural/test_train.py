@@ -235,6 +235,32 @@ def test_cli_trains_and_refuses_to_overwrite_input(tmp_path, capsys):
     assert code == 1 and "overwrite" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, want", [([], True), (["--no-variable-history"], False),
+                                        (["--variable-history", "--full-history", "0.5"], True)])
+def test_variable_history_is_the_default_and_can_be_turned_off(tmp_path, flag, want):
+    good = _write(tmp_path, "good.txt", "the cat sat on the mat\nthe dog sat on the log\n" * 20)
+    out = tmp_path / "m.nplm"
+    code = main(["train", "--train", str(good), "--out", str(out), "--order", "3", "--embedding-dim", "8",
+                 "--hidden", "", "--output", "softmax", "--epochs", "1", "--threads", "1", "--quiet", *flag])
+    config = NeuralNet.load(out).config
+    assert code == 0 and config.variable_history is want
+    assert config.full_history == (0.5 if "--full-history" in flag else 0.75)
+
+
+def test_a_model_file_without_the_variable_history_keys_was_trained_without_truncation_or_uniformly():
+    saved = NeuralConfig(order=4).to_json()
+    assert saved.pop("variable_history") is True and saved.pop("full_history") == 0.75
+    assert NeuralConfig.from_json(saved).variable_history is False
+    saved["variable_history"] = True            # the uniform draw over 1..3 words
+    assert NeuralConfig.from_json(saved).full_history == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "half"])
+def test_full_history_share_is_checked(bad):
+    with pytest.raises(ValueError, match="full history share must be a number from 0 to 1"):
+        NeuralConfig(full_history=bad).validate()
+
+
 def test_waiting_for_a_lagging_worker_redraws_about_once_a_second(tmp_path, monkeypatch):
     """Worker 0 ends long before worker 1 (its steps slowed down: the one stand-in here,
     for timing only); the main thread must wait, not redraw the bar in a spin."""

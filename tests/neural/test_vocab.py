@@ -56,17 +56,26 @@ def test_examples_brute_force():
         assert ctx.dtype == np.int32 and ctx.flags.c_contiguous
 
 
-def test_truncate_histories():
+@pytest.mark.parametrize("full", [0.25, 0.75, 1.0])
+def test_truncate_histories(full):
+    """A share ``full`` of the rows keeps all 4 words, the rest 1..3 uniformly: 0.25 is
+    the paper's uniform draw over 1..4."""
     rng = np.random.default_rng(0)
-    ctx = np.arange(4, 4 + 4 * 20000, dtype=np.int32).reshape(-1, 4)
-    out = truncate_histories(ctx, rng)
+    ctx = np.arange(4, 4 + 4 * 40000, dtype=np.int32).reshape(-1, 4)
+    out = truncate_histories(ctx, rng, full)
     kept = (out != NULL).sum(axis=1)
     # the most recent words survive, the far ones become <null>
     for row, orig, k in zip(out[:100], ctx[:100], kept[:100]):
         assert row[4 - k:].tolist() == orig[4 - k:].tolist()
         assert (row[:4 - k] == NULL).all()
     freq = np.bincount(kept, minlength=5)[1:] / kept.size
-    np.testing.assert_allclose(freq, 0.25, atol=0.02)
+    np.testing.assert_allclose(freq, [(1 - full) / 3] * 3 + [full], atol=0.01)
+
+
+def test_truncate_histories_of_one_word_contexts_is_a_copy():
+    ctx = np.arange(4, 14, dtype=np.int32).reshape(-1, 1)
+    out = truncate_histories(ctx, np.random.default_rng(0), 0.5)
+    assert out.tolist() == ctx.tolist() and out is not ctx
 
 
 def test_model_vocab_round_trip_and_null_is_unknown(tmp_path):
