@@ -804,17 +804,15 @@ class Train:
             print(f"nplm: warning: --threads {args.threads} is more than this machine's {cpus} CPUs: "
                   "the extra Hogwild threads only add stale updates", file=sys.stderr)
         objective = config.resolved_objective()
-        for option, dest, idle in (("--classes", "classes", config.output != "class"),
-                                   ("--clustering", "clustering", config.output != "class"),
-                                   ("--noise-samples", "noise_samples", objective != "nce"),
-                                   ("--variable-history", "variable_history", config.order == 2),
-                                   ("--full-history", "full_history",
-                                    config.order == 2 or not config.variable_history)):
+        for option, dest, idle, why in (
+                ("--classes", "classes", config.output != "class", "without --output class"),
+                ("--clustering", "clustering", config.output != "class", "without --output class"),
+                ("--noise-samples", "noise_samples", objective != "nce", "without --objective nce"),
+                ("--variable-history", "variable_history", config.order == 2,
+                 "at order 2 (every context is one word already)"),
+                ("--full-history", "full_history", config.order == 2 or not config.variable_history,
+                 "without variable history, or at order 2")):
             if dest in given and idle:
-                why = {"classes": "without --output class", "clustering": "without --output class",
-                       "noise_samples": "without --objective nce",
-                       "variable_history": "at order 2 (every context is one word already)",
-                       "full_history": "without variable history, or at order 2"}[dest]
                 print(f"nplm: warning: {option} has no effect {why}", file=sys.stderr)
         if args.resume and args.ensemble == 1:
             # the checkpoint's settings, but for the options given (which train() then

@@ -343,14 +343,12 @@ cdef int _grow_trans(Work *w) noexcept nogil:
     """A transition table twice as large, the transitions moved; -1 when out of memory."""
     cdef uint64_t slots = 2 * (w.trans_mask + 1) if w.trans != NULL else 1024, b, i
     cdef Trans *old = w.trans
-    cdef Trans *t = <Trans *>malloc(slots * sizeof(Trans))
-    cdef void *p = realloc(w.trans_used, (slots // 2) * sizeof(uint64_t))
-    if t == NULL or p == NULL:
-        free(t)
-        if p != NULL:
-            w.trans_used = <uint64_t *>p
+    cdef Trans *t
+    if _resize(<void **>&w.trans_used, (slots // 2) * sizeof(uint64_t)) < 0:
         return -1
-    w.trans_used = <uint64_t *>p
+    t = <Trans *>malloc(slots * sizeof(Trans))
+    if t == NULL:
+        return -1
     for b in range(slots):
         t[b].state = -1
     for i in range(<uint64_t>w.n_trans):
@@ -369,16 +367,16 @@ cdef int _grow_words(Work *w) noexcept nogil:
     """A word table twice as large (1024 slots at first), the words moved; -1 when
     out of memory."""
     cdef uint64_t slots = 2 * (w.word_mask + 1) if w.word_key != NULL else 1024, b, i
-    cdef uint64_t *keys = <uint64_t *>calloc(slots, sizeof(uint64_t))
-    cdef WordId *ids = <WordId *>malloc(slots * sizeof(WordId))
-    cdef void *used = realloc(w.word_used, (slots // 2) * sizeof(uint64_t))
-    if keys == NULL or ids == NULL or used == NULL:
+    cdef uint64_t *keys
+    cdef WordId *ids
+    if _resize(<void **>&w.word_used, (slots // 2) * sizeof(uint64_t)) < 0:
+        return -1
+    keys = <uint64_t *>calloc(slots, sizeof(uint64_t))
+    ids = <WordId *>malloc(slots * sizeof(WordId))
+    if keys == NULL or ids == NULL:
         free(keys)
         free(ids)
-        if used != NULL:
-            w.word_used = <uint64_t *>used
         return -1
-    w.word_used = <uint64_t *>used
     for i in range(<uint64_t>w.n_word):
         b = (w.word_key[w.word_used[i]] >> 40) & (slots - 1)
         while keys[b]:

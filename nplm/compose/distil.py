@@ -161,16 +161,19 @@ class DistilConfig:
             raise ValueError(f"sample_tokens takes a number of tokens to sample (>= 0), not {t!r}")
         if t and not self.sample_models:
             raise ValueError("sample_tokens needs sample_models: the neural models to sample from")
-        parse_size(DEFAULT_MEMORY if self.count_memory is None else self.count_memory)
+        self._count_budget()
         temp_directory(self.temp_prefix)
         if (self.favour_model is None) != (self.favour_valid is None):
             raise ValueError("favour_model and favour_valid go together: the back-off model to lean on "
                              "and the validation text that chooses how far")
 
+    def _count_budget(self):
+        return parse_size(DEFAULT_MEMORY if self.count_memory is None else self.count_memory)
+
     def counting(self):
         """count_texts's options: the budget (``count_memory`` less what the process
         holds already, as estimation's -S), the temporary folder, progress."""
-        memory = parse_size(DEFAULT_MEMORY if self.count_memory is None else self.count_memory)
+        memory = self._count_budget()
         held = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return dict(memory=max(memory - held, 1 << 16), temp_prefix=self.temp_prefix, progress=self.progress)
 

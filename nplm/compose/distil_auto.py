@@ -330,7 +330,7 @@ def plan(teacher, order, text=None, *, quality="default", valid=None, budget=Non
     clock = None
     if sample_tokens is None and order > 1:
         sample_tokens, clock = choose_pool(parts, quality, text, budget_s, memory, t0, model,
-                                           options["continuation_contexts"] if quality != "best" else None)
+                                           options.get("continuation_contexts"))
         if parts.networks and quality != "fast" and text is not None:
             notes.append(pool_note(parts, sample_tokens, clock, budget_s, memory, drawn=False))
     sample_tokens = sample_tokens or 0

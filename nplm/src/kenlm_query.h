@@ -285,21 +285,7 @@ static inline int klm_probing_walk(const klm_probing *m, uint32_t w, int n_ctx, 
     return next_use;
 }
 
-/* One word: out may be in. */
-static inline void klm_probing_score(const klm_probing *m, const klm_state *in, uint32_t w, klm_state *out,
-                                     klm_ret *ret) {
-    klm_state copy;
-    klm_walk r;
-    uint64_t key[KLM_MAX_ORDER - 1], bucket[KLM_MAX_ORDER - 1];
-    int n_ctx = klm_min(in->length, m->order - 1);
-    if (in == out) { copy = *in; in = &copy; }
-    if (w >= m->n_unigram) w = 0;
-    klm_probing_request(m, in, &w, 0, n_ctx, key, bucket);
-    klm_probing_walk(m, w, n_ctx, key, bucket, &r);
-    klm_finish(m->order, &r, w, in, out, ret);
-}
-
-/* The first half of klm_probing_score, for a caller that overlaps several lookups
+/* The first half of a probing lookup, for a caller that overlaps several lookups
  * (the n-best rescorer's prefetch hint): every order's key and first bucket for w
  * after `in`, the buckets and the line after each requested now (a probe often runs
  * on into it).  Returns the number of context words used. */
@@ -325,6 +311,16 @@ static inline void klm_probing_probe(const klm_probing *m, const klm_state *in, 
     if (w >= m->n_unigram) w = 0;
     klm_probing_walk(m, w, n_ctx, keys, first, &r);
     klm_finish(m->order, &r, w, in, out, ret);
+}
+
+/* One word: out may be in. */
+static inline void klm_probing_score(const klm_probing *m, const klm_state *in, uint32_t w, klm_state *out,
+                                     klm_ret *ret) {
+    uint64_t key[KLM_MAX_ORDER - 1], bucket[KLM_MAX_ORDER - 1];
+    int n_ctx = klm_min(in->length, m->order - 1);
+    uint32_t v = w < m->n_unigram ? w : 0;
+    klm_probing_request(m, in, &v, 0, n_ctx, key, bucket);
+    klm_probing_probe(m, in, v, key, bucket, n_ctx, out, ret);
 }
 
 /* The walks of run[0..n) (n <= KLM_LANES) after state in, in order: w gets the words
