@@ -125,6 +125,16 @@ class Config:
                 f"arpa_complain={self.arpa_complain})")
 
 
+def quiet_config(load_method=LoadMethod.POPULATE_OR_READ):
+    """A Config that loads silently: no progress bar, no advice to build a binary
+    (for models a command loads for itself, which kenlm's defaults would announce)."""
+    config = Config()
+    config.load_method = load_method
+    config.show_progress = False
+    config.arpa_complain = ARPALoadComplain.NONE
+    return config
+
+
 def _as_path_bytes(path):
     if isinstance(path, bytes):
         return path

@@ -16,7 +16,7 @@ from nplm.compose.interpolate import MAX_SPEC_DEPTH, is_spec, read_spec, spec_cy
 from nplm.errors import FormatError
 from nplm.io import container
 from nplm.io.files import compression_name
-from nplm.model import ARPALoadComplain, Config, LoadMethod, Model
+from nplm.model import LoadMethod, Model, quiet_config
 
 
 class Unreadable(OSError):
@@ -87,11 +87,7 @@ def _verify(path, seen):
         raise FormatError(f"interpolation specs nested more than {MAX_SPEC_DEPTH} deep", path)
     head = _open_check(path)
     what = _what(path, head, seen + (key,))
-    config = Config()
-    config.load_method = LoadMethod.LAZY
-    config.show_progress = False
-    config.arpa_complain = ARPALoadComplain.NONE
-    model = Model(path, config)
+    model = Model(path, quiet_config(LoadMethod.LAZY))
     return f"{what}, order {model.order}, {len(model.vocab)} words"
 
 

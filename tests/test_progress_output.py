@@ -146,6 +146,17 @@ def test_estimate_on_a_terminal_draws_tqdm_bars(tmp_path, corpus):
     assert "=== 1/5 Counting" in screen and "\r" in screen and "*" * 20 not in screen
 
 
+def test_distil_into_a_pipe_loads_its_models_silently(tmp_path):
+    """The table distil checks after writing it loads without a bar or kenlm's
+    advice to build a binary: the command's report is the only word of it."""
+    arpa, out = tmp_path / "kn.arpa", tmp_path / "d.arpa"
+    assert run_piped("estimate", "-o", "3", "--text", TOY, "--arpa", arpa, "-q")[0] == 0
+    code, err = run_piped("distil", arpa, "--text", TOY, "--order", "3", "--arpa", out, "--valid", TOY)
+    assert code == 0, err
+    assert "validation perplexity" in err
+    assert "\r" not in err and "Loading the LM" not in err, err
+
+
 def test_every_command_takes_quiet_and_verbose():
     from nplm.cli.main import build_parser
     parser = build_parser()

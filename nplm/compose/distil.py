@@ -83,7 +83,7 @@ from nplm.compose.ngram_structure import (  # noqa: F401
 from nplm.io.atomic import same_file, temp_folder
 from nplm.io.progress import tqdm
 from nplm.io.text import utf8_lines
-from nplm.model import ARPALoadComplain, Config, Model
+from nplm.model import Model, quiet_config
 from nplm.neural.query import exact_network_of, network_of
 from nplm.neural.sample import sample_to_file
 from nplm.neural.vocab import NULL
@@ -189,10 +189,7 @@ class DistilConfig:
 def load_model(model):
     """An nplm.Model of a path (quietly), or the model given."""
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        cfg = Config()
-        cfg.show_progress = False
-        cfg.arpa_complain = ARPALoadComplain.NONE
-        return Model(model, cfg)
+        return Model(model, quiet_config())
     return model
 
 

@@ -52,7 +52,6 @@ from nplm.compose.interpolate import InterpolatedModel, is_spec
 from nplm.evaluate import evaluate
 from nplm.io.resources import mem_available
 from nplm.io.text import split_words, utf8_lines
-from nplm.model import Model
 from nplm.neural.query import network_of
 from nplm.neural.sample import sample_to_file
 
@@ -410,7 +409,7 @@ def check_table(out, plan_, valid=None):
         return None
     with open(valid, encoding="utf-8") as f:
         lines = f.read().splitlines()
-    table = evaluate(Model(out), lines)
+    table = evaluate(load_model(out), lines)
     rep = QualityReport(valid, table.tokens, table.perplexity)
     if plan_.parts.backoff is not None:
         rep.backoff = evaluate(plan_.parts.backoff, lines).perplexity

@@ -39,7 +39,7 @@ from nplm.io import container
 from nplm.io.atomic import atomic_write
 from nplm.io.files import open_text
 from nplm.io.text import split_words
-from nplm.model import ARPALoadComplain, Config, Model
+from nplm.model import Model, quiet_config
 from nplm.neural.network import NeuralConfig
 from nplm.neural.query import precompute
 from nplm.neural.train import TrainConfig, train
@@ -156,15 +156,8 @@ class Run:
 # --------------------------------------------------------------------------- helpers
 
 
-def _config():
-    cfg = Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = ARPALoadComplain.NONE
-    return cfg
-
-
 def _open_model(path, normalization=None):
-    return Model(path, _config(), normalization=normalization)
+    return Model(path, quiet_config(), normalization=normalization)
 
 
 def _read_lines(path):
