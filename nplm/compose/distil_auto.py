@@ -270,11 +270,17 @@ def text_tokens(path):
     return sum(len(split_words(line)) + 1 for line in utf8_lines(path))
 
 
+def draws_pool(parts, quality, text):
+    """Whether the run samples a pool: a network to sample, a training text whose size
+    sets the pool's, and a quality above fast."""
+    return bool(parts.networks) and quality != "fast" and text is not None
+
+
 def choose_pool(parts, quality, text, budget_s, memory, t0, model, contexts):
     """(tokens, PoolClock or None) of the pool: at most the recipe's 135 sampled per
     training token, within the memory budget, drawn in pieces while the time budget
     allows (``contexts``: the one-word contexts the continuation unigrams score)."""
-    if not parts.networks or quality == "fast" or text is None:
+    if not draws_pool(parts, quality, text):
         return 0, None
     n_text = text_tokens(text)
     tokens = min(POOL_PER_TEXT_TOKEN * n_text, pool_tokens(memory, peak_rss()))
@@ -330,7 +336,7 @@ def plan(teacher, order, text=None, *, quality="default", valid=None, budget=Non
     if sample_tokens is None and order > 1:
         sample_tokens, clock = choose_pool(parts, quality, text, budget_s, memory, t0, model,
                                            options.get("continuation_contexts"))
-        if parts.networks and quality != "fast" and text is not None:
+        if draws_pool(parts, quality, text):
             notes.append(pool_note(parts, sample_tokens, clock, budget_s, memory, drawn=False))
     sample_tokens = sample_tokens or 0
     if target_size == "auto":
