@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from nplm import ARPALoadComplain, Config, Model, __version__
+from nplm import Model, __version__
 from nplm.backoff import binary as backoff
 from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
@@ -33,6 +33,7 @@ from nplm.io.atomic import check_output, refuse_stdout, same_file
 from nplm.io.files import open_text, sniff
 from nplm.io.resources import arpa_header_counts
 from nplm.io.text import split_words
+from nplm.model import quiet_config
 from nplm.neural import clusters
 from nplm.neural.network import NeuralConfig
 from nplm.neural.query import precompute
@@ -122,12 +123,9 @@ class Query:
     @staticmethod
     def run(args):
         levels = _query_levels(args.verbosity)
-        cfg = Config()
-        cfg.show_progress = False
         # KenLM's advice to build a binary, once the ARPA has loaded: a file that is
         # missing or no model gets its error alone.
-        cfg.arpa_complain = ARPALoadComplain.NONE
-        model = Model(args.model, cfg, normalization=args.normalization)
+        model = Model(args.model, quiet_config(), normalization=args.normalization)
         if _is_arpa(args.model):
             print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
         out = sys.stdout
@@ -166,10 +164,7 @@ class Perplexity:
 
     @staticmethod
     def run(args):
-        cfg = Config()
-        cfg.show_progress = False
-        cfg.arpa_complain = 2
-        model = Model(args.model, cfg, normalization=args.normalization)
+        model = Model(args.model, quiet_config(), normalization=args.normalization)
         with _open_lines(args.text) as f:
             stats = evaluate(model, f)
         sys.stdout.write(stats.summary())

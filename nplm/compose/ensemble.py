@@ -10,15 +10,8 @@ import os
 
 from nplm.compose.interpolate import interpolate
 from nplm.io.text import split_words, utf8_lines
-from nplm.model import ARPALoadComplain, Config, Model
+from nplm.model import Model, quiet_config
 from nplm.neural.train import train
-
-
-def _quiet_config():
-    cfg = Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = ARPALoadComplain.NONE
-    return cfg
 
 
 def member_perplexity(model, sentences):
@@ -36,7 +29,7 @@ def ensemble(models, dev=None, weights=None, out=None, normalization=None, **tun
     otherwise ``weights`` (default uniform) are used as given.  With ``out`` the spec
     is written there.  Returns (model, report): report holds each member's and the
     ensemble's dev perplexity when tuned (else None)."""
-    cfg = _quiet_config()
+    cfg = quiet_config()
     members = [Model(m, cfg, normalization=normalization) if isinstance(m, (str, bytes, os.PathLike))
                else m for m in models]
     if len(members) < 2:

@@ -20,7 +20,7 @@ import numpy as np
 from nplm.backoff.binary import build_binary
 from nplm.compose.ngram_structure import compute_backoffs
 from nplm.evaluate import evaluate
-from nplm.model import ARPALoadComplain, Config, Model
+from nplm.model import Model, quiet_config
 
 GRID = (0.0, 0.25, 0.5, 1.0)
 
@@ -37,20 +37,13 @@ def mix_logprob(logprob, backoff_lp, F):
     return out
 
 
-def _quiet_config():
-    cfg = Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = ARPALoadComplain.NONE
-    return cfg
-
-
 def valid_perplexity(tables, lines):
     """Perplexity of NGramTables on ``lines`` (through an nplm binary in a temporary
     directory, removed after)."""
     with tempfile.TemporaryDirectory(prefix="nplm-favour-") as d:
         path = os.path.join(d, "table.nplm")
         build_binary(tables, path)
-        return evaluate(Model(path, _quiet_config()), lines).perplexity
+        return evaluate(Model(path, quiet_config()), lines).perplexity
 
 
 def choose_favour(s, logprob, backoff_lp, lines, predictable, make_tables, grid=GRID):

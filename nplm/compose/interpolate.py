@@ -69,7 +69,7 @@ from nplm.errors import FormatError, content_hidden
 from nplm.io.atomic import atomic_write
 from nplm.io.files import SNIFF_BYTES, kind_of_head, open_binary
 from nplm.io.text import split_words, utf8_lines
-from nplm.model import Config, Model, register_file_kind
+from nplm.model import Model, quiet_config, register_file_kind
 from nplm.neural.query import exact_network_of
 from nplm.neural.vocab import NULL
 
@@ -344,9 +344,7 @@ class InterpolatedModel(_kernels.ModelBase):
                  vocab=None, config=None, cache_entries=65536, fast_distributions=True,
                  bucket_by=None, bucket_bins=1, bucket_edges=None):
         if config is None:
-            config = Config()
-            config.show_progress = False
-            config.arpa_complain = 2
+            config = quiet_config()
         models = list(models)
         if not models:
             raise ValueError("interpolate needs at least one model")

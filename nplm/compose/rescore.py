@@ -38,7 +38,7 @@ from nplm.errors import FormatError
 from nplm.io.atomic import text_output
 from nplm.io.files import open_binary
 from nplm.io.progress import tqdm
-from nplm.model import ARPALoadComplain, Config, Model
+from nplm.model import Model, quiet_config
 
 FORMATS = ("auto", "moses", "plain")
 BASES = {"10": 1.0, "e": math.log(10.0)}
@@ -62,9 +62,7 @@ class RescoreResult:
 def load_models(models, normalization=None):
     """Each entry as a model: a path is loaded quietly with nplm.Model; an object with
     ``score_sentences`` (any nplm model) is used as it is."""
-    cfg = Config()
-    cfg.show_progress = False
-    cfg.arpa_complain = ARPALoadComplain.NONE
+    cfg = quiet_config()
     out = []
     for m in models:
         if isinstance(m, (str, bytes, os.PathLike)):
