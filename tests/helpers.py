@@ -42,6 +42,23 @@ def need_shared():
         pytest.skip("../shared (reference ARPAs and corpora) is absent")
 
 
+def kenlm_program(name):
+    """Path of KenLM's own program ``name`` (lmplz, build_binary, query, filter,
+    interpolate, count_ngrams, fragment), as tools/build_kenlm.sh builds it from the
+    PyPI kenlm sdist: in $NPLM_KENLM_BIN, else in that script's default cache folder.
+    CI builds them and sets NPLM_REQUIRE_KENLM_PROGRAMS, so there a missing program
+    fails the test instead of skipping it."""
+    folder = os.environ.get("NPLM_KENLM_BIN") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nplm", "kenlm-0.3.0", "bin")
+    path = os.path.join(folder, name)
+    if os.access(path, os.X_OK):
+        return path
+    reason = f"KenLM's {name} is not built ({path}): run tools/build_kenlm.sh"
+    if os.environ.get("NPLM_REQUIRE_KENLM_PROGRAMS"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
 def need_reference():
     if not REFERENCE.is_dir():
         pytest.skip("../shared/reference (lmplz outputs) is absent")

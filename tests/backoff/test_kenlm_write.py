@@ -18,7 +18,8 @@ from nplm.backoff.arpa import read_arpa
 from nplm.backoff.kenlm import write as kenlm_write
 from nplm.cli.main import main
 
-from helpers import REFERENCE, arpa_text, need_shared, quiet_config, random_arpa, read_lines, srilm_variants
+from helpers import (REFERENCE, arpa_text, kenlm_program, need_shared, quiet_config, random_arpa, read_lines,
+                     srilm_variants)
 
 KENLM_BINARY = REFERENCE / "kenlm-binary"
 # file part -> nplm.build_binary's type and options (README.md there gives the flags)
@@ -33,8 +34,6 @@ FLAGS = {
     "trie-a22q8b8": ("trie", {"pointer_bits": 22, "prob_bits": 8, "backoff_bits": 8}),
     "trie-novocab": ("trie", {"include_vocab": False}),
 }
-BUILD_BINARY = os.environ.get("NPLM_BUILD_BINARY") or shutil.which("build_binary") or \
-    "/opt/kenlm-src/build/bin/build_binary"
 
 
 
@@ -187,7 +186,7 @@ def _kenlm_loads(path):
 
 def _build_binary_file(tmp_path, arpa, args):
     out = tmp_path / "kenlm.bin"
-    subprocess.run([BUILD_BINARY] + args + [str(arpa), str(out)], check=True, capture_output=True)
+    subprocess.run([kenlm_program("build_binary")] + args + [str(arpa), str(out)], check=True, capture_output=True)
     return out
 
 
@@ -201,8 +200,8 @@ def test_pruned_suffixes_get_kenlms_blanks(tmp_path, texts):
         assert_same_models(kenlm.Model(str(out), quiet_config(kenlm)), kenlm.Model(path, quiet_config(kenlm)), lines)
         nplm.build_binary(path, str(tmp_path / "t.bin"), "trie", prob_bits=8)
         assert_same_models(kenlm.Model(str(tmp_path / "t.bin"), quiet_config(kenlm)),
-                           kenlm.Model(str(_build_binary_file(tmp_path, path, ["-q", "8", "trie"])), quiet_config(kenlm))
-                           if os.access(BUILD_BINARY, os.X_OK) else kenlm.Model(path, quiet_config(kenlm)), lines)
+                           kenlm.Model(str(_build_binary_file(tmp_path, path, ["-q", "8", "trie"])), quiet_config(kenlm)),
+                           lines)
 
 
 @pytest.mark.parametrize("kind", ["probing", "trie"])
@@ -271,18 +270,18 @@ def test_random_models_load_in_kenlm_as_their_arpa(tmp_path_factory, case):
         assert_same_models(kenlm.Model(str(out), quiet_config(kenlm)), reference, lines)
 
 
-@pytest.mark.skipif(not os.access(BUILD_BINARY, os.X_OK), reason="KenLM's build_binary is not built here")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(random_arpa())
 def test_random_models_byte_equal_build_binarys(tmp_path_factory, case):
     text, _ = case
+    build_binary = kenlm_program("build_binary")
     d = tmp_path_factory.mktemp("b")
     path = d / "m.arpa"
     path.write_text(text)
     for kind, flags, options in (("probing", [], {}), ("trie", ["-q", "5", "-b", "3", "-a", "2"],
                                                        {"prob_bits": 5, "backoff_bits": 3, "pointer_bits": 2})):
         ref = d / "ref.bin"
-        r = subprocess.run([BUILD_BINARY] + flags + [kind, str(path), str(ref)], capture_output=True)
+        r = subprocess.run([build_binary] + flags + [kind, str(path), str(ref)], capture_output=True)
         if r.returncode != 0:
             continue
         nplm.build_binary(str(path), str(d / "m.bin"), kind, messages=None, **options)
@@ -298,9 +297,8 @@ def test_missing_sentence_markers_need_s(tmp_path):
         assert main(["build-binary", "-s", kind, str(path), str(tmp_path / "m.bin")]) == 0
         m = kenlm.Model(str(tmp_path / "m.bin"), quiet_config(kenlm))
         assert [p for p, _, _ in m.full_scores("a b", eos=False)] == pytest.approx([-0.3, -0.2])
-        if os.access(BUILD_BINARY, os.X_OK):
-            ref = _build_binary_file(tmp_path, path, ["-s", kind])
-            assert (tmp_path / "m.bin").read_bytes() == ref.read_bytes()
+        ref = _build_binary_file(tmp_path, path, ["-s", kind])
+        assert (tmp_path / "m.bin").read_bytes() == ref.read_bytes()
 
 
 def test_nplm_serves_its_smallest_file_as_kenlm_does(tables, texts, tmp_path):
