@@ -12,6 +12,35 @@ import os
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class ParallelBuildExt(build_ext):
+    """Compile the extension modules on every core (setuptools compiles them one
+    after another unless ``--parallel`` is given, and pip gives no way to pass it)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
+
+    def build_extension(self, ext):
+        """Reuse the module a previous build left in the source tree when it is newer
+        than its sources: an editable install builds in a fresh folder each time."""
+        target, in_tree = self.get_ext_fullpath(ext.name), self._in_tree_path(ext.name)
+        if target != in_tree and os.path.exists(in_tree) and \
+                os.path.getmtime(in_tree) >= max(map(os.path.getmtime, ext.sources)):
+            self.mkpath(os.path.dirname(target))
+            self.copy_file(in_tree, target)
+            return
+        super().build_extension(ext)
+
+    def _in_tree_path(self, name):
+        inplace, self.inplace = self.inplace, True
+        try:
+            return self.get_ext_fullpath(name)
+        finally:
+            self.inplace = inplace
 
 DIRECTIVES = {
     "language_level": 3,
@@ -24,6 +53,20 @@ DIRECTIVES = {
 }
 
 
+def _generated_c(pyx):
+    """The C file Cython wrote for ``pyx`` when it is newer than the ``.pyx`` and every
+    header and ``.pxd`` of the package, else None.  Reusing it keeps a second install
+    of the same tree (``pip install -e .`` after ``pip install -e .[test]``) from
+    translating and compiling everything again: pip's fresh build environment makes
+    numpy's own ``.pxd`` files look new to Cython on every install."""
+    c_file = os.path.splitext(pyx)[0] + ".c"
+    if os.environ.get("NPLM_DEBUG") or not os.path.exists(c_file):
+        return None
+    local = glob.glob(os.path.join("nplm", "**", "*.pxd"), recursive=True) + \
+        glob.glob(os.path.join("nplm", "src", "*.h")) + [pyx, __file__]
+    return c_file if os.path.getmtime(c_file) >= max(map(os.path.getmtime, local)) else None
+
+
 def extensions():
     only = {name for name in os.environ.get("NPLM_ONLY", "").split(",") if name}
     exts = []
@@ -32,13 +75,13 @@ def extensions():
         if only and module.rsplit(".", 1)[1] not in only:
             continue
         exts.append(Extension(
-            module, [pyx],
+            module, [_generated_c(pyx) or pyx],
             include_dirs=[numpy.get_include(), os.path.join("nplm", "src")],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
             extra_compile_args=["-O3", "-fopenmp"],
             extra_link_args=["-fopenmp"],
         ))
-    return cythonize(exts, compiler_directives=DIRECTIVES, nthreads=2)
+    return cythonize(exts, compiler_directives=DIRECTIVES, nthreads=os.cpu_count() or 1)
 
 
-setup(ext_modules=extensions())
+setup(ext_modules=extensions(), cmdclass={"build_ext": ParallelBuildExt})

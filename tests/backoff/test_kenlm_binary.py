@@ -399,7 +399,6 @@ def test_cli_query_as_kenlm_query(kenlm_binaries, texts, tmp_path, capsys, monke
     """`nplm query` prints what KenLM's query prints for the same binary (word ids
     included), and its totals match kenlm's scores."""
     import io
-    import os
     import subprocess
 
     from nplm.cli.main import main
@@ -421,7 +420,6 @@ def test_cli_query_as_kenlm_query(kenlm_binaries, texts, tmp_path, capsys, monke
 
 def test_rest_cost_probing(texts, tmp_path):
     """build_binary -r (rest costs from lower-order models): wider probing entries."""
-    import os
     import subprocess
     need_shared()
     arpas = {}
@@ -527,7 +525,6 @@ def test_more_build_binary_files(texts, tmp_path, arpa, flags):
     """Bigram models and a pruned model (whose missing suffixes KenLM fills with blank
     entries), with other flags, built here by KenLM's build_binary when it is at hand:
     every token as kenlm, and back to an ARPA that scores as the binary."""
-    import os
     import subprocess
     need_shared()
     source = tmp_path / "in.arpa"

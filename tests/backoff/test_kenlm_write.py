@@ -3,9 +3,7 @@
 scores of the ARPA they came from."""
 import itertools
 import lzma
-import os
 import random
-import shutil
 import subprocess
 
 import kenlm
@@ -18,8 +16,7 @@ from nplm.backoff.arpa import read_arpa
 from nplm.backoff.kenlm import write as kenlm_write
 from nplm.cli.main import main
 
-from helpers import (REFERENCE, arpa_text, kenlm_program, need_shared, quiet_config, random_arpa, read_lines,
-                     srilm_variants)
+from helpers import REFERENCE, arpa_text, kenlm_program, need_shared, quiet_config, random_arpa, read_lines, srilm_variants
 
 KENLM_BINARY = REFERENCE / "kenlm-binary"
 # file part -> nplm.build_binary's type and options (README.md there gives the flags)
