@@ -7,7 +7,8 @@ The format accepted is KenLM's (``lm/read_arpa.cc``): optional blank and ``#`` l
 before ``\\data\\``; ``ngram N=count`` lines numbered 1, 2, ...; ``\\N-grams:``
 sections holding exactly ``count`` lines ``prob<TAB>w1 w2 ...[<TAB>backoff]``;
 ``\\end\\`` followed by nothing but blank lines.  Words are separated by tabs or
-spaces, a missing back-off is 0, CRLF line ends are fine.  Words are UTF-8.
+spaces, a missing back-off is 0, CRLF line ends are fine.  Words are bytes in any
+encoding (nplm.io.text.word_str).
 
 The Python layer here handles the header and section lines and words every error
 message (file:line); the n-gram lines themselves are parsed by ``nplm._arpa``
@@ -41,6 +42,7 @@ from nplm.io import container
 from nplm.io.atomic import text_output
 from nplm.io.files import decompressed, open_binary
 from nplm.io.progress import tqdm
+from nplm.io.text import word_bytes, word_str
 
 try:
     from nplm.backoff import _arpa
@@ -314,15 +316,7 @@ class _Reader:
             self.on_read(self.tables(self.path), tuple(self.counts))
 
     def _finish_vocab(self):
-        raw = self.parser.vocab_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            index = raw.count(b"\n", 0, e.start)
-            word = raw.split(b"\n")[index]
-            raise FormatError(f"invalid UTF-8 in the word {_show(word)}", self.path,
-                              self.first_line[0] + index) from None
-        self.vocab = text.split("\n")
+        self.vocab = word_str(self.parser.vocab_bytes()).split("\n")
         lower, upper = self.parser.lookup(b"<unk>"), self.parser.lookup(b"<UNK>")
         if lower >= 0 and upper >= 0:
             raise FormatError("the unigrams list both <unk> and <UNK>, which KenLM treats as "
@@ -510,7 +504,7 @@ def read_arpa(path, progress=False, stream=None, on_read=None):
     change).
 
     Raises FormatError naming the file and line for anything KenLM would reject
-    (and for NaN/inf values and invalid UTF-8, which it does not check), OSError
+    (and for NaN/inf values, which it does not check), OSError
     when the file cannot be read."""
     source = "-" if path in (None, "-") else os.fspath(path)
     f = open_binary(source) if stream is None else decompressed(stream, source)
@@ -566,7 +560,7 @@ ROWS_PER_JOB = 1 << 16
 
 
 def _vocab_bytes(vocab):
-    encoded = [w.encode("utf-8") for w in vocab]
+    encoded = [word_bytes(w) for w in vocab]
     lengths = np.fromiter((len(w) for w in encoded), dtype=np.int64, count=len(encoded))
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])

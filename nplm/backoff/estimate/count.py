@@ -6,7 +6,6 @@ while they fit in the budget; beyond it the table is sorted in suffix order and
 spilled to the temporary folder as a run, and counting starts a new table with the
 same vocabulary (lmplz's corpus_count does the same with its blocks).
 """
-import codecs
 import contextlib
 import glob
 import gzip
@@ -21,8 +20,8 @@ import numpy as np
 
 from nplm.backoff import _kn
 from nplm.errors import CompressedDataError, FormatError
-from nplm.io.files import open_binary, open_text
-from nplm.io.text import split_words
+from nplm.io.files import open_binary
+from nplm.io.text import word_str
 
 MAX_CHUNK = 1 << 24
 MIN_CHUNK = 1 << 16
@@ -163,7 +162,7 @@ def chunks(f, total, report, size=MAX_CHUNK):
     while True:
         block = f.read(size)
         if isinstance(block, str):
-            block = block.encode("utf-8")
+            block = block.encode("utf-8", "surrogateescape")
         if not block:
             break
         done += len(block)
@@ -181,19 +180,8 @@ def chunks(f, total, report, size=MAX_CHUNK):
     report.finish()
 
 
-def check_utf8(chunk, name, line):
-    try:
-        codecs.utf_8_decode(chunk, "strict", True)
-    except UnicodeDecodeError as e:
-        bad_line = line + chunk.count(b"\n", 0, e.start)
-        column = e.start - (chunk.rfind(b"\n", 0, e.start) + 1) + 1
-        raise FormatError(f"invalid UTF-8 (byte 0x{chunk[e.start]:02x} at byte {column} of the line); the text "
-                          "must be UTF-8", name, bad_line) from None
-
-
 def feed(counter, chunk, name, line):
     """Count one chunk; turn the kernel's status into an exception."""
-    check_utf8(chunk, name, line)
     rc = counter.feed(chunk)
     if rc == 0:
         return
@@ -207,7 +195,7 @@ def feed(counter, chunk, name, line):
         spaces = b" \t\n\v\f\r" if counter.kenlm_spaces else b" \t\r\n\0"
         while end < len(chunk) and chunk[end:end + 1] not in spaces:
             end += 1
-        word = chunk[at:end].decode("utf-8")
+        word = word_str(chunk[at:end])
         if counter.closed:          # (a vocabulary given: nothing to skip them with)
             msg = f"the text contains the reserved token {word!r} (it is added around every line)"
         else:
@@ -258,14 +246,10 @@ def limit_vocab(path, vocab_find, vocab_size):
     """1 for every word that is not in the --limit_vocab_file list (never specials)."""
     prune_word = np.ones(vocab_size, dtype=np.uint8)
     prune_word[:3] = 0
-    lineno = 0
-    try:
-        with open_text(path) as f:
-            for line in f:
-                for word in split_words(line.replace("\0", " ")):
-                    i = vocab_find(word.encode("utf-8"))
-                    if i >= 0:
-                        prune_word[i] = 0
-    except UnicodeDecodeError:
-        raise FormatError("invalid UTF-8 in the vocabulary list", path, lineno + 1) from None
+    with open_binary(path) as f:
+        for line in f:
+            for word in line.replace(b"\0", b" ").split():
+                i = vocab_find(word)
+                if i >= 0:
+                    prune_word[i] = 0
     return prune_word
