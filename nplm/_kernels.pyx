@@ -69,12 +69,13 @@ cdef inline const char *_utf8(object s, Py_ssize_t *n) except NULL:
 # Vocabulary: word -> id by probing a table of 64-bit word hashes (like KenLM's
 # ProbingVocabulary: only the hash is stored); id -> word through a byte blob.
 
-def build_vocab_arrays(words, double multiplier=1.5, unreachable=()):
+def build_vocab_arrays(words, double multiplier=1.5, unreachable=(), bint first_wins=False):
     """Hash table arrays for ``words`` (a list of str; index = word id).  Entry 0 is
     the unknown word and is not inserted (a miss returns 0), nor is any word equal to
     ``<unk>``/``<UNK>`` or listed in ``unreachable`` (e.g. a neural model's <null>,
     which input text must not be able to name).  Returns (keys uint64, vals uint32, offsets int64, blob uint8)
-    or raises ValueError naming a duplicate word."""
+    or raises ValueError naming a duplicate word; with ``first_wins`` a word listed again
+    keeps its id but lookups find the first (KenLM's probing vocabulary)."""
     cdef Py_ssize_t n = len(words), i, m
     cdef uint64_t buckets = max(<uint64_t>(n * multiplier) + 1, <uint64_t>(n + 1))
     keys_a = np.zeros(buckets, dtype=np.uint64)
@@ -92,6 +93,7 @@ def build_vocab_arrays(words, double multiplier=1.5, unreachable=()):
     blob = b"".join(encoded)
     cdef uint64_t h, b
     cdef const char *s
+    cdef bint again
     skip = {b"<unk>", b"<UNK>"} | {u.encode("utf-8", "surrogateescape") for u in unreachable}
     for i in range(1, n):
         w = encoded[i]
@@ -101,17 +103,22 @@ def build_vocab_arrays(words, double multiplier=1.5, unreachable=()):
         m = PyBytes_GET_SIZE(w)
         h = nplm_hash_bytes(s, m)
         b = nplm_fastrange(h, buckets)
+        again = False
         while keys[b] != 0:
             if keys[b] == h:
                 other = encoded[vals[b]]
+                if other == w and first_wins:
+                    again = True
+                    break
                 if other == w:
                     raise ValueError(f"duplicate word {words[i]!r} in the vocabulary")
                 raise ValueError(f"64-bit hash collision between words {other!r} and {w!r}")
             b += 1
             if b == buckets:
                 b = 0
-        keys[b] = h
-        vals[b] = <uint32_t>i
+        if not again:
+            keys[b] = h
+            vals[b] = <uint32_t>i
     return keys_a, vals_a, offsets_a, np.frombuffer(blob, dtype=np.uint8).copy() if blob else np.zeros(0, np.uint8)
 
 

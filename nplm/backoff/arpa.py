@@ -31,6 +31,7 @@ import queue
 import re
 import stat
 import threading
+import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -317,6 +318,11 @@ class _Reader:
 
     def _finish_vocab(self):
         self.vocab = word_str(self.parser.vocab_bytes()).split("\n")
+        again, line = self.parser.duplicates
+        if again:
+            warnings.warn(f"{self.path}:{line}: {again} unigram(s) listed again (the first: "
+                          f"{self.vocab[line - self.first_line[0]]!r}); as in KenLM, the first entry "
+                          "of a word is the one used", stacklevel=2)
         lower, upper = self.parser.lookup(b"<unk>"), self.parser.lookup(b"<UNK>")
         if lower >= 0 and upper >= 0:
             raise FormatError("the unigrams list both <unk> and <UNK>, which KenLM treats as "
