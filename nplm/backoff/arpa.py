@@ -320,7 +320,7 @@ class _Reader:
         self.vocab = word_str(self.parser.vocab_bytes()).split("\n")
         again, line = self.parser.duplicates
         if again:
-            warnings.warn(f"{self.path}:{line}: {again} unigram(s) listed again (the first: "
+            warnings.warn(f"{self.path}:{line}: {again} unigram{'s' if again > 1 else ''} listed again (the first: "
                           f"{self.vocab[line - self.first_line[0]]!r}); as in KenLM, the first entry "
                           "of a word is the one used", stacklevel=2)
         lower, upper = self.parser.lookup(b"<unk>"), self.parser.lookup(b"<UNK>")

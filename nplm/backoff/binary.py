@@ -210,7 +210,7 @@ def _build(tables, words, order, uni, ids, multiplier, rows=None):
             if e.code == e.DUPLICATE and rows is None:
                 rows = [first_rows(a) for a in ids]
                 again = sum(len(a) - len(r) for a, r in zip(ids, rows))
-                warnings.warn(f"{path}:{line}: {again} n-gram(s) listed again (one: {e.order}-gram "
+                warnings.warn(f"{path}:{line}: {again} n-gram{'s' if again > 1 else ''} listed again (one: {e.order}-gram "
                               f"\"{gram}\"); as in KenLM's probing tables, the first entry is the one used",
                               stacklevel=2)
                 return _build(tables, words, order, uni, [a[r] for a, r in zip(ids, rows)], multiplier, rows)

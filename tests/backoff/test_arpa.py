@@ -436,7 +436,7 @@ HOSTILE = [
     ("unknown word", GOOD.replace(b"-0.3\t<s> a", b"-0.3\t<s> b"), 12, "not seen in the unigrams"),
     ("<unk> without unigram", GOOD.replace(b"-1.0\t<unk>", b"-1.0\tz").replace(b"<s> a", b"<s> <unk>"),
      12, "no <unk>"),
-    ("duplicate unigram", GOOD.replace(b"-0.7\ta", b"-0.7\t</s>"), 9, "duplicate unigram '</s>' (first on line 8)"),
+    ("duplicate <unk>", GOOD.replace(b"-0.7\ta", b"-0.7\t<unk>"), 9, "duplicate unigram '<unk>' (first on line 6)"),
     ("both <unk> and <UNK>", GOOD.replace(b"-0.7\ta\t-0.2", b"-0.7\t<UNK>\t-0.2").replace(b" a", b" <UNK>"),
      9, "both <unk> and <UNK>"),
     ("missing \\end\\", GOOD.replace(b"\\end\\\n", b""), 15, "missing \\end\\"),

@@ -36,7 +36,9 @@ def _sorted_level(tables, vocab, n, bound):
     dup = _write.find_duplicate(rows)
     if dup >= 0:
         path, line = where(tables, n, perm[dup])
-        raise FormatError(f"duplicate {n}-gram", path, line)
+        raise FormatError(f"duplicate {n}-gram: KenLM's trie keeps both entries, in an order its sort leaves "
+                          "open (so which one a query finds too); build a probing file, which finds the "
+                          "first as KenLM's does, or remove the line", path, line)
     prob = np.ascontiguousarray(tables.logprob[n - 1][perm])
     backoff = None if n == tables.order else kenlm_backoffs(tables.backoff[n - 1][perm])
     contexts = None
