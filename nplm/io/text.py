@@ -1,4 +1,4 @@
-"""Text as KenLM reads it: words split at ASCII white space, lines decoded as UTF-8.
+"""Text as KenLM reads it: words split at ASCII white space.
 
 A word is its bytes, as in KenLM, whatever the encoding: where a str is needed it is
 ``word_str(raw)`` (UTF-8, each byte that is not UTF-8 as a lone surrogate, PEP 383),
@@ -35,14 +35,6 @@ def word_str(raw):
 def word_bytes(word):
     """The bytes of ``word`` (str from word_str or any UTF-8 text; bytes as they are)."""
     return word.encode("utf-8", "surrogateescape") if isinstance(word, str) else bytes(word)
-
-
-def text_lines(path):
-    """The lines of text ``path`` (plain or compressed; '-' is stdin) as str, newlines
-    kept, in any encoding: bytes that are not UTF-8 become word_str's surrogates."""
-    with open_binary(path) as f:
-        for raw in f:
-            yield word_str(raw)
 
 
 def open_lines(path):

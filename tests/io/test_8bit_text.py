@@ -6,7 +6,7 @@ import kenlm
 import pytest
 
 import nplm
-from nplm.io.text import split_words, text_lines, word_bytes, word_str
+from nplm.io.text import open_lines, split_words, word_bytes, word_str
 
 from helpers import DATA, kenlm_program, need_shared, quiet_config, run_cli
 
@@ -100,6 +100,7 @@ def test_text_helpers_split_as_kenlm(tmp_path):
     raw = b"caf\xe9 a\xa0b\tx\x0by\x1cz \xff\n"
     path = tmp_path / "t.txt"
     path.write_bytes(raw)
-    (line,) = text_lines(str(path))
+    with open_lines(str(path)) as f:
+        (line,) = f
     assert [word_bytes(w) for w in split_words(line)] == raw.split()
     assert word_bytes(word_str(bytes(range(256)))) == bytes(range(256))

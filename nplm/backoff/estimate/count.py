@@ -6,6 +6,7 @@ while they fit in the budget; beyond it the table is sorted in suffix order and
 spilled to the temporary folder as a run, and counting starts a new table with the
 same vocabulary (lmplz's corpus_count does the same with its blocks).
 """
+import codecs
 import contextlib
 import glob
 import gzip
@@ -180,8 +181,24 @@ def chunks(f, total, report, size=MAX_CHUNK):
     report.finish()
 
 
-def feed(counter, chunk, name, line):
-    """Count one chunk; turn the kernel's status into an exception."""
+def check_utf8(chunk, name, line):
+    """A FormatError naming the line of the first byte of ``chunk`` that is not UTF-8:
+    for text that goes to a neural model, whose words are UTF-8 (estimation itself
+    takes words as bytes in any encoding, as lmplz does)."""
+    try:
+        codecs.utf_8_decode(chunk, "strict", True)
+    except UnicodeDecodeError as e:
+        bad_line = line + chunk.count(b"\n", 0, e.start)
+        column = e.start - (chunk.rfind(b"\n", 0, e.start) + 1) + 1
+        raise FormatError(f"invalid UTF-8 (byte 0x{chunk[e.start]:02x} at byte {column} of the line); the text "
+                          "must be UTF-8", name, bad_line) from None
+
+
+def feed(counter, chunk, name, line, utf8=False):
+    """Count one chunk (``utf8``: refuse bytes that are not UTF-8); turn the kernel's
+    status into an exception."""
+    if utf8:
+        check_utf8(chunk, name, line)
     rc = counter.feed(chunk)
     if rc == 0:
         return
@@ -205,16 +222,17 @@ def feed(counter, chunk, name, line):
     raise RuntimeError(f"n-gram counting failed with status {rc}")
 
 
-def count_source(source, counts, report, budget, folder):
+def count_source(source, counts, report, budget, folder, utf8=False):
     """Count one input into ``counts``, spilling runs to ``folder()`` (a callable
-    that makes the folder on first use) when the table outgrows ``budget``."""
+    that makes the folder on first use) when the table outgrows ``budget``
+    (``utf8``: the text must be UTF-8, see check_utf8)."""
     name = text_name(source)
     f, own, total = open_source(source)
     size = int(min(MAX_CHUNK, max(MIN_CHUNK, budget // 64)))
     try:
         report.say(f"Reading {name if name != '-' else 'stdin'}")
         for chunk, line in chunks(f, total, report, size):
-            feed(counts.counter, chunk, name, line)
+            feed(counts.counter, chunk, name, line, utf8)
             if table_peak(counts.counter) > budget:
                 counts.spill(folder())
     except CompressedDataError:

@@ -32,7 +32,7 @@ from nplm.backoff.estimate.partitioned import MAX_PARTS, PART_BYTES_PER_WORD, pl
 from nplm.backoff.estimate.report import Report
 from nplm.errors import FormatError
 from nplm.io.atomic import temp_folder
-from nplm.io.text import split_words, text_lines, word_bytes
+from nplm.io.text import split_words, utf8_lines
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 BOS = 1
@@ -54,7 +54,7 @@ class Numbering:
         rest = [i for i, w in enumerate(words) if w not in SPECIALS and index[w] == i]
         extra = [w for w in dict.fromkeys(extra) if w not in index]
         self.to_caller = np.array(head + rest + [index["<unk>"]] * len(extra), dtype=np.int32)
-        self.rest = [word_bytes(words[i]) for i in rest] + [word_bytes(w) for w in extra]
+        self.rest = [words[i].encode("utf-8") for i in rest] + [w.encode("utf-8") for w in extra]
 
     def counter(self, order):
         c = _kn.Counter(order, False, True)
@@ -134,8 +134,8 @@ def count_every_order(paths, order, words, min_counts=None, memory="80%", temp_p
                 made.append(stack.enter_context(temp_folder(temp_directory(temp_prefix), "nplm-count-")))
             return made[0]
         for path in paths:
-            counting.count_source(path, counts, report, budget, folder)
-        out = Collected(order, numbering, [counts.counter.find(word_bytes(w)) for w in forbidden])
+            counting.count_source(path, counts, report, budget, folder, utf8=True)
+        out = Collected(order, numbering, [counts.counter.find(w.encode("utf-8")) for w in forbidden])
         if not counts.spilled:
             keys, c = counts.counter.suffix_sorted()
             out.add(keys, c, thresholds)
@@ -144,7 +144,7 @@ def count_every_order(paths, order, words, min_counts=None, memory="80%", temp_p
             _add_parts(counts, out, thresholds, budget, len(numbering.to_caller))
             counts.drop_runs()
     if out.seen:
-        _refuse(paths, {w for w in forbidden if counts.counter.find(word_bytes(w)) in out.seen})
+        _refuse(paths, {w for w in forbidden if counts.counter.find(w.encode("utf-8")) in out.seen})
     return out.result()
 
 
@@ -173,7 +173,7 @@ def _add_parts(counts, out, thresholds, budget, vocab_size):
 def _refuse(paths, bad):
     """FormatError naming the first line of ``paths`` holding a word of ``bad``."""
     for path in paths:
-        for line_no, line in enumerate(text_lines(path), 1):
+        for line_no, line in enumerate(utf8_lines(path), 1):
             for w in split_words(line):
                 if w in bad:
                     raise FormatError(f"the text contains the reserved token {w!r}", path, line_no)
