@@ -56,7 +56,6 @@ cdef enum:
     ERR_AFTER_BACKOFF = 16  # junk after the back-off
     ERR_HIGHEST_BACKOFF = 17  # non-zero back-off on the highest order
     ERR_UNKNOWN_WORD = 18   # higher-order word not among the unigrams
-    ERR_DUPLICATE = 19  # unigram seen before (its id in err_other)
     ERR_MEMORY = 21     # malloc failed (bytes wanted in err_other)
 
 # Byte classes for the line scanner.  kARPASpaces in KenLM is tab, LF, CR, space.
@@ -744,12 +743,10 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
                     return _error(st, r, base, line, w, w + wlen)
                 id = _lookup(st, w, wlen, h, &slot)
                 again = id >= 0
-                if again and wlen == 5 and (memcmp(w, b"<unk>", 5) == 0 or memcmp(w, b"<UNK>", 5) == 0):
-                    st.err_other = id
-                    return _error(st, ERR_DUPLICATE, base, line, w, w + wlen)
-                if again:
+                if again and not (wlen == 5 and (memcmp(w, b"<unk>", 5) == 0 or memcmp(w, b"<UNK>", 5) == 0)):
                     # KenLM's probing vocabulary gives a word listed again a new id,
-                    # which its lookups never reach: the first entry wins.
+                    # which its lookups never reach: the first entry wins.  (<unk>
+                    # listed again is the Python layer's: there the last one wins.)
                     if st.dup_words == 0:
                         st.dup_line = st.line + 1
                     st.dup_words += 1
@@ -989,7 +986,7 @@ CODES = {
     "ERR_POSITIVE": ERR_POSITIVE, "ERR_TAB": ERR_TAB, "ERR_FEW_WORDS": ERR_FEW_WORDS,
     "ERR_AFTER_WORDS": ERR_AFTER_WORDS, "ERR_AFTER_BACKOFF": ERR_AFTER_BACKOFF,
     "ERR_HIGHEST_BACKOFF": ERR_HIGHEST_BACKOFF, "ERR_UNKNOWN_WORD": ERR_UNKNOWN_WORD,
-    "ERR_DUPLICATE": ERR_DUPLICATE, "ERR_MEMORY": ERR_MEMORY,
+    "ERR_MEMORY": ERR_MEMORY,
 }
 
 

@@ -323,11 +323,12 @@ class _Reader:
             warnings.warn(f"{self.path}:{line}: {again} unigram{'s' if again > 1 else ''} listed again (the first: "
                           f"{self.vocab[line - self.first_line[0]]!r}); as in KenLM, the first entry "
                           "of a word is the one used", stacklevel=2)
-        lower, upper = self.parser.lookup(b"<unk>"), self.parser.lookup(b"<UNK>")
-        if lower >= 0 and upper >= 0:
-            raise FormatError("the unigrams list both <unk> and <UNK>, which KenLM treats as "
-                              "the same word", self.path, self.first_line[0] + max(lower, upper))
-        self.parser.set_unk(max(lower, upper))
+        unks = [i for i, w in enumerate(self.vocab) if w in ("<unk>", "<UNK>")]
+        if len(unks) > 1:
+            warnings.warn(f"{self.path}:{self.first_line[0] + unks[1]}: the unigrams list <unk> "
+                          f"{len(unks)} times (<unk> and <UNK> are one word to KenLM); as in KenLM, "
+                          "the last entry is the one used", stacklevel=2)
+        self.parser.set_unk(unks[0] if unks else -1)
 
     # -- the n-gram data (Cython) --
 
@@ -424,9 +425,6 @@ class _Reader:
             else:
                 message = (f"word {shown} was not seen in the unigrams (which are supposed to list "
                            f"the entire vocabulary) but appears {where}")
-        elif code == _C["ERR_DUPLICATE"]:
-            message = (f"duplicate unigram {shown} (first on line "
-                       f"{self.parser.first_line + other})")
         elif code == _C["ERR_MEMORY"]:
             raise MemoryError(f"{self.path}:{line_no}: cannot allocate {other} bytes")
         else:  # pragma: no cover

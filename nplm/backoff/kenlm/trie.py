@@ -98,7 +98,7 @@ def build(tables, vocab, opts):
     """The trie file's parts: header, sorted vocabulary hashes, search, strings."""
     order = tables.order
     words = vocab.number_by_hash()
-    unigrams = len(vocab.words) + 1
+    unigrams = len(tables.vocab) + (0 if vocab.saw_unk else 1)    # KenLM's: the header's count, <unk> again too
     levels = {}
     uni = np.zeros(unigrams + 2, dtype=[("prob", np.float32), ("backoff", np.float32),
                                         ("next", np.uint64)])
