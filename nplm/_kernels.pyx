@@ -36,12 +36,27 @@ cdef extern from "hash.h":
 def hash_word(word):
     """64-bit hash of a word (str or bytes, hashed as UTF-8), as stored in the vocab."""
     cdef Py_ssize_t n
+    word = _wordlike(word)
     cdef const char *s = _utf8(word, &n)
     return nplm_hash_bytes(s, n)
 
 
+cdef inline object _wordlike(object s):
+    """``s``, or its bytes when it is a str that UTF-8 cannot encode: a word read from
+    text in another encoding holds each such byte as a lone surrogate
+    (nplm.io.text.word_str), which _utf8 cannot return."""
+    cdef Py_ssize_t n
+    if isinstance(s, str):
+        try:
+            PyUnicode_AsUTF8AndSize(s, &n)      # (cached in the str for _utf8)
+        except UnicodeEncodeError:
+            return (<str>s).encode("utf-8", "surrogateescape")
+    return s
+
+
 cdef inline const char *_utf8(object s, Py_ssize_t *n) except NULL:
-    """UTF-8 bytes of a str (cached by CPython, no copy for ASCII) or bytes."""
+    """UTF-8 bytes of a str (cached by CPython, no copy for ASCII) or bytes; a str
+    with surrogates must pass through _wordlike first."""
     if isinstance(s, str):
         return PyUnicode_AsUTF8AndSize(s, n)
     if isinstance(s, bytes):
@@ -54,19 +69,20 @@ cdef inline const char *_utf8(object s, Py_ssize_t *n) except NULL:
 # Vocabulary: word -> id by probing a table of 64-bit word hashes (like KenLM's
 # ProbingVocabulary: only the hash is stored); id -> word through a byte blob.
 
-def build_vocab_arrays(words, double multiplier=1.5, unreachable=()):
+def build_vocab_arrays(words, double multiplier=1.5, unreachable=(), bint first_wins=False):
     """Hash table arrays for ``words`` (a list of str; index = word id).  Entry 0 is
     the unknown word and is not inserted (a miss returns 0), nor is any word equal to
     ``<unk>``/``<UNK>`` or listed in ``unreachable`` (e.g. a neural model's <null>,
     which input text must not be able to name).  Returns (keys uint64, vals uint32, offsets int64, blob uint8)
-    or raises ValueError naming a duplicate word."""
+    or raises ValueError naming a duplicate word; with ``first_wins`` a word listed again
+    keeps its id but lookups find the first (KenLM's probing vocabulary)."""
     cdef Py_ssize_t n = len(words), i, m
     cdef uint64_t buckets = max(<uint64_t>(n * multiplier) + 1, <uint64_t>(n + 1))
     keys_a = np.zeros(buckets, dtype=np.uint64)
     vals_a = np.zeros(buckets, dtype=np.uint32)
     cdef uint64_t[::1] keys = keys_a
     cdef uint32_t[::1] vals = vals_a
-    encoded = [w.encode("utf-8") if isinstance(w, str) else bytes(w) for w in words]
+    encoded = [w.encode("utf-8", "surrogateescape") if isinstance(w, str) else bytes(w) for w in words]
     offsets_a = np.zeros(n + 1, dtype=np.int64)
     cdef int64_t[::1] offsets = offsets_a
     cdef int64_t total = 0
@@ -77,7 +93,8 @@ def build_vocab_arrays(words, double multiplier=1.5, unreachable=()):
     blob = b"".join(encoded)
     cdef uint64_t h, b
     cdef const char *s
-    skip = {b"<unk>", b"<UNK>"} | {u.encode("utf-8") for u in unreachable}
+    cdef bint again
+    skip = {b"<unk>", b"<UNK>"} | {u.encode("utf-8", "surrogateescape") for u in unreachable}
     for i in range(1, n):
         w = encoded[i]
         if w in skip:
@@ -86,17 +103,22 @@ def build_vocab_arrays(words, double multiplier=1.5, unreachable=()):
         m = PyBytes_GET_SIZE(w)
         h = nplm_hash_bytes(s, m)
         b = nplm_fastrange(h, buckets)
+        again = False
         while keys[b] != 0:
             if keys[b] == h:
                 other = encoded[vals[b]]
+                if other == w and first_wins:
+                    again = True
+                    break
                 if other == w:
                     raise ValueError(f"duplicate word {words[i]!r} in the vocabulary")
                 raise ValueError(f"64-bit hash collision between words {other!r} and {w!r}")
             b += 1
             if b == buckets:
                 b = 0
-        keys[b] = h
-        vals[b] = <uint32_t>i
+        if not again:
+            keys[b] = h
+            vals[b] = <uint32_t>i
     return keys_a, vals_a, offsets_a, np.frombuffer(blob, dtype=np.uint8).copy() if blob else np.zeros(0, np.uint8)
 
 
@@ -139,6 +161,7 @@ cdef class Vocab:
     def id(self, word):
         """Id of ``word`` (str or bytes); 0 for unknown words."""
         cdef Py_ssize_t n
+        word = _wordlike(word)
         cdef const char *s = _utf8(word, &n)
         return self.index(s, n)
 
@@ -155,6 +178,7 @@ cdef class Vocab:
         cdef Py_ssize_t i = 0, n
         cdef const char *s
         for w in words:
+            w = _wordlike(w)
             s = _utf8(w, &n)
             o[i] = self.index(s, n)
             i += 1
@@ -389,6 +413,7 @@ def sentence_list(sentences):
     for i, s in enumerate(keep):
         if not isinstance(s, (str, bytes)):
             raise TypeError(f"sentence {i} is {type(s).__name__}, expected str or bytes")
+        keep[i] = _wordlike(s)
     return keep
 
 
@@ -434,6 +459,7 @@ cdef class ModelBase:
         end; do not include <s> in the string.  Accumulated in float32 like kenlm."""
         self._check()
         cdef Py_ssize_t n
+        sentence = _wordlike(sentence)
         cdef const char *s = _utf8(sentence, &n)
         cdef float total = 0
         self._score_buf(s, n, bos, eos, &total, NULL, NULL, NULL, 0)
@@ -495,6 +521,7 @@ cdef class ModelBase:
         ``eos``: kenlm's full_scores."""
         self._check()
         cdef Py_ssize_t n, m, k
+        sentence = _wordlike(sentence)
         cdef const char *s = _utf8(sentence, &n)
         cdef float total = 0
         # A sentence of n bytes has at most n // 2 + 1 tokens, plus </s>.  Short
@@ -522,6 +549,7 @@ cdef class ModelBase:
         (bos and eos on, OOVs included)."""
         self._check()
         cdef Py_ssize_t n
+        sentence = _wordlike(sentence)
         cdef const char *s = _utf8(sentence, &n)
         cdef float total = 0
         cdef Py_ssize_t count = self._score_buf(s, n, True, True, &total, NULL, NULL, NULL, 0)
@@ -547,6 +575,7 @@ cdef class ModelBase:
         ``word`` may be str or bytes, and in_state may be out_state."""
         self._check()
         cdef Py_ssize_t n
+        word = _wordlike(word)
         cdef const char *s = _utf8(word, &n)
         cdef Ret ret
         cdef NState tmp = in_state._c
@@ -557,6 +586,7 @@ cdef class ModelBase:
         """Like BaseScore, returning FullScoreReturn(log_prob, ngram_length, oov)."""
         self._check()
         cdef Py_ssize_t n
+        word = _wordlike(word)
         cdef const char *s = _utf8(word, &n)
         cdef Ret ret
         cdef NState tmp = in_state._c
@@ -566,6 +596,7 @@ cdef class ModelBase:
 
     def __contains__(self, word):
         cdef Py_ssize_t n
+        word = _wordlike(word)
         cdef const char *s = _utf8(word, &n)
         return self._vocab.index(s, n) != 0
 

@@ -7,6 +7,7 @@ CODES: dict
 
 class Parser:
     cap: Any
+    duplicates: Any
     error: Any
     first_line: Any
     got: Any

@@ -56,7 +56,6 @@ cdef enum:
     ERR_AFTER_BACKOFF = 16  # junk after the back-off
     ERR_HIGHEST_BACKOFF = 17  # non-zero back-off on the highest order
     ERR_UNKNOWN_WORD = 18   # higher-order word not among the unigrams
-    ERR_DUPLICATE = 19  # unigram seen before (its id in err_other)
     ERR_MEMORY = 21     # malloc failed (bytes wanted in err_other)
 
 # Byte classes for the line scanner.  kARPASpaces in KenLM is tab, LF, CR, space.
@@ -561,6 +560,8 @@ ctypedef struct State:
     Slot* table
     uint64_t mask       # table size - 1
     int32_t unk_id      # the unigram <unk>/<UNK> maps to in higher orders, -1 none
+    int64_t dup_words   # unigrams listed again (each gets an id that no lookup finds)
+    int64_t dup_line    # line of the first of them
     # error report
     int64_t err_line
     Py_ssize_t err_start, err_tok, err_tok_end
@@ -686,6 +687,7 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
     cdef const unsigned char* wstart[MAX_N]
     cdef Py_ssize_t wlens[MAX_N]
     cdef uint64_t hashes[MAX_N]
+    cdef bint again
     while True:
         if st.got == st.need:
             return DONE
@@ -740,16 +742,22 @@ cdef int parse_lines(State* st, const unsigned char* base, Py_ssize_t* pos,
                 if r != 0:
                     return _error(st, r, base, line, w, w + wlen)
                 id = _lookup(st, w, wlen, h, &slot)
-                if id >= 0:
-                    st.err_other = id
-                    return _error(st, ERR_DUPLICATE, base, line, w, w + wlen)
+                again = id >= 0
+                if again and not (wlen == 5 and (memcmp(w, b"<unk>", 5) == 0 or memcmp(w, b"<UNK>", 5) == 0)):
+                    # KenLM's probing vocabulary gives a word listed again a new id,
+                    # which its lookups never reach: the first entry wins.  (<unk>
+                    # listed again is the Python layer's: there the last one wins.)
+                    if st.dup_words == 0:
+                        st.dup_line = st.line + 1
+                    st.dup_words += 1
                 id = <int32_t>st.nwords
                 memcpy(st.words + st.words_len, w, wlen)
                 st.word_off[id] = st.words_len
                 st.words_len += wlen
                 st.word_off[id + 1] = st.words_len
                 st.word_hash[id] = h
-                _fill(&st.table[slot], st, id)
+                if not again:
+                    _fill(&st.table[slot], st, id)
                 st.nwords += 1
             else:
                 id = _lookup(st, w, wlen, h, &slot)
@@ -961,6 +969,11 @@ cdef class Parser:
         return self.st.nwords
 
     @property
+    def duplicates(self):
+        """(unigrams listed again, the line of the first of them)."""
+        return self.st.dup_words, self.st.dup_line
+
+    @property
     def error(self):
         """(line, line_start, token_start, token_end, other) of the last error."""
         return (self.st.err_line, self.st.err_start, self.st.err_tok, self.st.err_tok_end,
@@ -973,7 +986,7 @@ CODES = {
     "ERR_POSITIVE": ERR_POSITIVE, "ERR_TAB": ERR_TAB, "ERR_FEW_WORDS": ERR_FEW_WORDS,
     "ERR_AFTER_WORDS": ERR_AFTER_WORDS, "ERR_AFTER_BACKOFF": ERR_AFTER_BACKOFF,
     "ERR_HIGHEST_BACKOFF": ERR_HIGHEST_BACKOFF, "ERR_UNKNOWN_WORD": ERR_UNKNOWN_WORD,
-    "ERR_DUPLICATE": ERR_DUPLICATE, "ERR_MEMORY": ERR_MEMORY,
+    "ERR_MEMORY": ERR_MEMORY,
 }
 
 

@@ -510,11 +510,11 @@ cdef class Counter:
         return self.nsize
 
     def words(self):
-        """The vocabulary as a list of str, by id."""
+        """The vocabulary as a list of str, by id (bytes that are not UTF-8 as surrogates)."""
         cdef size_t s
         out = []
         for s in range(self.vsize):
-            out.append(self.arena[self.voffsets[s]:self.voffsets[s + 1]].decode("utf-8"))
+            out.append(self.arena[self.voffsets[s]:self.voffsets[s + 1]].decode("utf-8", "surrogateescape"))
         return out
 
     def find(self, bytes word):

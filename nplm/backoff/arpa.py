@@ -7,7 +7,8 @@ The format accepted is KenLM's (``lm/read_arpa.cc``): optional blank and ``#`` l
 before ``\\data\\``; ``ngram N=count`` lines numbered 1, 2, ...; ``\\N-grams:``
 sections holding exactly ``count`` lines ``prob<TAB>w1 w2 ...[<TAB>backoff]``;
 ``\\end\\`` followed by nothing but blank lines.  Words are separated by tabs or
-spaces, a missing back-off is 0, CRLF line ends are fine.  Words are UTF-8.
+spaces, a missing back-off is 0, CRLF line ends are fine.  Words are bytes in any
+encoding (nplm.io.text.word_str).
 
 The Python layer here handles the header and section lines and words every error
 message (file:line); the n-gram lines themselves are parsed by ``nplm._arpa``
@@ -30,6 +31,7 @@ import queue
 import re
 import stat
 import threading
+import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,6 +43,7 @@ from nplm.io import container
 from nplm.io.atomic import text_output
 from nplm.io.files import decompressed, open_binary
 from nplm.io.progress import tqdm
+from nplm.io.text import word_bytes, word_str
 
 try:
     from nplm.backoff import _arpa
@@ -314,20 +317,18 @@ class _Reader:
             self.on_read(self.tables(self.path), tuple(self.counts))
 
     def _finish_vocab(self):
-        raw = self.parser.vocab_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            index = raw.count(b"\n", 0, e.start)
-            word = raw.split(b"\n")[index]
-            raise FormatError(f"invalid UTF-8 in the word {_show(word)}", self.path,
-                              self.first_line[0] + index) from None
-        self.vocab = text.split("\n")
-        lower, upper = self.parser.lookup(b"<unk>"), self.parser.lookup(b"<UNK>")
-        if lower >= 0 and upper >= 0:
-            raise FormatError("the unigrams list both <unk> and <UNK>, which KenLM treats as "
-                              "the same word", self.path, self.first_line[0] + max(lower, upper))
-        self.parser.set_unk(max(lower, upper))
+        self.vocab = word_str(self.parser.vocab_bytes()).split("\n")
+        again, line = self.parser.duplicates
+        if again:
+            warnings.warn(f"{self.path}:{line}: {again} unigram{'s' if again > 1 else ''} listed again (the first: "
+                          f"{self.vocab[line - self.first_line[0]]!r}); as in KenLM, the first entry "
+                          "of a word is the one used", stacklevel=2)
+        unks = [i for i, w in enumerate(self.vocab) if w in ("<unk>", "<UNK>")]
+        if len(unks) > 1:
+            warnings.warn(f"{self.path}:{self.first_line[0] + unks[1]}: the unigrams list <unk> "
+                          f"{len(unks)} times (<unk> and <UNK> are one word to KenLM); as in KenLM, "
+                          "the last entry is the one used", stacklevel=2)
+        self.parser.set_unk(unks[0] if unks else -1)
 
     # -- the n-gram data (Cython) --
 
@@ -424,9 +425,6 @@ class _Reader:
             else:
                 message = (f"word {shown} was not seen in the unigrams (which are supposed to list "
                            f"the entire vocabulary) but appears {where}")
-        elif code == _C["ERR_DUPLICATE"]:
-            message = (f"duplicate unigram {shown} (first on line "
-                       f"{self.parser.first_line + other})")
         elif code == _C["ERR_MEMORY"]:
             raise MemoryError(f"{self.path}:{line_no}: cannot allocate {other} bytes")
         else:  # pragma: no cover
@@ -510,7 +508,7 @@ def read_arpa(path, progress=False, stream=None, on_read=None):
     change).
 
     Raises FormatError naming the file and line for anything KenLM would reject
-    (and for NaN/inf values and invalid UTF-8, which it does not check), OSError
+    (and for NaN/inf values, which it does not check), OSError
     when the file cannot be read."""
     source = "-" if path in (None, "-") else os.fspath(path)
     f = open_binary(source) if stream is None else decompressed(stream, source)
@@ -566,7 +564,7 @@ ROWS_PER_JOB = 1 << 16
 
 
 def _vocab_bytes(vocab):
-    encoded = [w.encode("utf-8") for w in vocab]
+    encoded = [word_bytes(w) for w in vocab]
     lengths = np.fromiter((len(w) for w in encoded), dtype=np.int64, count=len(encoded))
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])

@@ -7,11 +7,13 @@ from 1, so states compare in the same order as kenlm's.
 import errno
 import math
 import sys
+import warnings
 
 import numpy as np
 
 from nplm import _kernels
 from nplm.backoff import _query
+from nplm.backoff.tables import first_rows
 from nplm.errors import FormatError
 from nplm.io import container
 from nplm.io.resources import check_available, check_binary_populate
@@ -108,7 +110,7 @@ def from_tables(tables, multiplier=PROBING_MULTIPLIER, messages=sys.stderr):  # 
         # which states compare equal (and their hashes) is kenlm's.
         uni[0] = (UNKNOWN_MISSING_LOGPROB, 0.0)
     try:
-        vocab_arrays = _kernels.build_vocab_arrays(engine_words)
+        vocab_arrays = _kernels.build_vocab_arrays(engine_words, first_wins=True)
     except ValueError as e:
         raise FormatError(str(e), tables.source) from None
     vocab = _kernels.Vocab(*vocab_arrays)
@@ -184,14 +186,17 @@ def load_binary(path, populate=False, copy=False):  # noqa: C901 - checks of eve
         raise FormatError(f"malformed back-off model ({e})", path) from None
 
 
-def _build(tables, words, order, uni, ids, multiplier):
+def _build(tables, words, order, uni, ids, multiplier, rows=None):
     """The probing tables; ``uni`` gets the extension marks.  A model whose n-grams
     lack many suffixes (pruned, or written by hand) needs blank entries beyond the
     multiplier's room, where KenLM gives up (ProbingSizeException): nplm then sizes
     each middle order for its n-grams plus one blank per longer n-gram, the most
-    there can be."""
-    probs = [np.ascontiguousarray(p, np.float32) for p in tables.logprob[1:]]
-    backoffs = [np.ascontiguousarray(b, np.float32) for b in tables.backoff[1:]]
+    there can be.  ``rows``: the rows of each order from 2 kept in ``ids``, when an
+    n-gram listed again was dropped."""
+    probs = [np.ascontiguousarray(p if rows is None else p[r], np.float32)
+             for p, r in zip(tables.logprob[1:], rows or [None] * order)]
+    backoffs = [np.ascontiguousarray(b if rows is None else b[r], np.float32)
+                for b, r in zip(tables.backoff[1:], rows or [None] * order)]
     counts = [len(p) for p in probs]
     for entries in (None, [sum(counts[k:]) for k in range(order - 2)]):
         attempt = uni.copy()
@@ -199,8 +204,16 @@ def _build(tables, words, order, uni, ids, multiplier):
             mids, longest = _query.build_backoff_tables(order, attempt, ids, probs, backoffs,
                                                           multiplier, entries)
         except _query._BuildError as e:
-            path, line = _where(tables, e.order, e.index)
-            gram = " ".join(words[i] for i in tables.ids[e.order - 1][e.index])
+            index = e.index if rows is None else int(rows[e.order - 2][e.index])
+            path, line = _where(tables, e.order, index)
+            gram = " ".join(words[i] for i in tables.ids[e.order - 1][index])
+            if e.code == e.DUPLICATE and rows is None:
+                rows = [first_rows(a) for a in ids]
+                again = sum(len(a) - len(r) for a, r in zip(ids, rows))
+                warnings.warn(f"{path}:{line}: {again} n-gram{'s' if again > 1 else ''} listed again (one: {e.order}-gram "
+                              f"\"{gram}\"); as in KenLM's probing tables, the first entry is the one used",
+                              stacklevel=2)
+                return _build(tables, words, order, uni, [a[r] for a, r in zip(ids, rows)], multiplier, rows)
             if e.code == e.DUPLICATE:
                 raise FormatError(f"duplicate {e.order}-gram \"{gram}\"", path, line) from None
             if e.code == e.NO_CONTEXT:

@@ -58,6 +58,15 @@ class NGramTables:
                 raise ValueError(f"logprob[{k}]/backoff[{k}] must be float32 of equal length")
 
 
+def first_rows(ids):
+    """The indices of the rows of ``ids`` (count, n) that equal no earlier row, in order:
+    the entries KenLM's probing tables find when an ARPA lists an n-gram again."""
+    if len(ids) == 0:
+        return np.arange(0)
+    _, first = np.unique(ids, axis=0, return_index=True)
+    return np.sort(first)
+
+
 def row_groups(a, b):
     """Group ids such that equal rows of ``a`` and ``b`` (same width) share one."""
     both = np.concatenate([a, b])

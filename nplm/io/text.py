@@ -1,8 +1,14 @@
-"""Text as KenLM reads it: words split at ASCII white space, lines decoded as UTF-8."""
+"""Text as KenLM reads it: words split at ASCII white space.
+
+A word is its bytes, as in KenLM, whatever the encoding: where a str is needed it is
+``word_str(raw)`` (UTF-8, each byte that is not UTF-8 as a lone surrogate, PEP 383),
+and ``word_bytes(word)`` gives the bytes back, so Latin-1 or any other 8-bit text
+round-trips exactly and UTF-8 text reads as it always did."""
 import re
+import sys
 
 from nplm.errors import FormatError
-from nplm.io.files import open_binary
+from nplm.io.files import open_binary, open_text
 
 # Characters str.split() splits at but KenLM does not: its delimiters (util::kSpaces)
 # are the ASCII \t \n \v \f \r and space, the set bytes.split() uses.
@@ -19,6 +25,31 @@ def split_words(line):
     if _NON_KENLM_SPACE.search(line) is None:
         return line.split()        # the same split, and the fast path
     return [w.decode("utf-8", "surrogatepass") for w in line.encode("utf-8", "surrogatepass").split()]
+
+
+def word_str(raw):
+    """The str of the bytes ``raw`` (a word, a line): byte-faithful, never an error."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def word_bytes(word):
+    """The bytes of ``word`` (str from word_str or any UTF-8 text; bytes as they are)."""
+    return word.encode("utf-8", "surrogateescape") if isinstance(word, str) else bytes(word)
+
+
+def open_lines(path):
+    """A text reader of ``path`` ('-' is stdin; may be compressed) whose lines hold
+    each byte that is not UTF-8 as word_str's surrogate: the scoring commands' input."""
+    return open_text(path, errors="surrogateescape")
+
+
+def faithful_stdout():
+    """sys.stdout, set to write word_str's surrogates back as the bytes they came from
+    (a word of Latin-1 text is printed as KenLM prints it)."""
+    out = sys.stdout
+    if getattr(out, "errors", "surrogateescape") != "surrogateescape" and hasattr(out, "reconfigure"):
+        out.reconfigure(errors="surrogateescape")
+    return out
 
 
 def utf8_lines(path):

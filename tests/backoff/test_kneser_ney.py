@@ -405,10 +405,6 @@ def test_unreadable_inputs(tmp_path):
         estimate(as_text([["a"]]), 1, arpa=tmp_path / "no" / "such" / "dir.arpa", progress=False)
 
 
-def test_non_utf8_names_line(tmp_path):
-    path = write(tmp_path, "latin1.txt", b"a b\nc d\ncaf\xe9 x\n")
-    with pytest.raises(FormatError, match=r"latin1\.txt:3: invalid UTF-8 \(byte 0xe9 at byte 4 of the line\)"):
-        estimate(path, 2, progress=False)
 
 
 def test_data_too_small_for_discounts_gives_lmplz_advice(tmp_path):

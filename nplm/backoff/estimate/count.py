@@ -21,8 +21,8 @@ import numpy as np
 
 from nplm.backoff import _kn
 from nplm.errors import CompressedDataError, FormatError
-from nplm.io.files import open_binary, open_text
-from nplm.io.text import split_words
+from nplm.io.files import open_binary
+from nplm.io.text import word_str
 
 MAX_CHUNK = 1 << 24
 MIN_CHUNK = 1 << 16
@@ -163,7 +163,7 @@ def chunks(f, total, report, size=MAX_CHUNK):
     while True:
         block = f.read(size)
         if isinstance(block, str):
-            block = block.encode("utf-8")
+            block = block.encode("utf-8", "surrogateescape")
         if not block:
             break
         done += len(block)
@@ -182,6 +182,9 @@ def chunks(f, total, report, size=MAX_CHUNK):
 
 
 def check_utf8(chunk, name, line):
+    """A FormatError naming the line of the first byte of ``chunk`` that is not UTF-8:
+    for text that goes to a neural model, whose words are UTF-8 (estimation itself
+    takes words as bytes in any encoding, as lmplz does)."""
     try:
         codecs.utf_8_decode(chunk, "strict", True)
     except UnicodeDecodeError as e:
@@ -191,9 +194,11 @@ def check_utf8(chunk, name, line):
                           "must be UTF-8", name, bad_line) from None
 
 
-def feed(counter, chunk, name, line):
-    """Count one chunk; turn the kernel's status into an exception."""
-    check_utf8(chunk, name, line)
+def feed(counter, chunk, name, line, utf8=False):
+    """Count one chunk (``utf8``: refuse bytes that are not UTF-8); turn the kernel's
+    status into an exception."""
+    if utf8:
+        check_utf8(chunk, name, line)
     rc = counter.feed(chunk)
     if rc == 0:
         return
@@ -207,7 +212,7 @@ def feed(counter, chunk, name, line):
         spaces = b" \t\n\v\f\r" if counter.kenlm_spaces else b" \t\r\n\0"
         while end < len(chunk) and chunk[end:end + 1] not in spaces:
             end += 1
-        word = chunk[at:end].decode("utf-8")
+        word = word_str(chunk[at:end])
         if counter.closed:          # (a vocabulary given: nothing to skip them with)
             msg = f"the text contains the reserved token {word!r} (it is added around every line)"
         else:
@@ -217,16 +222,17 @@ def feed(counter, chunk, name, line):
     raise RuntimeError(f"n-gram counting failed with status {rc}")
 
 
-def count_source(source, counts, report, budget, folder):
+def count_source(source, counts, report, budget, folder, utf8=False):
     """Count one input into ``counts``, spilling runs to ``folder()`` (a callable
-    that makes the folder on first use) when the table outgrows ``budget``."""
+    that makes the folder on first use) when the table outgrows ``budget``
+    (``utf8``: the text must be UTF-8, see check_utf8)."""
     name = text_name(source)
     f, own, total = open_source(source)
     size = int(min(MAX_CHUNK, max(MIN_CHUNK, budget // 64)))
     try:
         report.say(f"Reading {name if name != '-' else 'stdin'}")
         for chunk, line in chunks(f, total, report, size):
-            feed(counts.counter, chunk, name, line)
+            feed(counts.counter, chunk, name, line, utf8)
             if table_peak(counts.counter) > budget:
                 counts.spill(folder())
     except CompressedDataError:
@@ -258,14 +264,10 @@ def limit_vocab(path, vocab_find, vocab_size):
     """1 for every word that is not in the --limit_vocab_file list (never specials)."""
     prune_word = np.ones(vocab_size, dtype=np.uint8)
     prune_word[:3] = 0
-    lineno = 0
-    try:
-        with open_text(path) as f:
-            for line in f:
-                for word in split_words(line.replace("\0", " ")):
-                    i = vocab_find(word.encode("utf-8"))
-                    if i >= 0:
-                        prune_word[i] = 0
-    except UnicodeDecodeError:
-        raise FormatError("invalid UTF-8 in the vocabulary list", path, lineno + 1) from None
+    with open_binary(path) as f:
+        for line in f:
+            for word in line.replace(b"\0", b" ").split():
+                i = vocab_find(word)
+                if i >= 0:
+                    prune_word[i] = 0
     return prune_word

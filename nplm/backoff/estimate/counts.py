@@ -20,6 +20,7 @@ from nplm.backoff.estimate.report import Report
 from nplm.errors import FormatError
 from nplm.io import container
 from nplm.io.atomic import check_output, temp_folder
+from nplm.io.text import word_bytes, word_str
 
 KIND = "ngram-counts"
 STATS = ("tokens", "sentences", "unk_tokens", "skipped_symbols")
@@ -38,7 +39,7 @@ class ShardCounts:
         return cls(counter.words(), keys, counts, counter.order, bool(counter.skip_symbols), stats, name)
 
     def save(self, path):
-        encoded = [w.encode("utf-8") for w in self.vocab]
+        encoded = [word_bytes(w) for w in self.vocab]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(w) for w in encoded], out=offsets[1:])
         config = dict(self.stats, order=self.order, skip_symbols=self.skip_symbols, name=self.name)
@@ -51,11 +52,11 @@ class ShardCounts:
         c = container.read(path, expect_kind=KIND)
         try:
             raw, offsets = bytes(c.arrays["vocab"]), c.arrays["vocab_offsets"]
-            vocab = [raw[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)]
+            vocab = [word_str(raw[offsets[i]:offsets[i + 1]]) for i in range(len(offsets) - 1)]
             keys, counts, order = c.arrays["keys"], c.arrays["counts"], int(c.config["order"])
             stats = {s: int(c.config[s]) for s in STATS}
             skip = bool(c.config["skip_symbols"])
-        except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
+        except (KeyError, ValueError, TypeError) as e:
             raise FormatError(f"not a valid counts file ({e})", path) from None
         if keys.ndim != 2 or keys.shape[1] != order or len(counts) != len(keys) or vocab[:3] != \
                 ["<unk>", "<s>", "</s>"] or (len(keys) and int(keys.max()) >= len(vocab)):
@@ -116,7 +117,7 @@ class VocabularyOf:
 
     def __init__(self, shard):
         self.vocab = shard.vocab
-        self.ids = {w.encode("utf-8"): i for i, w in enumerate(shard.vocab)}
+        self.ids = {word_bytes(w): i for i, w in enumerate(shard.vocab)}
         self.order = shard.order
         self.distinct_ngrams = 0
         self.vocab_size = len(shard.vocab)

@@ -134,7 +134,7 @@ def count_every_order(paths, order, words, min_counts=None, memory="80%", temp_p
                 made.append(stack.enter_context(temp_folder(temp_directory(temp_prefix), "nplm-count-")))
             return made[0]
         for path in paths:
-            counting.count_source(path, counts, report, budget, folder)
+            counting.count_source(path, counts, report, budget, folder, utf8=True)
         out = Collected(order, numbering, [counts.counter.find(w.encode("utf-8")) for w in forbidden])
         if not counts.spilled:
             keys, c = counts.counter.suffix_sorted()

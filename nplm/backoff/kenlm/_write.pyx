@@ -53,13 +53,13 @@ NO_CONTEXT = KENLM_NO_CONTEXT
 
 
 def word_hashes(words):
-    """KenLM's hash (MurmurHash64A, seed 0) of each word's UTF-8 bytes."""
+    """KenLM's hash (MurmurHash64A, seed 0) of each word's bytes (a str as nplm.io.text.word_bytes encodes it)."""
     out = np.empty(len(words), dtype=np.uint64)
     cdef uint64_t[::1] o = out
     cdef Py_ssize_t i
     cdef bytes b
     for i, w in enumerate(words):
-        b = w.encode("utf-8")
+        b = w.encode("utf-8", "surrogateescape") if isinstance(w, str) else w
         o[i] = kenlm_murmur64a(<const char *>b, len(b), 0)
     return out
 

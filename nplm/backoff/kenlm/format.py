@@ -28,6 +28,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from nplm.io.text import word_bytes
+
 # --- the header ----------------------------------------------------------------------
 
 MAGIC_PREFIX = b"mmap lm http://kheafield.com/code format version"
@@ -479,8 +481,8 @@ def murmur_hash64a(data, seed=0):
 
 
 def word_hash(word):
-    """KenLM's hash of a word (str as UTF-8, or bytes)."""
-    return murmur_hash64a(word.encode("utf-8") if isinstance(word, str) else bytes(word))
+    """KenLM's hash of a word (str as word_bytes encodes it, or bytes)."""
+    return murmur_hash64a(word_bytes(word))
 
 
 def combine_word_hash(current, word_id):

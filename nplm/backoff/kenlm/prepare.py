@@ -5,6 +5,7 @@ import numpy as np
 
 from nplm.backoff.kenlm import _write
 from nplm.errors import FormatError
+from nplm.io.text import word_bytes
 
 _UNK = ("<unk>", "<UNK>")
 
@@ -43,7 +44,7 @@ class Vocab:
 
 def strings(words):
     """The vocabulary as KenLM stores it after the search: NUL-terminated, <unk> first."""
-    return b"<unk>\0" + b"".join(w.encode("utf-8") + b"\0" for w in words)
+    return b"<unk>\0" + b"".join(word_bytes(w) + b"\0" for w in words)
 
 
 def check_probs(tables, only=None):

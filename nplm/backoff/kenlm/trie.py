@@ -28,15 +28,29 @@ class Level:
         self.prob_centers = self.backoff_centers = None
 
 
+def _check_repeats(tables, n, rows, perm):
+    """KenLM's trie keeps an n-gram listed twice twice, side by side: the same file
+    whatever the order of the two when they are copies, but an order its sort leaves
+    open (and so which one a query finds) when their values differ: refused."""
+    again = np.flatnonzero((rows[1:] == rows[:-1]).all(axis=1))
+    values = [tables.logprob[n - 1][perm]] + ([] if n == tables.order else [tables.backoff[n - 1][perm]])
+    differ = np.zeros(len(again), dtype=bool)
+    for v in values:
+        differ |= v[again].view(np.uint32) != v[again + 1].view(np.uint32)
+    if differ.any():
+        path, line = where(tables, n, max(perm[again[differ][0]], perm[again[differ][0] + 1]))
+        raise FormatError(f"duplicate {n}-gram with other values: KenLM's trie keeps both entries, in an order "
+                          "its sort leaves open (so which one a query finds too); build a probing file, which "
+                          "finds the first as KenLM's does, or remove the line", path, line)
+
+
 def _sorted_level(tables, vocab, n, bound):
     """Order n's entries sorted, the permutation from the ARPA's order, and the
     contexts of its n-grams (their n - 1 oldest words) sorted, with theirs."""
     ids = vocab.ids[tables.ids[n - 1]]
     rows, perm = _write.sort_rows(np.ascontiguousarray(ids[:, ::-1]), bound)
-    dup = _write.find_duplicate(rows)
-    if dup >= 0:
-        path, line = where(tables, n, perm[dup])
-        raise FormatError(f"duplicate {n}-gram", path, line)
+    if _write.find_duplicate(rows) >= 0:
+        _check_repeats(tables, n, rows, perm)
     prob = np.ascontiguousarray(tables.logprob[n - 1][perm])
     backoff = None if n == tables.order else kenlm_backoffs(tables.backoff[n - 1][perm])
     contexts = None
@@ -82,6 +96,10 @@ def _link_children(levels, uni, n):
     lower.next, missing = _write.child_ranges(lower.rows, level.rows)
     if missing >= 0:     # blanks were added for every missing suffix
         raise AssertionError(f"a {n}-gram's suffix is missing from the trie after adding blanks")
+    if len(lower.rows) > 1:
+        # an n-gram listed twice is two entries in KenLM's trie; its children go to the last
+        for i in np.flatnonzero((lower.rows[1:] == lower.rows[:-1]).all(axis=1)):
+            lower.next[i + 1] = lower.next[i]
 
 
 def _quantise(level, opts):
@@ -96,7 +114,7 @@ def build(tables, vocab, opts):
     """The trie file's parts: header, sorted vocabulary hashes, search, strings."""
     order = tables.order
     words = vocab.number_by_hash()
-    unigrams = len(vocab.words) + 1
+    unigrams = len(tables.vocab) + (0 if vocab.saw_unk else 1)    # KenLM's: the header's count, <unk> again too
     levels = {}
     uni = np.zeros(unigrams + 2, dtype=[("prob", np.float32), ("backoff", np.float32),
                                         ("next", np.uint64)])
