@@ -36,11 +36,12 @@ class ParallelBuildExt(build_ext):
         super().build_extension(ext)
 
     def _in_tree_path(self, name):
-        inplace, self.inplace = self.inplace, True
-        try:
-            return self.get_ext_fullpath(name)
-        finally:
-            self.inplace = inplace
+        # as build_ext --inplace places it; computed without toggling self.inplace,
+        # which the other compiling threads read
+        package = name.rpartition(".")[0]
+        package_dir = self.get_finalized_command("build_py").get_package_dir(package)
+        return os.path.join(os.path.abspath(package_dir), os.path.basename(self.get_ext_filename(name)))
+
 
 DIRECTIVES = {
     "language_level": 3,
