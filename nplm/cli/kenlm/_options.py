@@ -21,7 +21,12 @@ import re
 
 
 class OptionError(Exception):
-    """A command line boost would refuse; the message is boost's text."""
+    """A command line boost would refuse; the message is boost's text, ``kind`` the
+    name of boost's exception class."""
+
+    def __init__(self, message, kind="error"):
+        super().__init__(message)
+        self.kind = f"boost::wrapexcept<boost::program_options::{kind}>"
 
 
 class Option:
@@ -78,10 +83,10 @@ class Parser:
             return exact[0]
         matches = sorted(o.long for o in self.options if o.long and o.long.startswith(name))
         if not matches:
-            raise OptionError(f"unrecognised option '{word}'")
+            raise OptionError(f"unrecognised option '{word}'", "unknown_option")
         if len(matches) > 1:
             listed = ", ".join(f"'--{m}'" for m in matches[:-1]) + f", and '--{matches[-1]}'"
-            raise OptionError(f"option '--{name}' is ambiguous and matches {listed}")
+            raise OptionError(f"option '--{name}' is ambiguous and matches {listed}", "ambiguous_option")
         return next(o for o in self.options if o.long == matches[0])
 
     def _short(self, letter):
@@ -100,7 +105,7 @@ class Parser:
                 opt = self._long(name, word)
                 if eq and not value:
                     raise OptionError(f"the argument for option '{opt.display}' should follow immediately "
-                                      "after the equal sign")
+                                      "after the equal sign", "invalid_command_line_syntax")
                 i = self._take(out, opt, [value] if eq else [], words, i)
             elif _looks_like_option(word):
                 i = self._shorts(out, word, words, i)
@@ -111,7 +116,7 @@ class Parser:
         while rest:
             opt = self._short(rest[0])
             if opt is None:
-                raise OptionError(f"unrecognised option '{word}'")
+                raise OptionError(f"unrecognised option '{word}'", "unknown_option")
             rest = rest[1:]
             if opt.kind == "switch":
                 out.append((opt, []))
@@ -121,11 +126,12 @@ class Parser:
 
     def _take(self, out, opt, given, words, i):
         if given and opt.max_tokens == 0:
-            raise OptionError(f"option '{opt.display}' does not take any arguments")
+            raise OptionError(f"option '{opt.display}' does not take any arguments", "invalid_command_line_syntax")
         values = list(given)
         if not values and opt.min_tokens > 0:
             if i >= len(words):
-                raise OptionError(f"the required argument for option '{opt.display}' is missing")
+                raise OptionError(f"the required argument for option '{opt.display}' is missing",
+                                  "invalid_command_line_syntax")
             values.append(words[i])
             i += 1
         while len(values) < opt.max_tokens and i < len(words) and not _looks_like_option(words[i]):
@@ -139,7 +145,7 @@ class Parser:
         given = {}
         for opt, words in self.tokenize(argv):
             if opt.long in given:
-                raise OptionError(f"option '{opt.display}' cannot be specified more than once")
+                raise OptionError(f"option '{opt.display}' cannot be specified more than once", "multiple_occurrences")
             given[opt.long] = self._value(opt, words)
         return given
 
@@ -156,13 +162,14 @@ class Parser:
         except ValueError as e:
             shown = f" ('{words[0]}')" if words[0] else ""
             extra = f". {e}" if str(e) else ""
-            raise OptionError(f"the argument{shown} for option '{opt.display}' is invalid{extra}") from None
+            raise OptionError(f"the argument{shown} for option '{opt.display}' is invalid{extra}",
+                              "invalid_option_value") from None
 
     def notify(self, given):
         """All options' values (defaults filled); a missing required option fails."""
         for opt in self.options:
             if opt.required and opt.long not in given:
-                raise OptionError(f"the option '{opt.display}' is required but missing")
+                raise OptionError(f"the option '{opt.display}' is required but missing", "required_option")
         values = {o.long: (False if o.kind == "switch" else o.default) for o in self.options}
         values.update(given)
         return values

@@ -38,7 +38,8 @@ def program(name):
                 sys.stdout.flush()
                 return code
             except ProgramError as e:
-                print(e, file=sys.stderr)
+                if str(e):
+                    print(e, file=sys.stderr)
                 return e.code
             except KeyboardInterrupt:
                 return 130
