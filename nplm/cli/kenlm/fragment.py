@@ -1,0 +1,26 @@
+"""fragment: the log10 probability of each line of standard input scored as a
+fragment (no <s> before it, no </s> after it), as KenLM's fragment prints it."""
+
+import sys
+
+from nplm.cli.kenlm._program import fail, program
+
+
+@program("fragment")
+def main(argv=None):
+    from nplm.model import Model, quiet_config
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) != 1:
+        raise fail("Expected model file name.")
+    model = Model(argv[0], quiet_config())
+    out = sys.stdout
+    for line in sys.stdin.buffer:
+        words = line.rstrip(b"\n").decode("utf-8", "surrogateescape").split(" ")
+        score = model.score(" ".join(w for w in words if w), bos=False, eos=False)
+        out.write(f"{score:g}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
