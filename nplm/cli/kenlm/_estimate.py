@@ -3,11 +3,11 @@
 import io
 import os
 
-from nplm.cli.kenlm._program import fail, stream_target
+from nplm.cli.kenlm._program import ABORT, fail, stream_target
 
 # KenLM finds bad discounts and special words in worker threads, whose uncaught
 # exceptions abort the program
-ABORT_EXIT = 134
+ABORT_EXIT = ABORT
 
 
 def stdin_named():

@@ -8,6 +8,10 @@ import sys
 
 from nplm.cli.kenlm._options import OptionError
 
+# KenLM's programs abort (SIGABRT) on errors raised in their worker threads or left
+# uncaught; a shell shows the exit status 134
+ABORT = 134
+
 
 class ProgramError(Exception):
     """A failure to report as ``message`` with exit code ``code``."""
@@ -40,6 +44,8 @@ def program(name):
             except ProgramError as e:
                 if str(e):
                     print(e, file=sys.stderr)
+                if e.code == ABORT:
+                    abort()
                 return e.code
             except KeyboardInterrupt:
                 return 130
@@ -53,6 +59,19 @@ def program(name):
     return wrap
 
 
+def abort():
+    """Die of SIGABRT as KenLM's program does, leaving no core file."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+    os.abort()
+
+
 def _silence_stdout():
     """After a closed pipe, point stdout at /dev/null so the exit's flush is quiet."""
     try:
@@ -63,19 +82,32 @@ def _silence_stdout():
         pass
 
 
-def stream_target(path):
-    """An output name that is a device, pipe or socket (/dev/stdout, a FIFO) is opened
-    and written in place, as KenLM does; a regular file is written atomically.  Returns
-    '-' after pointing stdout at such a target, else ``path``."""
-    if path == "-":
-        return "-"
+def in_place(path):
+    """Whether output ``path`` must be opened and written where it is, as KenLM writes
+    every output, rather than through a temporary file renamed over it: a symbolic link
+    (/dev/stdout is one; the rename would replace the link), anything under /dev or
+    /proc, or an existing device, pipe or socket."""
+    if os.path.islink(path) or os.path.abspath(path).startswith(("/dev/", "/proc/")):
+        return True
     try:
         mode = os.stat(path).st_mode
     except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def open_in_place(path):
+    """``path`` opened for writing as KenLM's CreateOrThrow opens it."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+
+
+def stream_target(path):
+    """The name to hand the library for output ``path``: '-' after pointing stdout at
+    ``path`` where it must be written in place (see ``in_place``), else ``path``, which
+    the library writes atomically."""
+    if path == "-" or not in_place(path):
         return path
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return path
-    fd = os.open(path, os.O_WRONLY)
+    fd = open_in_place(path)
     sys.stdout.flush()
     os.dup2(fd, sys.stdout.fileno())
     os.close(fd)

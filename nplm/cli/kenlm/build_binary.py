@@ -8,7 +8,7 @@ import re
 import sys
 
 from nplm.cli.kenlm import _options as po
-from nplm.cli.kenlm._program import fail, program
+from nplm.cli.kenlm._program import ABORT, fail, in_place, program
 
 USAGE = """\
 Usage: {name} [-u log10_unknown_probability] [-s] [-i] [-v] [-w mmap|after] [-p probing_multiplier] \
@@ -54,7 +54,7 @@ Get a memory estimate by passing an ARPA file without an output file name.
 RULER = ("----5---10---15---20---25---30---35---40---45---50---55---60---65---70---75---80---85---90---95--100\n")
 
 # build_binary's process exit when it reports a usage error, and its abort() for -b alone
-USAGE_EXIT, ABORT_EXIT = 1, 134
+USAGE_EXIT, ABORT_EXIT = 1, ABORT
 
 
 def program_name():
@@ -139,6 +139,10 @@ def build(s, files):
                    else "-r (rest costs) is not supported by nplm's build_binary")
     if s["positive"]:
         raise fail("-i (positive log probabilities from IRSTLM) is not supported by nplm's build_binary")
+    if os.path.islink(out):     # the file it names is replaced, not the link
+        out = os.path.realpath(out)
+    if in_place(out):
+        raise fail(f"cannot write a binary model to {out}: it is memory-mapped from a file, so give a file name")
     if not os.path.exists(source):
         raise fail(f"No such file or directory while opening {source}\nERROR")
     if kind == "trie":

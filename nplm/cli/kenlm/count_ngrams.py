@@ -4,15 +4,14 @@ ids then a uint64 count, in suffix order), with the vocabulary as null-terminate
 strings in id order (--write_vocab_list)."""
 
 import contextlib
-import os
 import sys
 
 import numpy as np
 
 from nplm.cli.kenlm import _options as po
-from nplm.cli.kenlm._program import fail, program
+from nplm.cli.kenlm._program import ABORT, fail, in_place, open_in_place, program
 
-ABORT_EXIT = 134    # KenLM counts in a worker thread: its exceptions abort
+ABORT_EXIT = ABORT    # KenLM counts in a worker thread: its exceptions abort
 
 
 def parser():
@@ -125,8 +124,8 @@ def stream_vocab(path):
     """The vocabulary list's file: a device or pipe written in place, a file atomically."""
     from nplm.io.atomic import atomic_write, check_output
 
-    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
-        return open(path, "wb")
+    if in_place(path):
+        return open(open_in_place(path), "wb")
     check_output(path)
     return atomic_write(path, "wb")
 
