@@ -3,7 +3,9 @@
 import io
 import os
 
+from nplm.backoff.estimate import DiscountError, estimate
 from nplm.cli.kenlm._program import ABORT, fail, stream_target
+from nplm.errors import FormatError
 
 # KenLM finds bad discounts and special words in worker threads, whose uncaught
 # exceptions abort the program
@@ -22,9 +24,6 @@ def stdin_named():
 
 
 def run_estimate(s):
-    from nplm.backoff.estimate import DiscountError, estimate
-    from nplm.errors import FormatError
-
     text = s.pop("text")
     arpa = s.pop("arpa")
     if text is not None and not os.path.exists(text):

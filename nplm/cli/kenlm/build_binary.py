@@ -7,6 +7,7 @@ import os
 import re
 import sys
 
+from nplm.backoff.kenlm.write import build_binary_from_arpa
 from nplm.cli.kenlm import _options as po
 from nplm.cli.kenlm._program import ABORT, fail, in_place, program
 
@@ -122,8 +123,6 @@ def apply(s, flag, value):
 
 
 def build(s, files):
-    from nplm.backoff.kenlm.write import build_binary_from_arpa
-
     if len(files) == 2:
         kind, (source, out) = "probing", files
     elif len(files) == 3:

@@ -3,13 +3,18 @@ KenLM's count_ngrams writes them on standard output (records of ``order`` uint32
 ids then a uint64 count, in suffix order), with the vocabulary as null-terminated
 strings in id order (--write_vocab_list)."""
 
-import contextlib
 import sys
 
 import numpy as np
 
+from nplm.backoff.estimate.config import EstimateConfig
+from nplm.backoff.estimate.counts import count_text
+from nplm.backoff.estimate.report import Report
 from nplm.cli.kenlm import _options as po
+from nplm.cli.kenlm._estimate import stdin_named
 from nplm.cli.kenlm._program import ABORT, fail, in_place, open_in_place, program
+from nplm.errors import FormatError
+from nplm.io.atomic import atomic_write, check_output
 
 ABORT_EXIT = ABORT    # KenLM counts in a worker thread: its exceptions abort
 
@@ -29,38 +34,16 @@ def parser():
 
 def count(order, memory, temp_prefix):
     """(vocabulary, keys, counts) of standard input, n-grams in suffix order."""
-    from nplm.backoff import _kn_merge
-    from nplm.backoff.estimate import count as counting
-    from nplm.backoff.estimate.config import EstimateConfig
-    from nplm.backoff.estimate.report import Report
-    from nplm.cli.kenlm._estimate import stdin_named
-    from nplm.errors import FormatError
-    from nplm.io.atomic import temp_folder
-
     config = EstimateConfig.make(order, memory=memory, temp_prefix=temp_prefix, progress=False)
-    with contextlib.ExitStack() as stack:
-        made = []
-
-        def folder():
-            if not made:
-                made.append(stack.enter_context(temp_folder(config.temp_dir, "nplm-count-")))
-            return made[0]
-        try:
-            counted = counting.count(stdin_named(), config, Report(False, 1), config.memory, folder)
-        except FormatError as e:
-            raise fail(str(e), ABORT_EXIT) from None
-        counter = counted.counter
-        if counter.unk_tokens:
-            raise fail("Special word <unk> is not allowed in the corpus.  I plan to support models containing "
-                       "<unk> in the future.  Pass --skip_symbols to convert these symbols to whitespace.",
-                       ABORT_EXIT)
-        if counted.spilled:
-            counted.spill(folder())
-            runs = [counted.load_run(r) for r in counted.runs]
-            keys, counts = _kn_merge.merge_runs([k for k, _ in runs], [c for _, c in runs], order)
-        else:
-            keys, counts = counter.suffix_sorted()
-        return counter.words(), keys, counts
+    try:
+        shard = count_text(stdin_named(), config, Report(False, 1))
+    except FormatError as e:
+        raise fail(str(e), ABORT_EXIT) from None
+    if shard.stats["unk_tokens"]:
+        raise fail("Special word <unk> is not allowed in the corpus.  I plan to support models containing "
+                   "<unk> in the future.  Pass --skip_symbols to convert these symbols to whitespace.",
+                   ABORT_EXIT)
+    return shard.vocab, shard.keys, shard.counts
 
 
 def records(keys, counts, order):
@@ -122,8 +105,6 @@ def main(argv=None):
 
 def stream_vocab(path):
     """The vocabulary list's file: a device or pipe written in place, a file atomically."""
-    from nplm.io.atomic import atomic_write, check_output
-
     if in_place(path):
         return open(open_in_place(path), "wb")
     check_output(path)

@@ -4,12 +4,11 @@ fragment (no <s> before it, no </s> after it), as KenLM's fragment prints it."""
 import sys
 
 from nplm.cli.kenlm._program import fail, program
+from nplm.model import Model, quiet_config
 
 
 @program("fragment")
 def main(argv=None):
-    from nplm.model import Model, quiet_config
-
     argv = sys.argv[1:] if argv is None else list(argv)
     if len(argv) != 1:
         raise fail("Expected model file name.")

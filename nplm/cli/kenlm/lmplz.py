@@ -4,6 +4,7 @@ its command line (boost's rules, see _options), its ARPA bytes and its exit code
 import sys
 
 from nplm.cli.kenlm import _options as po
+from nplm.cli.kenlm._estimate import run_estimate
 from nplm.cli.kenlm._program import fail, program
 
 CITATION = """\
@@ -167,8 +168,6 @@ def settings(p, argv):
 
 @program("lmplz")
 def main(argv=None):
-    from nplm.cli.kenlm._estimate import run_estimate
-
     s = settings(parser(), sys.argv[1:] if argv is None else argv)
     if s is None:
         return 1
