@@ -12,6 +12,7 @@ import pytest
 
 from nplm.cli.kenlm import PROGRAMS
 from nplm.cli.kenlm import _options as po
+from nplm.cli.kenlm import run as run_program
 
 from helpers import REFERENCE, ROOT, kenlm_program
 
@@ -285,3 +286,14 @@ def test_parse_size_units():
     assert po.parse_size("2k") == 2048
     mem = po.physical_memory()
     assert po.parse_size("20%") == int(20.0 * mem / 100.0)
+
+
+def test_run_in_process(capsys):
+    """nplm.cli.kenlm.run (what `nplm lmplz ...` calls) gives the program's exit code
+    and messages."""
+    assert run_program("lmplz", ["--foo"]) == 1
+    assert capsys.readouterr().err == "unrecognised option '--foo'\n"
+    assert run_program("build_binary", []) == 1
+    assert capsys.readouterr().err.startswith("Usage: build_binary [-u log10_unknown_probability]")
+    assert run_program("count_ngrams", ["-h"]) == 1
+    assert "corpus count:" in capsys.readouterr().err
