@@ -256,6 +256,18 @@ def test_fragment_as_kenlms(arpa, tmp_path):
         k, _ = compare("fragment", [str(model)], lines, last_line=False)
         assert k.returncode == 0 and len(k.stdout.splitlines()) == 4
     compare("fragment", [], lines)
+    trie = tmp_path / "lm.trie"
+    assert theirs("build_binary", ["trie", str(arpa), str(trie)]).returncode == 0
+    compare("fragment", [str(trie)], lines)     # "Model type not supported yet."
+
+
+def test_lmplz_limit_vocab_file_as_kenlms(corpus, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    words = corpus.read_text().split()
+    vocab.write_text(" ".join(sorted(set(words[:2000]))) + "\n")
+    k, _ = compare("lmplz", ["-o", "3", "-S", "64M", "--limit_vocab_file", str(vocab), "--prune", "0", "0", "1"],
+                   corpus, last_line=False)
+    assert k.returncode == 0 and len(k.stdout) > 1000
 
 
 def test_installed_names_are_the_programs():

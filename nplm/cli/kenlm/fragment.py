@@ -3,6 +3,7 @@ fragment (no <s> before it, no </s> after it), as KenLM's fragment prints it."""
 
 import sys
 
+from nplm.backoff.kenlm.reader import is_kenlm_binary, read_layout
 from nplm.cli.kenlm._program import fail, program
 from nplm.model import Model, quiet_config
 
@@ -12,6 +13,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if len(argv) != 1:
         raise fail("Expected model file name.")
+    if is_kenlm_binary(argv[0]) and "probing" not in read_layout(argv[0])[0].model_name:
+        print("Model type not supported yet.", file=sys.stderr)     # (KenLM's fragment exits 0)
+        return 0
     model = Model(argv[0], quiet_config())
     out = sys.stdout
     for line in sys.stdin.buffer:
