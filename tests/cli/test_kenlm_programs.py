@@ -225,6 +225,13 @@ def test_build_binary_as_kenlms(args, arpa, tmp_path):
     assert outputs["nplm"] == outputs["kenlm"]
 
 
+@pytest.mark.parametrize("options", [[], ["-q", "4", "-a", "10", "-p", "2"], ["-q", "5", "-b", "3"]])
+def test_build_binary_memory_estimate_as_kenlms(options, arpa):
+    k, n = (run("build_binary", options + [str(arpa)]) for run in (theirs, ours))
+    assert n.returncode == k.returncode == 0 and n.stderr == k.stderr
+    assert k.stderr.startswith(b"Memory estimate for binary LM:\ntype ")
+
+
 @pytest.mark.parametrize("order", [1, 2, 4])
 def test_count_ngrams_as_kenlms(order, corpus, tmp_path):
     results = []

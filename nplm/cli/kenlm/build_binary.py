@@ -9,6 +9,7 @@ import sys
 
 from nplm.backoff.kenlm.write import build_binary_from_arpa
 from nplm.cli.kenlm import _options as po
+from nplm.cli.kenlm import _sizes
 from nplm.cli.kenlm._program import ABORT, fail, in_place, program
 
 USAGE = """\
@@ -163,8 +164,10 @@ def main(argv=None):
     if s["backoff"] and not s["quantize"]:
         raise fail("You specified backoff quantization (-b) but not probability quantization (-q)", ABORT_EXIT)
     if len(files) == 1:
-        raise fail("build_binary: the memory estimate (an ARPA file without an output name) is not "
-                   "supported here; give an output file")
+        if not os.path.exists(files[0]):
+            raise fail(f"No such file or directory while opening {files[0]}")
+        sys.stderr.write(_sizes.estimate(files[0], s["options"]))
+        return 0
     try:
         return build(s, files)
     except (ValueError, OSError) as e:
