@@ -35,6 +35,7 @@ class EstimateConfig:
     skip_symbols: bool = False
     verbose_header: bool = False
     vocab_pad: int = 0
+    refuse_unk: bool = False        # <unk> in the text fails, as in KenLM's lmplz
     memory: int = 0                 # the budget in bytes (-S)
     temp_dir: str = ""              # where runs spill (-T)
     progress: bool = True
@@ -46,7 +47,7 @@ class EstimateConfig:
     @classmethod
     def make(cls, order, *, discount_fallback=None, prune=None, interpolate_unigrams=True,
              limit_vocab_file=None, skip_symbols=False, verbose_header=False, vocab_pad=0,
-             memory=None, temp_prefix=None, progress=True):
+             memory=None, temp_prefix=None, progress=True, refuse_unk=False):
         order = check_order(order)
         vocab_pad = operator.index(vocab_pad)
         if vocab_pad < 0:
@@ -59,7 +60,8 @@ class EstimateConfig:
                    fallback=fallback_discounts(discount_fallback),
                    interpolate_unigrams=bool(interpolate_unigrams), limit_vocab_file=limit_vocab_file,
                    skip_symbols=bool(skip_symbols), verbose_header=bool(verbose_header),
-                   vocab_pad=vocab_pad, memory=parse_size(memory if memory is not None else DEFAULT_MEMORY),
+                   vocab_pad=vocab_pad, refuse_unk=bool(refuse_unk),
+                   memory=parse_size(memory if memory is not None else DEFAULT_MEMORY),
                    temp_dir=temp_directory(temp_prefix), progress=progress)
 
 

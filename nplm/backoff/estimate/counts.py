@@ -142,6 +142,16 @@ def count_to_file(text, order, output, *, skip_symbols=False, memory=None, temp_
     check_output(output)
     report = Report(progress, 1)
     report.stage(1, "Counting and sorting n-grams")
+    shard = count_text(text, config, report)
+    shard.save(output)
+    report.say(f"{len(shard.keys)} distinct {order}-grams of {shard.stats['tokens']} tokens written "
+               f"to {output}")
+    return shard
+
+
+def count_text(text, config, report):
+    """ShardCounts of ``text``: its distinct highest-order n-grams in suffix order;
+    runs spilled past ``config.memory`` (into ``config.temp_dir``) are merged."""
     with contextlib.ExitStack() as stack:
         made = []
 
@@ -154,14 +164,10 @@ def count_to_file(text, order, output, *, skip_symbols=False, memory=None, temp_
         if counted.spilled:
             counted.spill(folder())
             runs = [counted.load_run(r) for r in counted.runs]
-            keys, counts = _kn_merge.merge_runs([k for k, _ in runs], [c for _, c in runs], order)
+            keys, counts = _kn_merge.merge_runs([k for k, _ in runs], [c for _, c in runs], config.order)
         else:
             keys, counts = counter.suffix_sorted()
-        shard = ShardCounts.from_counter(counter, keys, counts, counted.name)
-        shard.save(output)
-    report.say(f"{len(shard.keys)} distinct {order}-grams of {shard.stats['tokens']} tokens written "
-               f"to {output}")
-    return shard
+        return ShardCounts.from_counter(counter, keys, counts, counted.name)
 
 
 def merge_files(paths, output):

@@ -38,6 +38,7 @@ from nplm.backoff.estimate.report import Report
 from nplm.backoff.estimate.write import header_comments, stream_arpa, tables, write_outputs
 from nplm.backoff.kenlm.write import check_options, resolve_type
 from nplm.backoff.tables import NGramTables
+from nplm.errors import FormatError
 from nplm.io.atomic import refuse_stdout, same_file, temp_folder
 
 # Peak bytes of the in-memory stages per distinct highest-order n-gram, over 4
@@ -69,8 +70,12 @@ def in_memory_peak(counter):
     return counter.distinct_ngrams * IN_MEMORY_BYTES_PER_WORD * (counter.order + 2)
 
 
-def report_counts(counter, report):
+def report_counts(counter, report, config):
     report.say(f"Unigram tokens {counter.tokens} types {counter.vocab_size}")
+    if counter.unk_tokens and config.refuse_unk:
+        raise FormatError("Special word <unk> is not allowed in the corpus.  I plan to support models "
+                          "containing <unk> in the future.  Pass --skip_symbols to convert these symbols "
+                          "to whitespace.")
     if counter.unk_tokens:
         report.notice(f"Note: <unk> appears {counter.unk_tokens} times in the text; nplm counts it "
                       f"as the unknown word (lmplz would refuse it; skip_symbols treats it as "
@@ -163,7 +168,7 @@ def gather(vocab, kept, comments, blocks, order):
 def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, prune=None,
              interpolate_unigrams=True, limit_vocab_file=None, skip_symbols=False,
              verbose_header=False, vocab_pad=0, progress=True, memory=None, temp_prefix=None,
-             counts=None, client=None, binary_type=None, binary_options=None):
+             counts=None, client=None, binary_type=None, binary_options=None, refuse_unk=False):
     """Estimate an interpolated modified Kneser-Ney model the way lmplz does.
 
     Parameters
@@ -215,6 +220,9 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     counts : list of str, optional
         Instead of ``text`` (None): counts files written by ``nplm count``, merged in
         the order given; the model of the texts they counted, taken in that order.
+    refuse_unk : bool
+        Fail, as KenLM's lmplz does, when ``<unk>`` is in the text and ``skip_symbols``
+        is off (by default nplm counts it as the unknown word).
     client : dask.distributed.Client, optional
         Estimate on its cluster (files the workers can read; ``pip install
         nplm[dask]``): the same model.
@@ -231,7 +239,7 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
                                  interpolate_unigrams=interpolate_unigrams,
                                  limit_vocab_file=limit_vocab_file, skip_symbols=skip_symbols,
                                  verbose_header=verbose_header, vocab_pad=vocab_pad, memory=memory,
-                                 temp_prefix=temp_prefix, progress=progress)
+                                 temp_prefix=temp_prefix, progress=progress, refuse_unk=refuse_unk)
     if (text is None) == (counts is None):
         raise ValueError("give either a text or counts files, not both")
     check_outputs(text, arpa, binary)
@@ -274,7 +282,7 @@ def run(text, config, report, arpa, binary, stack, counts_files=None):
     else:
         counts = counting.count(text, config, report, budget if config.order > 1 else 1 << 62, make_folder)
     counter = counts.counter
-    report_counts(counter, report)
+    report_counts(counter, report, config)
     comments = header_comments(config, counts.name, counter.tokens)
     budget -= counter.vocab_bytes + PER_WORD_BYTES * counter.vocab_size
     if not counts.spilled and (config.order == 1 or in_memory_peak(counter) <= budget):

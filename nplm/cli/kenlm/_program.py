@@ -1,0 +1,114 @@
+"""What every program under KenLM's names shares: errors as one line on stderr with
+KenLM's exit codes, never a traceback."""
+
+import functools
+import os
+import stat
+import sys
+
+from nplm.cli.kenlm._options import OptionError
+
+# KenLM's programs abort (SIGABRT) on errors raised in their worker threads or left
+# uncaught; a shell shows the exit status 134
+ABORT = 134
+
+
+class ProgramError(Exception):
+    """A failure to report as ``message`` with exit code ``code``."""
+
+    def __init__(self, message, code=1):
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message, code=1):
+    return ProgramError(message, code)
+
+
+def _message(e):
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.strerror or e} while opening {e.filename}"
+    return str(e)
+
+
+def program(name):
+    """Decorate ``main(argv)``: OptionError, ProgramError, ValueError and OSError become
+    a line on stderr and exit code 1 (or the error's own); Ctrl-C exits 130."""
+    def wrap(main):
+        @functools.wraps(main)
+        def run(argv=None):
+            try:
+                code = main(argv) or 0
+                sys.stdout.flush()
+                return code
+            except ProgramError as e:
+                if str(e):
+                    print(e, file=sys.stderr)
+                if e.code == ABORT:
+                    abort()
+                return e.code
+            except KeyboardInterrupt:
+                return 130
+            except BrokenPipeError:
+                _silence_stdout()
+                return 1
+            except (OptionError, ValueError, OSError, MemoryError) as e:
+                print(_message(e) or type(e).__name__, file=sys.stderr)
+                return 1
+        return run
+    return wrap
+
+
+def abort():
+    """Die of SIGABRT as KenLM's program does, leaving no core file."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+    os.abort()
+
+
+def _silence_stdout():
+    """After a closed pipe, point stdout at /dev/null so the exit's flush is quiet."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
+
+
+def in_place(path):
+    """Whether output ``path`` must be opened and written where it is, as KenLM writes
+    every output, rather than through a temporary file renamed over it: a symbolic link
+    (/dev/stdout is one; the rename would replace the link), anything under /dev or
+    /proc, or an existing device, pipe or socket."""
+    if os.path.islink(path) or os.path.abspath(path).startswith(("/dev/", "/proc/")):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def open_in_place(path):
+    """``path`` opened for writing as KenLM's CreateOrThrow opens it."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+
+
+def stream_target(path):
+    """The name to hand the library for output ``path``: '-' after pointing stdout at
+    ``path`` where it must be written in place (see ``in_place``), else ``path``, which
+    the library writes atomically."""
+    if path == "-" or not in_place(path):
+        return path
+    fd = open_in_place(path)
+    sys.stdout.flush()
+    os.dup2(fd, sys.stdout.fileno())
+    os.close(fd)
+    return "-"

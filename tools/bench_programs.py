@@ -1,0 +1,88 @@
+"""The programs nplm installs under KenLM's names against KenLM's own, as commands.
+
+lmplz (PTB train, <unk> written as UNK) and build_binary (probing and trie of that
+ARPA file) run with the same command line, once by each side per round; the rounds
+interleave the two and the best wall time of each is kept.  nplm's time includes
+starting Python and importing nplm (its programs run as ``python -m
+nplm.cli.kenlm.<program>``, which is what the installed scripts do).  Every output is
+compared byte for byte.
+
+    python tools/bench_programs.py [--repeat 2] [--order 3] [--kenlm-bin DIR]
+"""
+import argparse
+import compileall
+import filecmp
+import os
+import platform
+import subprocess
+import sys
+import time
+
+from _bench_common import CACHE, ROOT, ptb_train_unk
+
+
+def kenlm_bin():
+    folder = os.environ.get("NPLM_KENLM_BIN") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nplm", "kenlm-0.3.0", "bin")
+    return folder
+
+
+def timed(argv, stdin=None, stdout=None):
+    with open(stdin or os.devnull, "rb") as f, open(stdout or os.devnull, "wb") as g:
+        t = time.perf_counter()
+        subprocess.run(argv, stdin=f, stdout=g, stderr=subprocess.DEVNULL, check=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        return time.perf_counter() - t
+
+
+def cases(text, order):
+    """(name, program, arguments, stdin, stdout) with {side} for each side's files."""
+    arpa = str(CACHE / f"programs-{{side}}.o{order}.arpa")
+    return [
+        (f"lmplz -o {order} -S 1G", "lmplz", ["-o", str(order), "-S", "1G"], str(text), arpa),
+        ("build_binary probing", "build_binary", [arpa.format(side="kenlm"), str(CACHE / "programs-{side}.probing")],
+         None, None),
+        ("build_binary trie -q 8 -b 8", "build_binary",
+         ["-q", "8", "-b", "8", "trie", arpa.format(side="kenlm"), str(CACHE / "programs-{side}.trie")], None, None),
+    ]
+
+
+def run_case(case, folder, repeat):
+    name, program, args, stdin, stdout = case
+    argv = {"kenlm": [os.path.join(folder, program)], "nplm": [sys.executable, "-m", f"nplm.cli.kenlm.{program}"]}
+    best = {"kenlm": float("inf"), "nplm": float("inf")}
+    outputs = {}
+    for _ in range(repeat):
+        for side in ("kenlm", "nplm"):
+            a = [x.format(side=side) for x in args]
+            out = stdout.format(side=side) if stdout else None
+            best[side] = min(best[side], timed(argv[side] + a, stdin, out))
+            outputs[side] = out or a[-1]
+    same = filecmp.cmp(outputs["kenlm"], outputs["nplm"], shallow=False)
+    return name, best["kenlm"], best["nplm"], same
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--order", type=int, default=3)
+    ap.add_argument("--kenlm-bin", default=kenlm_bin())
+    args = ap.parse_args()
+    compileall.compile_dir(str(ROOT / "nplm"), quiet=1)     # no run compiles nplm's sources
+    CACHE.mkdir(parents=True, exist_ok=True)
+    text = ptb_train_unk()
+    start = timed([sys.executable, "-c", "import nplm.cli.kenlm.lmplz, nplm.backoff.estimate"])
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, {platform.processor() or ''} "
+          f"{os.cpu_count()} CPUs; python start + import: {start:.2f} s; best of {args.repeat} interleaved rounds")
+    print("| command | KenLM (s) | nplm (s) | ratio KenLM/nplm | output |")
+    print("|---|---:|---:|---:|---|")
+    for case in cases(text, args.order):
+        name, k, n, same = run_case(case, args.kenlm_bin, args.repeat)
+        print(f"| {name} | {k:.2f} | {n:.2f} | {k / n:.2f} | {'identical' if same else 'DIFFERENT'} |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()
