@@ -117,8 +117,6 @@ def test_help_and_version(capsys):
 
 @pytest.mark.parametrize("argv, usage, message", [
     (["quer", "m.arpa"], "usage: nplm [", "unknown command 'quer'; did you mean 'nplm query'?"),
-    (["lmplz", "-o", "3"], "usage: nplm [", "unknown command 'lmplz'; did you mean 'nplm estimate'?"),
-    (["build_binary", "a", "b"], "usage: nplm [", "did you mean 'nplm build-binary'?"),
     (["frobnicate"], "usage: nplm [", "unknown command 'frobnicate' (commands: query, perplexity"),
     (["query", "m.arpa", "--txt", "t"], "usage: nplm query [",
      "nplm query: error: unrecognized arguments: --txt t (--txt: did you mean --text?)"),
@@ -513,3 +511,17 @@ def test_a_missing_temporary_folder_is_named_with_its_option(models, tmp_path, c
     assert r.returncode == 1
     assert f"nplm: error: {missing}: No such directory for temporary files (-T)" in r.stderr
     assert "Errno" not in r.stderr and not (tmp_path / "o.arpa").exists()
+
+
+def test_kenlm_program_names_after_nplm_run_those_programs(tmp_path, capsys):
+    """`nplm lmplz ...` and `nplm build_binary ...` are KenLM's programs with their own
+    grammar; `nplm query` stays nplm's own command."""
+    from nplm.cli.kenlm import run
+    assert main(["build_binary"]) == run("build_binary", [])
+    ours = capsys.readouterr().err
+    assert "build_binary" in ours and ours.count("\n") > 3      # the same usage text twice
+    arpa = tmp_path / "m.arpa"
+    text = tmp_path / "t.txt"
+    text.write_text("a b c\na b\nb c a\n")
+    assert main(["lmplz", "-o", "2", "--discount_fallback", "--text", str(text), "--arpa", str(arpa)]) == 0
+    assert arpa.read_text().startswith("\\data\\\nngram 1=6\n")
