@@ -24,7 +24,7 @@ class NplmCli(SphinxDirective):
         for name, sub in sorted(_subparsers(build_parser()).items()):
             sub.prog = f"nplm {name}"
             out.append(nodes.rubric(text=f"nplm {name}", ids=[f"nplm-{name}"]))
-            out.append(nodes.literal_block(text=sub.format_help()))
+            out.append(nodes.literal_block(text=sub.format_help(), language="text"))   # not Python
         return out
 
 

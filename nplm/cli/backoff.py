@@ -79,6 +79,7 @@ class BuildBinary:
 @command("estimate", "Estimate a modified Kneser-Ney model from text, like KenLM's lmplz")
 class Estimate:
     OUTPUTS = ("arpa", "binary")
+    NON_ARPA_OUTPUTS = ("binary",)
     INPUTS = ("text", "limit_vocab_file")
 
     @staticmethod

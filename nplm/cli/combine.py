@@ -25,7 +25,7 @@ class Rescore:
     @staticmethod
     def add_arguments(p):
         p.add_argument("models", nargs="+", metavar="MODEL",
-                       help="any model: ARPA, nplm back-off or neural binary, interpolation spec")
+                       help="any model: ARPA, KenLM binary, nplm back-off or neural binary, interpolation spec")
         p.add_argument("--nbest", default="-", type=_existing,
                        help="the n-best list (default stdin; may be compressed): Moses 'id ||| "
                             "hypothesis ||| features ||| total' or 'id<TAB>hypothesis[<TAB>score]...'")

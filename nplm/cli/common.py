@@ -162,3 +162,21 @@ def given_options(args):
             action.default = argparse.SUPPRESS
         sub._defaults.clear()
     return set(vars(parser.parse_args(args._argv)))
+
+
+def add_text_argument(p, help, required=False):
+    """The text a command reads, given as ``--text T`` or as the positional after the
+    model, in every command alike."""
+    p.add_argument("text_file", nargs="?", type=input_file, metavar="TEXT", help=help + " (or --text)")
+    p.add_argument("--text", type=input_file, help=help)
+    p.set_defaults(_text_required=required)
+
+
+def text_of(args):
+    """The text of ``add_text_argument``: one of the two forms, or stdin."""
+    if args.text_file is not None and args.text is not None:
+        raise ValueError(f"give the text once: {args.text_file} or --text {args.text}")
+    text = args.text_file if args.text_file is not None else args.text
+    if text is None and args._text_required:
+        raise ValueError("no text: give TEXT after the model, or --text TEXT ('-' for stdin)")
+    return text or "-"

@@ -108,7 +108,7 @@ class Distil:
         p.add_argument("--arpa", required=True,
                        help="output: ARPA (.gz/.bz2/.xz compressed by extension; '-' for stdout), or an "
                             "nplm binary when the name ends in .nplm/.bin")
-        Distil.add_defaults(p.add_argument_group("defaults (the README's recipe, chosen from the teacher)"))
+        Distil.add_defaults(p.add_argument_group("defaults (docs/distillation-recipe.md, chosen from the teacher)"))
         p.add_argument("--min-count", type=int, nargs="+", metavar="N",
                        help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
         p.add_argument("--sample-text", metavar="FILE", type=input_file,

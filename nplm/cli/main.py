@@ -39,8 +39,12 @@ def build_parser():
         p = sub.add_parser(name, help=help_text, description=help_text)
         cls.add_arguments(p)
         output.add_options(p)
+        if getattr(cls, "NON_ARPA_OUTPUTS", ()):
+            p.add_argument("--force", action="store_true",
+                           help="write the output even where its name says another kind of file (.arpa)")
         p.set_defaults(_run=cls.run, _outputs=getattr(cls, "OUTPUTS", ()), _inputs=getattr(cls, "INPUTS", ()),
-                       _extra_positionals=getattr(cls, "EXTRA_POSITIONALS", None))
+                       _extra_positionals=getattr(cls, "EXTRA_POSITIONALS", None),
+                       _non_arpa=getattr(cls, "NON_ARPA_OUTPUTS", ()))
     return parser
 
 
@@ -123,6 +127,9 @@ def _check_outputs(args):
         if out is None or out == "-":
             continue
         check_output(out)
+        if name in getattr(args, "_non_arpa", ()) and _named_arpa(out) and not args.force:
+            raise ValueError(f"{out}: the name says ARPA, but nplm {args.command} writes a binary model there; "
+                             "choose another name, or add --force")
         for input_name in args._inputs:
             sources = getattr(args, input_name, None)
             for src in sources if isinstance(sources, list) else [sources]:
@@ -141,3 +148,9 @@ def _output_closed():
     except (OSError, ValueError, AttributeError):  # stdout without a descriptor (tests)
         pass
     return 141
+
+
+def _named_arpa(path):
+    """Whether a file name says ARPA text (model.arpa, model.arpa.gz, ...)."""
+    name = os.path.basename(path).lower()
+    return any(name.endswith(".arpa" + z) for z in ("", ".gz", ".bz2", ".xz"))

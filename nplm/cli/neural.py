@@ -66,6 +66,7 @@ class Train:
     """Options mirror nplm.neural.NeuralConfig and nplm.train.TrainConfig; their defaults
     are the recommended PTB model."""
     OUTPUTS = ("out",)
+    NON_ARPA_OUTPUTS = ("out",)
     INPUTS = ("train", "valid")
 
     @staticmethod

@@ -2,7 +2,17 @@
 import sys
 
 from nplm import Model
-from nplm.cli.common import add_normalization, command, input_file, is_arpa, open_input_lines, plain_warnings, query_levels
+from nplm.cli.common import (
+    add_normalization,
+    add_text_argument,
+    command,
+    error,
+    is_arpa,
+    open_input_lines,
+    plain_warnings,
+    query_levels,
+    text_of,
+)
 from nplm.evaluate import evaluate, kenlm_floats
 from nplm.io.text import faithful_stdout, split_words
 from nplm.model import quiet_config
@@ -12,9 +22,9 @@ from nplm.model import quiet_config
 class Query:
     @staticmethod
     def add_arguments(p):
-        p.add_argument("model", help="any model: ARPA file (plain/.gz/.bz2/.xz), nplm back-off or neural "
-                                       "binary, or interpolation spec")
-        p.add_argument("--text", default="-", type=input_file, help="text to score, one sentence per line (default stdin)")
+        p.add_argument("model", help="any model: ARPA file (plain/.gz/.bz2/.xz), KenLM binary (probing, trie), "
+                                       "nplm back-off or neural binary, or interpolation spec")
+        add_text_argument(p, "text to score, one sentence per line (default stdin)")
         p.add_argument("-n", dest="no_context", action="store_true",
                        help="do not wrap each line in <s> and </s>")
         p.add_argument("-v", dest="verbosity", action="append", metavar="LEVEL",
@@ -51,7 +61,7 @@ class Query:
             if "sentence" in levels:
                 out.write(f"Total: {kenlm_floats([total])[0]} OOV: {int(oovs.sum())}\n")
 
-        with open_input_lines(args.text) as f:
+        with open_input_lines(text_of(args)) as f:
             stats = evaluate(model, f, context, per_line if levels & {"word", "sentence"} else None)
         if "summary" in levels:
             out.write(stats.summary())
@@ -62,15 +72,17 @@ class Query:
 class Perplexity:
     @staticmethod
     def add_arguments(p):
-        p.add_argument("model", help="any model: ARPA file, nplm back-off or neural binary, or "
+        p.add_argument("model", help="any model: ARPA file, KenLM binary, nplm back-off or neural binary, or "
                                        "interpolation spec")
-        p.add_argument("text", type=input_file, help="text file, one sentence per line ('-' for stdin; may be compressed)")
+        add_text_argument(p, "text file, one sentence per line ('-' for stdin; may be compressed)", required=True)
         add_normalization(p)
 
     @staticmethod
     def run(args):
         model = Model(args.model, quiet_config(), normalization=args.normalization)
-        with open_input_lines(args.text) as f:
+        with open_input_lines(text_of(args)) as f:
             stats = evaluate(model, f)
+        if not stats.tokens:
+            return error(f"{text_of(args)}: no sentence to score (the text is empty)")
         sys.stdout.write(stats.summary())
         return 0

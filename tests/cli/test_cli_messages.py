@@ -525,3 +525,31 @@ def test_kenlm_program_names_after_nplm_run_those_programs(tmp_path, capsys):
     text.write_text("a b c\na b\nb c a\n")
     assert main(["lmplz", "-o", "2", "--discount_fallback", "--text", str(text), "--arpa", str(arpa)]) == 0
     assert arpa.read_text().startswith("\\data\\\nngram 1=6\n")
+
+
+def test_text_is_positional_or_flag_and_an_empty_one_is_an_error(tmp_path, capsys):
+    arpa, text = "examples/toy.arpa", "examples/toy.txt"
+    assert main(["query", arpa, text, "-v", "summary"]) == 0
+    positional = capsys.readouterr().out
+    assert main(["query", arpa, "--text", text, "-v", "summary"]) == 0
+    assert capsys.readouterr().out == positional
+    assert main(["perplexity", arpa, "--text", text]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == positional.splitlines()[0]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert main(["perplexity", arpa, str(empty)]) == 1
+    assert capsys.readouterr().err == f"nplm: error: {empty}: no sentence to score (the text is empty)\n"
+    assert main(["perplexity", arpa, text, "--text", text]) == 1
+    assert "give the text once" in capsys.readouterr().err
+
+
+def test_an_output_named_arpa_is_not_overwritten_with_a_binary(tmp_path, capsys):
+    out = tmp_path / "model.arpa"
+    out.write_text("an ARPA file the user keeps\n")
+    args = ["train", "--train", "examples/toy.txt", "--valid", "examples/toy.txt", "--embedding-dim", "4",
+            "--epochs", "1", "--quiet", "--out", str(out)]
+    assert main(args) == 1
+    assert "the name says ARPA" in capsys.readouterr().err
+    assert out.read_text() == "an ARPA file the user keeps\n"
+    assert main(args + ["--force"]) == 0
+    assert out.read_bytes() != b"an ARPA file the user keeps\n"
