@@ -186,10 +186,9 @@ class Distil:
                 sample_min_count=args.sample_min_count, top_k=args.top_k,
                 top_k_min_count=args.top_k_min_count, threads=args.threads, progress=args.progress,
                 count_memory=args.count_memory, temp_prefix=args.temp_prefix)
-        for note in plan.notes if args.quiet else ():
-            print(f"nplm distil: {note}", file=sys.stderr)
-        print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)
-        if report is not None:
+        if not args.quiet:
+            print("n-grams: " + " ".join(f"{k + 1}={c}" for k, c in enumerate(tables.counts)), file=sys.stderr)
+        if report is not None and not args.quiet:
             print(report.line(), file=sys.stderr)
         if report is not None and report.worse:
             bar = "!" * 78

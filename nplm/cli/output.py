@@ -2,8 +2,8 @@
 
 * Progress bars (tqdm, one style for every command) are drawn only when stderr is a
   terminal: a pipe or a log file gets no carriage-return updates.
-* ``-q/--quiet`` turns progress off (bars, stage banners, statistics); warnings and
-  errors stay.
+* ``-q/--quiet`` turns progress off (bars, stage banners, statistics, notes); warnings
+  and errors stay, and so does the output the command was asked for.
 * Messages go through the ``nplm`` logger: notes at INFO, shown by default; ``--verbose``
   adds DEBUG detail.
 """
@@ -49,7 +49,7 @@ def configure(args):
     handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
     log.handlers[:] = [handler]
-    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
     log.propagate = False
     args.progress = not quiet and stderr_is_terminal()
     return args.progress

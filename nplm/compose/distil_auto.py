@@ -39,6 +39,7 @@ import warnings
 
 import numpy as np
 
+from nplm.backoff.kenlm.reader import is_kenlm_binary
 from nplm.compose.distil import (
     DistilConfig,
     load_model,
@@ -158,12 +159,14 @@ def bucketed_teacher(parts, tune_text, favour=FAVOUR, bins=BUCKET_BINS):
     """A linear mixture's weights per back-off context bucket, tuned on ``tune_text``
     and moved ``favour`` towards the back-off component (the recipe's teacher); None
     where the teacher cannot have them (not a linear mixture of paths with an nplm
-    back-off component) or already has them."""
+    back-off component: a KenLM binary's contexts carry no back-off weights the
+    mixture's kernel can bin) or already has them."""
     mix = parts.mixture
     if mix is None or mix.mode != "linear" or mix.bucket_by is not None or parts.backoff_index is None \
             or tune_text is None or not all(mix.component_paths):
         return None
-    if not isinstance(parts.backoff_path, str) or not os.path.exists(parts.backoff_path):
+    if not isinstance(parts.backoff_path, str) or not os.path.exists(parts.backoff_path) \
+            or is_kenlm_binary(parts.backoff_path):
         return None
     new = InterpolatedModel(mix.component_paths, mode="linear", unknown=mix.unknown,
                             bucket_by=parts.backoff_index, bucket_bins=bins)
