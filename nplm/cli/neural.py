@@ -33,7 +33,7 @@ class Cluster:
         p.add_argument("--text", default="-", type=input_file, help="training text, one sentence per line "
                        "(default stdin; plain, gzip, bz2 or xz); </s> ends every line")
         p.add_argument("-c", "--classes", type=int, required=True, help="number of classes")
-        p.add_argument("-o", "--output", default="-",
+        p.add_argument("-o", "--out", "--output", dest="output", default="-",
                        help="write word<TAB>class<TAB>count lines here (.gz/.bz2/.xz compressed by "
                        "extension; default stdout)")
         p.add_argument("--method", choices=["brown", "frequency"], default="brown",
