@@ -20,7 +20,27 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
     html = (tmp_path / "html" / "guide" / "cli.html").read_text(encoding="utf-8")
     assert 'id="nplm-train"' in html and "--keep-checkpoint" in html     # the parser's own help
     api = (tmp_path / "html" / "api.html").read_text(encoding="utf-8")
-    assert "nplm.install_as_kenlm" in api and "nplm.Model.full_scores" in api
+    assert not _undocumented(api)
+
+
+def _undocumented(api_html):
+    """Public names of nplm and kenlm methods of Model with no entry (an anchor) in the
+    built API reference."""
+    import re
+
+    import kenlm
+
+    import nplm
+    anchors = set(re.findall(r'id="(nplm\.[\w.]+)"', api_html))
+    wanted = {f"nplm.{name}" for name in nplm.__all__}
+    wanted |= {f"nplm.Model.{name}" for name in dir(kenlm.Model) if not name.startswith("_")}
+    return sorted(wanted - anchors)
+
+
+def test_a_name_missing_from_the_api_reference_is_noticed():
+    api = '<dt id="nplm.Model"></dt><dt id="nplm.Model.score"></dt>'
+    missing = _undocumented(api)
+    assert "nplm.rescore" in missing and "nplm.Model.BaseScore" in missing and "nplm.Model.score" not in missing
 
 
 def test_benchmarks_page_is_generated_from_the_results():
