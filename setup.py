@@ -8,6 +8,7 @@ modules, so that one kernel can be rebuilt while another is being edited.
 """
 import glob
 import os
+import sys
 
 import numpy
 from Cython.Build import cythonize
@@ -42,6 +43,13 @@ class ParallelBuildExt(build_ext):
         package_dir = self.get_finalized_command("build_py").get_package_dir(package)
         return os.path.join(os.path.abspath(package_dir), os.path.basename(self.get_ext_filename(name)))
 
+
+# OpenMP: GCC's flags; Apple's clang takes them through the preprocessor, with Homebrew's
+# libomp (the wheels' build installs it).
+if sys.platform == "darwin":
+    OPENMP_COMPILE, OPENMP_LINK = ["-Xpreprocessor", "-fopenmp"], ["-lomp"]
+else:
+    OPENMP_COMPILE, OPENMP_LINK = ["-fopenmp"], ["-fopenmp"]
 
 DIRECTIVES = {
     "language_level": 3,
@@ -79,8 +87,8 @@ def extensions():
             module, [_generated_c(pyx) or pyx],
             include_dirs=[numpy.get_include(), os.path.join("nplm", "src")],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-            extra_compile_args=["-O3", "-fopenmp"],
-            extra_link_args=["-fopenmp"],
+            extra_compile_args=["-O3", *OPENMP_COMPILE],
+            extra_link_args=OPENMP_LINK,
         ))
     return cythonize(exts, compiler_directives=DIRECTIVES, nthreads=os.cpu_count() or 1)
 

@@ -26,5 +26,6 @@ assert numpy.__version__.startswith("1."), numpy.__version__
 assert "site-packages" in nplm.__file__, nplm.__file__
 print(f"numpy {numpy.__version__}, nplm {nplm.__version__} from {nplm.__file__}")
 PY
+python "$REPO/tools/wheel_smoke.py"
 pytest -q -p no:cacheprovider --rootdir "$REPO" \
     "$REPO/tests/backoff/test_backoff_kenlm.py" "$REPO/tests/test_kenlm_clients.py"
