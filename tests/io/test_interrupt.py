@@ -54,7 +54,7 @@ def inputs(tmp_path_factory):
     raw = model_arpa.read_bytes()
     bad_arpa.write_bytes(raw[:len(raw) // 2])
     bad_text = d / "bad.txt"
-    bad_text.write_bytes(small.read_bytes()[:5000] + b"\xff\xfe broken\n")
+    bad_text.write_bytes(small.read_bytes()[:5000] + b"a <s> inside a line\n")   # lmplz refuses <s>
     return {"text": text, "small": small, "arpa": model_arpa, "binary": model_bin,
             "bad_arpa": bad_arpa, "bad_text": bad_text}
 
