@@ -306,7 +306,7 @@ def test_training_killed_mid_epoch_resumes(tmp_path, inputs):
     else:
         pytest.fail(f"no kill landed during the second epoch in {ATTEMPTS} tries")
 
-    r = run(train_args(text, out, "--resume", "--quiet"))
+    r = run(train_args(text, out, "--resume"))
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     assert b"resuming after epoch 1" in r.stdout + r.stderr
     assert temps(tmp_path) == [], "killed between checkpoints, so no temporary file should exist"
