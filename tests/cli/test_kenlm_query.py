@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from helpers import ROOT, kenlm_program
 from nplm.cli.main import main as nplm_main
+
+from helpers import ROOT, kenlm_program
 
 TEXT = (b"the cat sat on the mat\n\nzzz qqq the\n caf\xe9  na\xefve\tthe\x0bcat \x1cz\r\n"
         b"the dog\x85 sat \xff\xfe on the log\nno newline at the end")
