@@ -1,7 +1,8 @@
 """The programs nplm installs under KenLM's names against KenLM's own, as commands.
 
-lmplz (PTB train, <unk> written as UNK) and build_binary (probing and trie of that
-ARPA file) run with the same command line, once by each side per round; the rounds
+lmplz (PTB train, <unk> written as UNK), build_binary (probing and trie of that
+ARPA file), query (PTB test on the probing file and on the ARPA file) and filter single
+(the ARPA file to PTB test's vocabulary) run with the same command line, once by each side per round; the rounds
 interleave the two and the best wall time of each is kept.  nplm's time includes
 starting Python and importing nplm (its programs run as ``python -m
 nplm.cli.kenlm.<program>``, which is what the installed scripts do).  Every output is
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from _bench_common import CACHE, ROOT, ptb_train_unk
+from _bench_common import CACHE, ROOT, ptb_lines, ptb_train_unk
 
 
 def kenlm_bin():
@@ -38,12 +39,22 @@ def timed(argv, stdin=None, stdout=None):
 def cases(text, order):
     """(name, program, arguments, stdin, stdout) with {side} for each side's files."""
     arpa = str(CACHE / f"programs-{{side}}.o{order}.arpa")
+    test = CACHE / "programs-ptb-test.txt"
+    test.write_text("\n".join(ptb_lines("test")) + "\n")
+    vocab = CACHE / "programs-ptb-test.vocab"
+    vocab.write_text(" ".join(sorted({w for line in ptb_lines("test") for w in line.split()})) + "\n")
     return [
         (f"lmplz -o {order} -S 1G", "lmplz", ["-o", str(order), "-S", "1G"], str(text), arpa),
         ("build_binary probing", "build_binary", [arpa.format(side="kenlm"), str(CACHE / "programs-{side}.probing")],
          None, None),
         ("build_binary trie -q 8 -b 8", "build_binary",
          ["-q", "8", "-b", "8", "trie", arpa.format(side="kenlm"), str(CACHE / "programs-{side}.trie")], None, None),
+        ("query probing, PTB test", "query", [str(CACHE / "programs-kenlm.probing")], str(test),
+         str(CACHE / "programs-{side}.query-probing.txt")),
+        ("query ARPA, PTB test", "query", [arpa.format(side="kenlm")], str(test),
+         str(CACHE / "programs-{side}.query-arpa.txt")),
+        ("filter single, PTB test's words", "filter",
+         ["single", f"vocab:{vocab}", str(CACHE / "programs-{side}.filtered.arpa")], arpa.format(side="kenlm"), None),
     ]
 
 

@@ -1,5 +1,5 @@
 """KenLM's programs under their own names (lmplz, build_binary, query, filter,
-interpolate, count_ngrams, fragment): the same command lines, outputs and exit codes,
+count_ngrams, fragment): the same command lines, outputs and exit codes,
 with nplm's library doing the work.  Each module has ``main(argv=None) -> int``
 (``argv`` without the program's name); ``nplm lmplz ARGS...`` runs the same."""
 
@@ -8,7 +8,6 @@ PROGRAMS = {
     "build_binary": "nplm.cli.kenlm.build_binary",
     "query": "nplm.cli.kenlm.query",
     "filter": "nplm.cli.kenlm.filter",
-    "interpolate": "nplm.cli.kenlm.interpolate",
     "count_ngrams": "nplm.cli.kenlm.count_ngrams",
     "fragment": "nplm.cli.kenlm.fragment",
 }

@@ -170,34 +170,42 @@ def write_file(path, chunks):
         raise
 
 
-def filter_arpa(lines, outputs, choose):
-    """Stream an ARPA file's lines (bytes) into ``outputs`` (ArpaOut), each n-gram line
-    to the outputs ``choose(words)`` names."""
-    order = 0
-    for raw in lines:
-        line = raw.rstrip(b"\n")
-        if line.startswith(b"\\") and line.endswith(b"-grams:"):
-            order = int(line[1:-7])
-            for out in outputs:
-                out.begin(order)
-            continue
-        if line == b"\\end\\":
-            for out in outputs if order > 0 else ():
-                out.end(order)
-            return
-        if not order or not line.strip(SPACE):
-            if order and not line:
-                for out in outputs:
-                    out.end(order)
-                order = -order
-            continue
-        if order < 0:
-            raise fail(f"Expected a blank line after the {-order}-grams in line {line.decode(errors='replace')}")
-        fields = line.split(b"\t")
-        words = fields[1].split() if len(fields) > 1 else line.split()[1:1 + order]
-        for i in choose(words):
-            outputs[i].add(raw if raw.endswith(b"\n") else raw + b"\n")
-    raise fail("Reached end of file before \\end\\")
+def filter_arpa(stream, outputs, choose, allowed=None):
+    """An ARPA file's n-gram sections (the rest of ``stream`` after the header) into
+    ``outputs`` (ArpaOut), each n-gram line to the outputs ``choose(words)`` names.
+    ``allowed``, a set of words, is the fast test of single mode: a line passes when
+    every word of it is in the set (the file's tags added)."""
+    data = stream.read()
+    end = data.rfind(b"\\end\\")
+    if end < 0:
+        raise fail("Reached end of file before \\end\\")
+    for section in data[:end].split(b"\n\\")[0 if data.startswith(b"\\") else 1:]:
+        head, _, body = section.lstrip(b"\\").partition(b"\n")
+        if not (head.endswith(b"-grams:") and head[:-7].isdigit()):
+            raise fail(f"Expected an n-gram section header, not {head[:60].decode(errors='replace')}")
+        order = int(head[:-7])
+        lines = [line for line in body.split(b"\n") if line.strip(SPACE)]
+        for out in outputs:
+            out.begin(order)
+        if allowed is not None and all(b"\t" in line for line in lines):
+            if order == 1:
+                allowed |= {w for w in (line.split(b"\t")[1] for line in lines) if _is_tag(w)}
+            kept = [line + b"\n" for line in lines if allowed.issuperset(line.split(b"\t")[1].split(b" "))]
+            outputs[0].chunks += kept
+            outputs[0].n += len(kept)
+        else:
+            for line in lines:
+                for i in choose(_words(line, order)):
+                    outputs[i].add(line + b"\n")
+        for out in outputs:
+            out.end(order)
+
+
+def _words(line, order):
+    """An ARPA line's words: the field after the first tab, or (a file laid out with
+    spaces) the order's words after the probability."""
+    fields = line.split(b"\t")
+    return fields[1].split() if len(fields) > 1 else line.split()[1:1 + order]
 
 
 def header_counts(lines):
@@ -237,7 +245,8 @@ def main(argv=None):
         names = [f"{out}{i}" for i in range(sentences)] if mode == "multiple" else [out]
         outputs = [ArpaOut(name, reserve) for name in names]
         choose = check if mode == "multiple" else (lambda words: (0,) if check(words) else ())
-        filter_arpa(model_in, outputs, choose)
+        fast = set(vocab) if mode == "single" and not context else None
+        filter_arpa(model_in, outputs, choose, fast)
     for o in outputs:
         o.finish()
     return 0
