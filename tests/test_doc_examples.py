@@ -65,11 +65,14 @@ def why_not_run(mark):
 
 
 def _environment(tmp):
-    """PATH with ``nplm`` and ``python`` as this interpreter and this tree's package."""
+    """PATH with ``nplm``, ``python`` and KenLM's program names as this interpreter and
+    this tree's package."""
+    from nplm.cli.kenlm import PROGRAMS
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
-    for name, body in (("nplm", f'exec "{sys.executable}" -m nplm "$@"\n'),
-                       ("python", f'exec "{sys.executable}" "$@"\n')):
+    programs = [(name, f'exec "{sys.executable}" -m {module} "$@"\n') for name, module in PROGRAMS.items()]
+    for name, body in [("nplm", f'exec "{sys.executable}" -m nplm "$@"\n'),
+                       ("python", f'exec "{sys.executable}" "$@"\n')] + programs:
         shim = bin_dir / name
         shim.write_text("#!/bin/sh\n" + body)
         shim.chmod(0o755)

@@ -401,7 +401,7 @@ def test_cli_distil(tiny, tmp_path, capsys):
     teacher, text, held, d = tiny
     out = tmp_path / "cli.arpa.gz"
     rc = main(["distil", str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"), "--text", str(text),
-               "--order", "3", "--arpa", str(out), "--min-count", "1", "2", "-q"])
+               "--order", "3", "--arpa", str(out), "--min-count", "1", "2"])
     assert rc == 0
     expect = distil.distil(teacher, 3, text=str(text), min_count=[1, 2])
     got = arpa.read_arpa(out)
