@@ -199,6 +199,19 @@ cdef class Vocab:
 # ---------------------------------------------------------------------------------
 # State and FullScoreReturn: the Python-visible values of the kenlm API.
 
+cdef inline State _state(object state, str name):
+    """``state`` as nplm's State, or a TypeError that names the fix (a state of the
+    real kenlm module, whose C++ context nplm cannot read, included)."""
+    if type(state) is State or isinstance(state, State):
+        return <State>state
+    if state is None:
+        raise TypeError(f"Argument '{name}' must not be None")
+    kind = f"{type(state).__module__}.{type(state).__name__}"
+    raise TypeError(f"Argument '{name}' has incorrect type (expected nplm.State, got {kind})"
+                    + ("; a kenlm.State holds the real kenlm's context, which nplm models cannot read: "
+                       "create the states of nplm models with nplm.State()" if kind == "kenlm.State" else ""))
+
+
 cdef class State:
     """A language-model context (kenlm.State).  Compare and hash states to
     recombine hypotheses: equal states give identical future scores.  Unlike
@@ -211,9 +224,10 @@ cdef class State:
         cdef int c
         cdef State o
         if not isinstance(other, State):
-            # kenlm raises TypeError for a non-State; for None it read the None
-            # object's memory as a state.  A State is never equal to None.
-            if other is None and (op == 2 or op == 3):
+            # As kenlm: a TypeError against anything but a State, except that a State
+            # is never equal to None nor to the real kenlm module's State (a program
+            # that imports both compares them).
+            if (op == 2 or op == 3) and (other is None or type(other).__module__ == "kenlm"):
                 return op == 3
             raise TypeError(f"Argument 'other' has incorrect type (expected nplm.State, "
                             f"got {type(other).__name__})")
@@ -560,38 +574,42 @@ cdef class ModelBase:
         cdef object ten = 10.0
         return ten ** (-t / <double>count)
 
-    def BeginSentenceWrite(self, State state not None):
+    def BeginSentenceWrite(self, state):
         """Overwrite ``state`` with the beginning-of-sentence context."""
+        cdef State s = _state(state, "state")
         self._check()
-        self._core.begin_state(&state._c)
+        self._core.begin_state(&s._c)
 
-    def NullContextWrite(self, State state not None):
+    def NullContextWrite(self, state):
         """Overwrite ``state`` with the empty context."""
+        cdef State s = _state(state, "state")
         self._check()
-        self._core.null_state(&state._c)
+        self._core.null_state(&s._c)
 
-    def BaseScore(self, State in_state not None, word, State out_state not None):
+    def BaseScore(self, in_state, word, out_state):
         """log10 p(word | in_state); writes the successor context to out_state.
         ``word`` may be str or bytes, and in_state may be out_state."""
+        cdef State si = _state(in_state, "in_state"), so = _state(out_state, "out_state")
         self._check()
         cdef Py_ssize_t n
         word = _wordlike(word)
         cdef const char *s = _utf8(word, &n)
         cdef Ret ret
-        cdef NState tmp = in_state._c
-        self._core.score_word(&tmp, self._vocab.index(s, n), &out_state._c, &ret)
+        cdef NState tmp = si._c
+        self._core.score_word(&tmp, self._vocab.index(s, n), &so._c, &ret)
         return ret.prob
 
-    def BaseFullScore(self, State in_state not None, word, State out_state not None):
+    def BaseFullScore(self, in_state, word, out_state):
         """Like BaseScore, returning FullScoreReturn(log_prob, ngram_length, oov)."""
+        cdef State si = _state(in_state, "in_state"), so = _state(out_state, "out_state")
         self._check()
         cdef Py_ssize_t n
         word = _wordlike(word)
         cdef const char *s = _utf8(word, &n)
         cdef Ret ret
-        cdef NState tmp = in_state._c
+        cdef NState tmp = si._c
         cdef WordId w = self._vocab.index(s, n)
-        self._core.score_word(&tmp, w, &out_state._c, &ret)
+        self._core.score_word(&tmp, w, &so._c, &ret)
         return FullScoreReturn(ret.prob, ret.ngram_length, w == 0)
 
     def __contains__(self, word):

@@ -61,10 +61,14 @@ class RescoreResult:
 
 def load_models(models, normalization=None):
     """Each entry as a model: a path is loaded quietly with nplm.Model; an object with
-    ``score_sentences`` (any nplm model) is used as it is."""
+    ``score_sentences`` (any nplm model) is used as it is; a model of the real kenlm
+    module is scored through nplm.Model of its file (the same numbers, which nplm
+    reads from ARPA and KenLM binary files bit for bit)."""
     cfg = quiet_config()
     out = []
     for m in models:
+        if type(m).__module__ == "kenlm" and hasattr(m, "path") and not hasattr(m, "score_sentences"):
+            m = m.path
         if isinstance(m, (str, bytes, os.PathLike)):
             m = Model(m, cfg, normalization=normalization) if normalization else Model(m, cfg)
         elif not hasattr(m, "score_sentences"):
