@@ -135,6 +135,17 @@ def _check_outputs(args):
             for src in sources if isinstance(sources, list) else [sources]:
                 if src is not None and src != "-" and same_file(src, out):
                     raise ValueError(f"refusing to overwrite the input {src} with the output {out}")
+                if src == "-" and _stdin_is(out):
+                    raise ValueError(f"refusing to overwrite the input (standard input is {out}) with the output")
+
+
+def _stdin_is(path):
+    """Whether standard input is the file at ``path`` (``... --arpa t.txt < t.txt``)."""
+    try:
+        a, b = os.fstat(sys.stdin.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _output_closed():

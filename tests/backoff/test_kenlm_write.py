@@ -3,6 +3,7 @@
 scores of the ARPA they came from."""
 import itertools
 import lzma
+import os
 import random
 import subprocess
 
@@ -318,3 +319,19 @@ def test_huge_multiplier_fails_before_reading(tmp_path, capsys, p, message):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and "ptb5k.o3.arpa.xz: 100%" not in err, err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["probing", "trie"])
+def test_an_order_nothing_can_load_is_refused_before_writing(tmp_path, kind):
+    """A KenLM file above nplm's highest order (and KenLM's) is refused, naming the
+    limit, and nothing is written."""
+    from nplm import _kernels
+    n = _kernels.QUERY_MAX_ORDER + 1
+    grams = [[f"-0.3\t{' '.join((['<s>'] + ['a'] * n)[:k])}" + ("\t-0.1" if k < n else "")] for k in range(2, n + 1)]
+    path = tmp_path / "deep.arpa"
+    path.write_text(arpa_text(["-1\t<unk>\t0", "0\t<s>\t-0.5", "-0.5\t</s>\t0", "-0.7\ta\t-0.2"], *grams))
+    out = tmp_path / "deep.bin"
+    with pytest.raises(nplm.FormatError, match=f"order {n}: .* up to order {n - 1}"):
+        nplm.build_binary(str(path), str(out), kind)
+    assert main(["build-binary", kind, str(path), str(out)]) == 1
+    assert not out.exists() and os.listdir(tmp_path) == ["deep.arpa"]

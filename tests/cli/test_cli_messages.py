@@ -553,3 +553,14 @@ def test_an_output_named_arpa_is_not_overwritten_with_a_binary(tmp_path, capsys)
     assert out.read_text() == "an ARPA file the user keeps\n"
     assert main(args + ["--force"]) == 0
     assert out.read_bytes() != b"an ARPA file the user keeps\n"
+
+
+def test_an_output_that_is_standard_input_is_refused(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("a b c\na b\nb c a\n")
+    with open(text, "rb") as stdin:
+        r = subprocess.run([sys.executable, "-m", "nplm", "estimate", "-o", "2", "--discount_fallback", "--arpa",
+                            str(text)], stdin=stdin, capture_output=True, cwd=ROOT)
+    assert r.returncode == 1
+    assert r.stderr.decode() == f"nplm: error: refusing to overwrite the input (standard input is {text}) with the output\n"
+    assert text.read_text() == "a b c\na b\nb c a\n"

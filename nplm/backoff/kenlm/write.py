@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from nplm import _kernels
 from nplm.backoff import binary as nplm_binary
 from nplm.backoff.arpa import read_arpa
 from nplm.backoff.kenlm import _write, trie
@@ -18,7 +19,7 @@ from nplm.backoff.kenlm.format import PROBING_VOCAB_VERSION, SEARCH_VERSION, Hea
 from nplm.backoff.kenlm.prepare import Vocab, check_probs, kenlm_backoffs, strings, where
 from nplm.errors import FormatError
 from nplm.io.atomic import atomic_write
-from nplm.io.resources import check_available
+from nplm.io.resources import arpa_header_counts, check_available
 
 PROBING, TRIE = "probing", "trie"
 DEFAULT_MULTIPLIER = 1.5              # build_binary's -p
@@ -72,6 +73,7 @@ def write_binary(tables, path, opts=None, messages=sys.stderr):
     tables.validate()
     if tables.order < 2:
         raise FormatError("KenLM's binary formats need at least a bigram model", tables.source)
+    check_order(tables.order, tables.source)
     check_probs(tables)
     if opts.type == PROBING:
         builder = ProbingBuilder(tables, tables.counts, opts, messages)
@@ -205,6 +207,16 @@ class _StreamedProbing:
         return self.builder.parts()
 
 
+def check_order(order, source):
+    """Refuse, before writing, a KenLM binary that nothing could load: nplm reads KenLM
+    files up to order QUERY_MAX_ORDER; KenLM's own programs and the kenlm module as pip
+    builds it, up to 6 (KENLM_MAX_ORDER at their compile time)."""
+    if order > _kernels.QUERY_MAX_ORDER:
+        raise FormatError(f"order {order}: a KenLM binary file of this order could not be loaded (nplm reads "
+                          f"KenLM files up to order {_kernels.QUERY_MAX_ORDER}, KenLM as pip builds it up to 6); "
+                          "keep the ARPA file", source)
+
+
 def build_binary_from_arpa(arpa_path, out, type=None, *, progress=False, messages=sys.stderr, **options):
     """read_arpa(arpa_path) then build_binary(tables, out, type, **options), but
     KenLM's probing file is built while the ARPA is read: the n-grams are inserted
@@ -212,6 +224,9 @@ def build_binary_from_arpa(arpa_path, out, type=None, *, progress=False, message
     after them are parsed.  Returns the type written."""
     kind = resolve_type(type, out)
     opts = check_options(kind, **options)
+    counts = arpa_header_counts(arpa_path)
+    if opts is not None and counts:
+        check_order(len(counts), arpa_path)
     if opts is None or opts.type != PROBING:
         return build_binary(read_arpa(arpa_path, progress=progress), out, kind, messages=messages, **options)
     streamed = _StreamedProbing(opts, messages)
