@@ -9,6 +9,7 @@ import io
 import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -26,6 +27,19 @@ def check_output(path):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(errno.ENOENT, "No such directory for the output", directory)
+
+
+def written_in_place(path):
+    """Whether an output path names something other than a regular file to replace:
+    a device, FIFO or socket, or a link into /dev or /proc (/dev/stdout)."""
+    path = os.fspath(path)
+    if os.path.islink(path) and os.path.realpath(path).startswith(("/proc/", "/dev/")):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 class atomic_write:
@@ -48,6 +62,15 @@ class atomic_write:
 
     def __enter__(self):
         check_output(self.path)
+        if written_in_place(self.path):
+            # a device, pipe or socket (/dev/null, /dev/stdout, a FIFO a reader waits
+            # on) is written as it is, streaming, as KenLM's programs do: renaming a
+            # file over it would replace the node
+            try:
+                self.file = open(self.path, self.mode)
+            except OSError as e:
+                raise type(e)(e.errno, e.strerror, self.path) from None
+            return self.file
         directory = os.path.dirname(os.path.abspath(self.path))
         remove_stale(directory)
         _terminate_cleanly()
@@ -84,6 +107,15 @@ class atomic_write:
         return self.file
 
     def __exit__(self, exc_type, exc, tb):
+        if self.tmp is None and self.file is not None:        # written in place
+            try:
+                self.file.close()
+            except OSError as e:
+                if exc_type is None:
+                    raise type(e)(e.errno, e.strerror, self.path) from e
+            if isinstance(exc, OSError) and exc.errno in _WRITE_ERRORS and exc.filename is None:
+                raise type(exc)(exc.errno, exc.strerror, self.path) from exc
+            return False
         if exc_type is not None:
             self._discard()
             if isinstance(exc, OSError) and exc.errno in _WRITE_ERRORS and exc.filename is None:

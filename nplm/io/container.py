@@ -100,15 +100,15 @@ def write(path, kind, config, arrays, checksum=True):
             break
         header_len = len(header)
     total = offset
-    with atomic_write(path) as f:
-        f.write(_FIXED.pack(MAGIC, VERSION, zlib.crc32(header), len(header), total))
-        f.write(header)
-        f.write(b"\0" * _pad(_FIXED.size + len(header)))
+    with atomic_write(path) as f:      # (a pipe too: positions are counted, not asked)
+        at = f.write(_FIXED.pack(MAGIC, VERSION, zlib.crc32(header), len(header), total))
+        at += f.write(header)
+        at += f.write(b"\0" * _pad(_FIXED.size + len(header)))
         for name, a in prepared.items():
-            assert f.tell() == specs[name]["offset"]
-            f.write(a.data)
-            f.write(b"\0" * _pad(a.nbytes))
-        assert f.tell() == total
+            assert at == specs[name]["offset"]
+            at += f.write(a.data)
+            at += f.write(b"\0" * _pad(a.nbytes))
+        assert at == total
 
 
 class Container:
