@@ -9,8 +9,9 @@ import threading
 
 import pytest
 
-from helpers import ROOT
 from nplm.cli.main import main
+
+from helpers import ROOT
 
 TEXT = str(ROOT / "examples" / "toy.txt")
 ARPA = str(ROOT / "examples" / "toy.arpa")
