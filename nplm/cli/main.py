@@ -30,8 +30,16 @@ DESCRIPTION = ("Neural and Kneser-Ney n-gram language models with KenLM's tools:
                "distil into back-off tables and convert between formats.  All probabilities are log10.")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line naming the problem (the full usage is
+    one --help away) instead of the usage block before the error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="nplm", description=DESCRIPTION,
+    parser = _Parser(prog="nplm", description=DESCRIPTION,
                                      epilog="Run 'nplm COMMAND --help' for a command's options.")
     parser.add_argument("--version", action="version", version=f"nplm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -116,21 +116,25 @@ def test_help_and_version(capsys):
 
 
 @pytest.mark.parametrize("argv, usage, message", [
-    (["quer", "m.arpa"], "usage: nplm [", "unknown command 'quer'; did you mean 'nplm query'?"),
-    (["frobnicate"], "usage: nplm [", "unknown command 'frobnicate' (commands: query, perplexity"),
-    (["query", "m.arpa", "--txt", "t"], "usage: nplm query [",
+    (["quer", "m.arpa"], "nplm: error: ", "unknown command 'quer'; did you mean 'nplm query'?"),
+    (["frobnicate"], "nplm: error: ", "unknown command 'frobnicate' (commands: query, perplexity"),
+    (["query", "m.arpa", "--txt", "t"], "nplm query: error: ",
      "nplm query: error: unrecognized arguments: --txt t (--txt: did you mean --text?)"),
-    (["estimate", "-o", "3", "--discount-fallbak"], "usage: nplm estimate [",
+    (["estimate", "-o", "3", "--discount-fallbak"], "nplm estimate: error: ",
      "(--discount-fallbak: did you mean --discount-fallback?)"),
-    (["--verison"], "usage: nplm [", "--verison: did you mean --version?"),
+    (["--verison"], "nplm: error: ", "--verison: did you mean --version?"),
+    (["perplexity", "examples/toy.arpa", "--text", "absent.txt"], "nplm perplexity: error: ",
+     "absent.txt"),
 ])
 def test_unknown_commands_and_options_suggest_the_right_one(capsys, argv, usage, message):
     """argparse alone lists every command for a typo'd one, and blames a subcommand's
-    unknown option on the top-level parser, with its usage and no hint."""
+    unknown option on the top-level parser; here each usage error is one line naming
+    the problem, with the hint where the full usage is."""
     with pytest.raises(SystemExit) as e:
         main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith(usage) and message in err, err
+    assert err.count("\n") == 1 and err.rstrip().endswith("--help')"), err
 
 
 # --- models that cannot be read ------------------------------------------------------
