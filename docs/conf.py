@@ -36,4 +36,5 @@ numpydoc_show_class_members = False
 numpydoc_validation_checks = set()
 
 html_theme = "alabaster"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["nplm.css"]   # wide tables and code blocks scroll within the column
