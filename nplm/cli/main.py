@@ -7,7 +7,9 @@ import argparse
 import difflib
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from nplm import __version__
 from nplm.cli import output
@@ -88,6 +90,7 @@ def main(argv=None):
         # are nplm's own commands; KenLM's are reached by their installed names)
         return run_kenlm_program(argv[0], argv[1:])
     parser = build_parser()
+    _end_on_termination()
     _check_command(parser, argv)
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "_extra_positionals", None):
@@ -106,6 +109,9 @@ def main(argv=None):
         code = args._run(args) or 0
         sys.stdout.flush()      # a closed pipe shows here, not in the exit's flush
         return code
+    except Signalled as e:          # SIGTERM, SIGHUP: cleaned up as for Ctrl-C
+        print(f"nplm: ended by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         hint = ""
         if args.command == "train" and os.path.exists(args.out + ".ckpt"):
@@ -145,6 +151,31 @@ def _check_outputs(args):
                     raise ValueError(f"refusing to overwrite the input {src} with the output {out}")
                 if src == "-" and _stdin_is(out):
                     raise ValueError(f"refusing to overwrite the input (standard input is {out}) with the output")
+
+
+class Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (kill, timeout, systemd, Slurm, a closed terminal), raised
+    where the command is, so that every cleanup Ctrl-C runs (temporary files, spill
+    folders) runs for it too; main exits with 128 + the signal."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum, frame):
+    raise Signalled(signum)
+
+
+def _end_on_termination():
+    """SIGTERM and SIGHUP end a command as Ctrl-C does, where the program has not
+    set handlers of its own (and only from the main thread, where Python can)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, None):
+            signal.signal(signum, _raise_signalled)
 
 
 def _stdin_is(path):
