@@ -95,9 +95,21 @@ def _strings_loader(path, header, layout, size):
         raise FormatError(f"the vocabulary strings are not where the header places them (byte {layout.end}): "
                           f"corrupt counts or a truncated file", path)
 
+    words = header.counts[0]
+
     def load():
+        # the strings end at the vocabulary's last NUL: read up to it, not to the end
+        # of the file (bytes appended to a KenLM binary are never read)
+        chunks, found, at = [], 0, layout.end
         with open(path, "rb") as f:
-            return os.pread(f.fileno(), size - layout.end, layout.end)
+            while found < words and at < size:
+                chunk = os.pread(f.fileno(), min(1 << 20, size - at), at)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                found += chunk.count(b"\0")
+                at += len(chunk)
+        return b"".join(chunks)
     return load
 
 
@@ -106,6 +118,11 @@ def load(path, load_method=POPULATE_OR_READ):
     path = os.fspath(path)
     header, layout, size = read_layout(path)
     strings = _strings_loader(path, header, layout, size)
+    if strings is not None and load_method in (READ, PARALLEL_READ):
+        # READ holds everything the model will read: the words too, read now, so that a
+        # file replaced, truncated or removed afterwards changes nothing
+        held = strings()
+        strings = lambda: held         # noqa: E731
     mem = _map(path, layout.end, load_method)
     try:
         if header.is_trie:
