@@ -31,9 +31,10 @@ def check_output(path):
 
 def written_in_place(path):
     """Whether an output path names something other than a regular file to replace:
-    a device, FIFO or socket, or a link into /dev or /proc (/dev/stdout)."""
+    a device, FIFO or socket, or a path in or a link into /dev or /proc (/dev/stdout)."""
     path = os.fspath(path)
-    if os.path.islink(path) and os.path.realpath(path).startswith(("/proc/", "/dev/")):
+    if os.path.abspath(path).startswith(("/dev/", "/proc/")) or \
+            os.path.islink(path) and os.path.realpath(path).startswith(("/proc/", "/dev/")):
         return True
     try:
         mode = os.stat(path).st_mode

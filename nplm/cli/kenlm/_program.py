@@ -3,10 +3,10 @@ KenLM's exit codes, never a traceback."""
 
 import functools
 import os
-import stat
 import sys
 
 from nplm.cli.kenlm._options import OptionError
+from nplm.io.atomic import written_in_place
 
 # KenLM's programs abort (SIGABRT) on errors raised in their worker threads or left
 # uncaught; a shell shows the exit status 134
@@ -85,15 +85,9 @@ def _silence_stdout():
 def in_place(path):
     """Whether output ``path`` must be opened and written where it is, as KenLM writes
     every output, rather than through a temporary file renamed over it: a symbolic link
-    (/dev/stdout is one; the rename would replace the link), anything under /dev or
-    /proc, or an existing device, pipe or socket."""
-    if os.path.islink(path) or os.path.abspath(path).startswith(("/dev/", "/proc/")):
-        return True
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+    (/dev/stdout is one; the rename would replace the link), or what every nplm writer
+    writes in place (nplm.io.atomic.written_in_place: devices, pipes, /dev, /proc)."""
+    return os.path.islink(path) or written_in_place(path)
 
 
 def open_in_place(path):

@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 
-from nplm.cli.kenlm._program import fail, program
+from nplm.cli.kenlm._program import fail, in_place, program
 
 USAGE = (
     "Usage: filter mode [context] [phrase] [raw|arpa] [threads:m] [batch_size:m] (vocab|model):input_file output_file\n\n"
@@ -154,7 +154,7 @@ def _counts_header(counts):
 def write_file(path, chunks):
     """Write in place where the path is a device, pipe or link to one (/dev/stdout);
     a regular file through a temporary file and a rename."""
-    if path == "-" or (os.path.exists(path) and not os.path.isfile(path)) or path.startswith("/dev/"):
+    if path == "-" or in_place(path):
         with open(path if path != "-" else "/dev/stdout", "wb") as f:
             f.writelines(chunks)
         return
