@@ -18,7 +18,7 @@ LAYERS = [
     [("nplm.backoff",), ("nplm.neural",)],
     [("nplm.model", "nplm.evaluate")],
     [("nplm.compose",)],
-    [("nplm", "nplm.convert", "nplm.verify")],
+    [("nplm", "nplm.convert", "nplm.verify", "nplm.kenlm_shim")],
     [("nplm.recipes",)],
     [("nplm.cli", "nplm.__main__")],
 ]
