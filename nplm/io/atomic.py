@@ -9,6 +9,7 @@ import io
 import os
 import shutil
 import signal
+import socket
 import stat
 import sys
 import threading
@@ -224,7 +225,9 @@ class temp_folder:
     """``with temp_folder(parent) as folder:`` a fresh folder for temporary files
     under ``parent``, removed with all it holds when the block ends (normally, by an
     exception or by Ctrl-C) and, failing that, at interpreter exit.  Like
-    ``atomic_write``, the name is listed before the folder exists.
+    ``atomic_write``, the name is listed before the folder exists.  A marker file
+    names the owning process, so that the next folder made under ``parent`` removes
+    the folders of processes killed outright (SIGKILL, the out-of-memory killer).
 
     ``folder.save(name, array)`` writes an array into it and turns a full disk into
     an OSError(ENOSPC) that names the folder and the bytes needed."""
@@ -235,6 +238,7 @@ class temp_folder:
         self.path = None
 
     def __enter__(self):
+        remove_orphans(self.parent)
         held = _block_signals()
         try:
             while self.path is None:
@@ -248,6 +252,11 @@ class temp_folder:
                 except OSError:
                     _LIVE_FOLDERS.discard(path)
                     raise
+            with open(os.path.join(self.path, OWNER), "w") as f:
+                f.write(_owner())
+        except BaseException:
+            self.remove()
+            raise
         finally:
             _unblock_signals(held)
         return self
@@ -271,12 +280,18 @@ class temp_folder:
         free = shutil.disk_usage(self.path).free
         if need > free:
             raise self.full(need - free)
+        held = _block_signals()     # (a signal between open and with would leave it unclosed)
         try:
-            np.save(path, array)
+            with open(path, "wb") as f:
+                _unblock_signals(held)
+                held = None
+                np.save(f, array)
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise self.full(need) from None
             raise
+        finally:
+            _unblock_signals(held)
         return path
 
     def check_space(self, need):
@@ -316,6 +331,68 @@ class temp_folder:
         return total
 
 
+OWNER = ".nplm-owner"     # in a temp_folder: "host pid start-time" of the process that made it
+
+
+def _start_time(pid):
+    """The process's start time in clock ticks since boot (Linux), or "" when unknown:
+    with the pid, it tells a process from a later one that reuses its number."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _owner():
+    return f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}\n"
+
+
+def _owner_gone(folder):
+    """True when ``folder``'s marker names a process of this host that has ended."""
+    try:
+        with open(os.path.join(folder, OWNER)) as f:
+            host, pid, *start = f.read().split()
+        pid = int(pid)
+    except (OSError, ValueError):
+        return False        # no marker (yet), or not ours
+    if host != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:         # alive, another user's
+        return False
+    return bool(start) and _start_time(pid) not in ("", start[0])
+
+
+def remove_orphans(parent):
+    """Remove the temporary folders under ``parent`` whose process was killed before it
+    could remove them, saying so on stderr with the room freed."""
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith("nplm-") and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        if entry.path in _LIVE_FOLDERS or not _owner_gone(entry.path):
+            continue
+        size = _tree_bytes(entry.path)
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.exists(entry.path):
+            print(f"nplm: removed {entry.path} ({size / (1 << 20):.1f} MiB), the temporary files of a "
+                  "process that was killed", file=sys.stderr)
+
+
+def _tree_bytes(path):
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
 _LIVE_FOLDERS = set()   # temp_folder folders not yet removed
 
 
@@ -326,7 +403,7 @@ def _remove_live_folders():
     _LIVE_FOLDERS.clear()
 
 
-_SIGNALS = {getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n)}
+_SIGNALS = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
 
 
 def _block_signals():

@@ -4,12 +4,15 @@
   output byte-for-byte intact (temp file + rename); only a hidden
   ``.nplm-tmp-*`` file can remain, and the next run is not confused by it.
 * Ctrl-C (SIGINT) and error exits leave no temporary file at all.
+* A spill folder left by a process killed outright (SIGKILL) is removed, and named
+  with its size, by the next run that spills into the same -T.
 * A clean run leaves exactly its output.
 * Training killed mid-epoch resumes from the last checkpoint with ``--resume``
   and ends with the same model as an uninterrupted run.
 """
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -220,6 +223,42 @@ def test_ctrl_c_while_distil_spills_counts_leaves_no_temporary_file(tmp_path, in
     assert p.returncode != 0 and b"Traceback" not in err, err.decode()[-3000:]
     assert list(temp.iterdir()) == [] and not out.exists()
     assert temps(tmp_path) == []
+
+
+def start_spilling(cmd, temp, timeout=120):
+    """Start ``cmd`` and return it once its spill folder under ``temp`` holds run files."""
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    while p.poll() is None and time.monotonic() < deadline:
+        if any(f.suffix == ".npy" for d in temp.iterdir() for f in d.iterdir()):
+            return p
+        time.sleep(0.002)
+    p.kill()
+    p.communicate()
+    pytest.fail("no run files appeared under -T")
+
+
+def estimate_spilling(text, temp, out):
+    return nplm_cmd("estimate", "-o", 4, "-S", "1M", "-T", temp, "--text", text, "--arpa", out,
+                    "--discount_fallback", "-q")
+
+
+def test_the_spill_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    text = zipf_text(tmp_path / "big.txt", 60000, seed=5)
+    p = start_spilling(estimate_spilling(text, temp, tmp_path / "a.arpa"), temp)
+    p.kill()
+    p.communicate(timeout=60)
+    [left] = list(temp.iterdir())
+    alive = temp / "nplm-estimate-000000000000"     # a running process's folder stays
+    alive.mkdir()
+    (alive / ".nplm-owner").write_text(f"{socket.gethostname()} {os.getppid()}\n")
+    small = zipf_text(tmp_path / "small.txt", 3000, seed=6)
+    r = run(estimate_spilling(small, temp, tmp_path / "b.arpa"))
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    assert f"removed {left}".encode() in r.stderr and b"MiB" in r.stderr, r.stderr.decode()
+    assert list(temp.iterdir()) == [alive]
 
 
 def test_an_interrupt_that_skips_exit_still_leaves_no_temporary_file(tmp_path):
