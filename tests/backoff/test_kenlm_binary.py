@@ -468,6 +468,18 @@ def test_verify(kenlm_binaries, tmp_path, name):
         verify(str(bad))
 
 
+@pytest.mark.parametrize("name", ["ptb5k.o3.probing", "ptb5k.o3.trie-novocab"])
+def test_verify_reports_bytes_after_the_model(kenlm_binaries, tmp_path, name):
+    """Bytes appended to a KenLM binary are not read by a load, so they are left to
+    verify: every build_binary file ends with its last word (or its tables, -v)."""
+    from nplm.verify import verify
+    bad = tmp_path / "appended.bin"
+    bad.write_bytes(open(kenlm_binaries[name], "rb").read() + b"\0tail\0" * 100)
+    assert nplm.Model(str(bad)).score("the company said") == nplm.Model(kenlm_binaries[name]).score("the company said")
+    with pytest.raises(nplm.FormatError, match="600 bytes after the end of the model"):
+        verify(str(bad))
+
+
 ORDER7 = ROOT / "tests" / "data" / "kenlm-order7"
 
 

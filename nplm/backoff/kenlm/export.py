@@ -150,6 +150,18 @@ def _trie(data, vocab_size, path):
 
 # --- probing ----------------------------------------------------------------------------
 
+def _check_end(data, path):
+    """Refuse bytes after the model: its tables, then (unless built with -v) one
+    NUL-terminated word per id; build_binary writes nothing after them."""
+    end = data.layout.end
+    if data.vocab.has_strings:
+        end += sum(len(w.encode("utf-8", "surrogateescape")) + 1 for w in data.vocab.words())
+    size = os.path.getsize(path)
+    if size > end:
+        raise FormatError(f"{size - end:,} bytes after the end of the model (byte {end:,}): not written by "
+                          "build_binary, and not read (the model loads without them)", path)
+
+
 def _live(mem, table, entry):
     keys = mem[table.offset:table.end].reshape(-1, entry)[:, :8].copy().view(np.uint64).ravel()
     return int(np.count_nonzero(keys))
@@ -209,6 +221,7 @@ def check_tables(path):
     Returns a description; raises FormatError naming the file."""
     path = os.fspath(path)
     data = reader.load(path, reader.LAZY)
+    _check_end(data, path)
     size = data.vocab.size
     if data.header.is_trie:
         hashes = data.mem[data.layout.vocab.offset + 8:data.layout.vocab.offset + 8 * size].view(np.uint64)
