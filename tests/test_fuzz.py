@@ -860,3 +860,95 @@ def test_fuzz_kenlm_binary(work, kenlm_raw, name, muts):
     result = outcome(kenlm_answers, path)
     if isinstance(result, Exception):
         assert str(path) in str(result) or "vocabulary strings" in str(result), result
+
+
+# Damage aimed at a KenLM binary's structures: a bit of its header or vocabulary
+# header flipped; 4 KB of the file copied over its trie arrays (unigrams, middle and
+# longest orders); hostile floats or copied bytes in its quantisation tables; its
+# array-compression header and offsets.  The rule: the load refuses the file, or
+# every answer is a finite log10 probability at most 0.  (-inf is not among the
+# hostile values: KenLM stores an ARPA's -inf as it is, and answers it.)
+STRUCTURE_FILES = ["ptb5k.o3.trie", "ptb5k.o3.trie-a22q8b8", "ptb5k.o3.trie-q4b6", "ptb5k.o3.probing-p1.2"]
+HOSTILE_FLOATS = [float("nan"), float("inf"), 5.0, 1e30, -1e30, 0.25, 3.4e38]
+structure_mutation = st.tuples(st.sampled_from(["header", "vocab header", "copy", "quant", "quant copy",
+                                                "bhiksha"]),
+                               st.floats(0, 1), st.floats(0, 1), st.integers(0, 1 << 30))
+
+
+def _kenlm_regions(raw):
+    from nplm.backoff.kenlm import format as fmt
+    header = fmt.parse_header(raw[:4096], len(raw))
+    lay = fmt.layout(header, lambda o, n: raw[o:o + n])
+    arrays = [(lay.unigram.offset, lay.unigram.end)] + [(m.offset, m.end) for m in lay.middle]
+    arrays.append((lay.longest.offset, lay.longest.end))
+    vocab = (lay.vocab.offset, lay.vocab.offset + 8) if header.is_trie else (lay.vocab_header.offset,
+                                                                           lay.vocab_header.end)
+    quant = (lay.quant.offset + 8, lay.quant.offset + lay.quant.size) if header.is_trie and lay.quant else None
+    bhiksha = (lay.middle[0].offset, lay.middle[0].base) if header.is_trie and lay.middle[0].array else None
+    return {"header": (0, header.size), "vocab header": vocab, "copy": arrays, "quant": quant, "bhiksha": bhiksha}
+
+
+def mutate_structure(raw, regions, muts):
+    data = bytearray(raw)
+    for kind, a, b, n in muts:
+        region = regions[kind.split()[0] if kind.startswith("quant") else kind]
+        if region is None:
+            continue
+        if kind == "copy":
+            region = region[n % len(region)]
+        lo, hi = region
+        at = lo + int(a * (hi - lo - 1))
+        if kind in ("copy", "quant copy"):
+            src = int(b * (len(raw) - 4096))
+            size = min(4096, hi - at)
+            data[at:at + size] = raw[src:src + size]
+        elif kind == "quant":
+            at = lo + 4 * int(a * ((hi - lo) // 4 - 1))
+            data[at:at + 4] = struct.pack("<f", HOSTILE_FLOATS[n % len(HOSTILE_FLOATS)])
+        else:
+            data[at] ^= 1 << (n % 8)
+    return bytes(data)
+
+
+def kenlm_log10_probabilities(path, method):
+    """Every log10 probability a client can ask of the file loaded with ``method``."""
+    config = nplm.Config()
+    config.show_progress = False
+    config.arpa_complain = nplm.ARPALoadComplain.NONE
+    config.load_method = method
+    model = nplm.Model(str(path), config)
+    out = [model.score(s) for s in SENTENCES] + [r[0] for s in SENTENCES for r in model.full_scores(s)]
+    out += list(model.score_sentences(SENTENCES * 2))
+    state, nxt = nplm.State(), nplm.State()
+    model.BeginSentenceWrite(state)
+    for w in "the company said it".split():
+        out.append(model.BaseScore(state, w, nxt))
+        state, nxt = nxt, state
+    return np.concatenate([np.asarray(out, dtype=np.float64), model.log10_distribution(state)])
+
+
+@settings(FUZZ, max_examples=_LONG or 1000)     # about 5 s
+@given(name=st.sampled_from(STRUCTURE_FILES), muts=st.lists(structure_mutation, min_size=1, max_size=3),
+       lazy=st.booleans())
+def test_fuzz_kenlm_structures_never_score_absurdly(work, kenlm_raw_structures, name, muts, lazy):
+    """Never a NaN, infinite or positive log10 probability, never a crash: a load that
+    reads the file checks every record; a LAZY one refuses an absurd score."""
+    raw, regions = kenlm_raw_structures[name]
+    path = _write(work / f"structure-{name}.bin", mutate_structure(raw, regions, muts))
+    method = nplm.LoadMethod.LAZY if lazy else nplm.LoadMethod.POPULATE_OR_READ
+    got = outcome(kenlm_log10_probabilities, path, method)
+    if isinstance(got, Exception):
+        assert str(path) in str(got), got
+    else:
+        assert np.isfinite(got).all() and (got <= 0).all(), got[~(np.isfinite(got) & (got <= 0))][:5]
+
+
+@pytest.fixture(scope="module")
+def kenlm_raw_structures():
+    if not KENLM_DIR.is_dir():
+        pytest.skip("../shared/reference/kenlm-binary is absent")
+    out = {}
+    for name in STRUCTURE_FILES:
+        raw = lzma.decompress((KENLM_DIR / f"{name}.bin.xz").read_bytes())
+        out[name] = Reference((raw, _kenlm_regions(raw)))
+    return out

@@ -8,10 +8,13 @@ from nplm._kernels import LMCore, Vocab
 
 class KenlmProbingCore(LMCore):
     def __init__(self, mem: Any, order: int, unigram: Any, middle: list, longest: Any, rest: bool, bos_id: int, eos_id: int) -> Any: ...
+    path: Any
 
 
 class KenlmTrieCore(LMCore):
     def __init__(self, mem: Any, order: int, unigram: Any, orders: list, bos_id: int, eos_id: int) -> Any: ...
+    def check(self) -> Any: ...
+    path: Any
 
 
 class KenlmVocab(Vocab):

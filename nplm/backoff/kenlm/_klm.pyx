@@ -5,10 +5,13 @@
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.math cimport INFINITY
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 import numpy as np
 cimport numpy as cnp
+
+from nplm.errors import FormatError
 
 from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId, MAX_ORDER
 
@@ -184,10 +187,30 @@ cdef class KenlmVocab(Vocab):
 # ---------------------------------------------------------------------------------
 # Scorers.
 
+cdef extern from "kenlm_check.h" nogil:
+    float KLM_VALUE_LIMIT
+
+
+cdef int _check_scores(object path, const Ret *rets, int n) except -1 nogil:
+    """A score no sound file gives (NaN, or beyond the sum of an order's worth of the
+    values kenlm_check.h accepts): a file loaded with LAZY, whose n-grams were not
+    checked at load, is refused on the first use of a damaged one."""
+    cdef int i
+    cdef float p, limit = KLM_VALUE_LIMIT * MAX_ORDER
+    for i in range(n):
+        p = rets[i].prob
+        if not (-limit <= p <= limit) and p != -INFINITY:
+            with gil:
+                raise FormatError(f"corrupt KenLM binary: a log10 probability of {p:g} from its n-grams (a LAZY "
+                                  "load checks only the unigrams at load; nplm verify checks every n-gram)", path)
+    return 0
+
+
 cdef class KenlmProbingCore(LMCore):
     """KenLM's probing data structure (``build_binary probing``, rest costs too)."""
     cdef klm_probing m
     cdef object _mem
+    cdef public object path
 
     def __init__(self, mem, int order, unigram, list middle, longest, bint rest, WordId bos_id,
                  WordId eos_id):
@@ -228,20 +251,28 @@ cdef class KenlmProbingCore(LMCore):
                           Ret *ret) except -1 nogil:
         klm_probing_probe(&self.m, <const klm_state *>ins, w, hint.key, hint.bucket, hint.n,
                           <klm_state *>out, <klm_ret *>ret)
-        return 0
+        return _check_scores(self.path, ret, 1)
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         klm_probing_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
-        return 0
+        return _check_scores(self.path, ret, 1)
 
     cdef int score_words(self, const NState *ins, const WordId *words, int n, NState *out,
                          Ret *rets) except -1 nogil:
         klm_probing_score_run(&self.m, <const klm_state *>ins, words, n, <klm_state *>out, <klm_ret *>rets)
-        return 0
+        return _check_scores(self.path, rets, n)
 
     cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
         klm_probing_context(&self.m, words, n, <klm_state *>out)
         return 0
+
+
+cdef extern from "kenlm_check.h" nogil:
+    ctypedef struct klm_fault:
+        int order
+        uint64_t record
+        const char *what
+    int klm_check_trie(const klm_trie *m, klm_fault *f)
 
 
 cdef class KenlmTrieCore(LMCore):
@@ -249,6 +280,7 @@ cdef class KenlmTrieCore(LMCore):
     array pointer compression)."""
     cdef klm_trie m
     cdef object _mem
+    cdef public object path
 
     def __init__(self, mem, int order, unigram, list orders, WordId bos_id, WordId eos_id):
         """unigram: (offset, records); orders: one dict per order 2..N with the
@@ -309,6 +341,16 @@ cdef class KenlmTrieCore(LMCore):
             t.array_scale = <double>t.array_count / <double>(t.entries + 1)
         return 0
 
+    def check(self):
+        """None when every record is sound (kenlm_check.h), else (order, record, what)."""
+        cdef klm_fault f
+        cdef int bad
+        with nogil:
+            bad = klm_check_trie(&self.m, &f)
+        if bad:
+            return f.order, f.record, f.what.decode()
+        return None
+
     cdef void begin_state(self, NState *out) noexcept nogil:
         out.length = 1
         out.words[0] = self.bos_id
@@ -316,12 +358,12 @@ cdef class KenlmTrieCore(LMCore):
 
     cdef int score_word(self, const NState *ins, WordId w, NState *out, Ret *ret) except -1 nogil:
         klm_trie_score(&self.m, <const klm_state *>ins, w, <klm_state *>out, <klm_ret *>ret)
-        return 0
+        return _check_scores(self.path, ret, 1)
 
     cdef int score_words(self, const NState *ins, const WordId *words, int n, NState *out,
                          Ret *rets) except -1 nogil:
         klm_trie_score_run(&self.m, <const klm_state *>ins, words, n, <klm_state *>out, <klm_ret *>rets)
-        return 0
+        return _check_scores(self.path, rets, n)
 
     cdef int context_state(self, const WordId *words, int n, NState *out) except -1 nogil:
         klm_trie_context(&self.m, words, n, <klm_state *>out)

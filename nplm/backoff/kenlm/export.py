@@ -222,6 +222,7 @@ def check_tables(path):
     path = os.fspath(path)
     data = reader.load(path, reader.LAZY)
     _check_end(data, path)
+    reader.check_values(data.mem, data.layout, data.core, path)
     size = data.vocab.size
     if data.header.is_trie:
         hashes = data.mem[data.layout.vocab.offset + 8:data.layout.vocab.offset + 8 * size].view(np.uint64)

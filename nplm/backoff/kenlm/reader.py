@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from nplm import _kernels
+from nplm.backoff.kenlm import check
 from nplm.backoff.kenlm import format as fmt
 from nplm.backoff.kenlm._klm import KenlmProbingCore, KenlmTrieCore, KenlmVocab
 from nplm.errors import FormatError
@@ -129,11 +130,21 @@ def load(path, load_method=POPULATE_OR_READ):
             vocab, core = _trie(mem, header, layout, strings, path)
         else:
             vocab, core = _probing(mem, header, layout, strings, path)
+        check_values(mem, layout, core, path, records=load_method != LAZY)
     except ValueError as e:
         if isinstance(e, FormatError):
             raise
         raise FormatError(f"corrupt KenLM binary ({e})", path) from None
     return KenlmData(core, vocab, header, layout, mem)
+
+
+def check_values(mem, layout, core, path, records=True):
+    """Refuse values no model holds and a trie's records out of order (check.py);
+    ``records``: every n-gram's too, else the unigrams' and quantisation tables'."""
+    if layout.header.is_trie:
+        check.check_trie(mem, layout, core, path, records)
+    else:
+        check.check_probing(mem, layout, path, records)
 
 
 def _u32(mem, offset):
@@ -156,6 +167,7 @@ def _probing(mem, header, layout, strings, path):
     core = KenlmProbingCore(mem, header.order, (layout.unigram.offset, layout.unigram.buckets),
                             [(t.offset, t.buckets) for t in layout.middle],
                             (layout.longest.offset, layout.longest.buckets), layout.rest, bos, eos)
+    core.path = path
     return vocab, core
 
 
@@ -187,4 +199,5 @@ def _trie(mem, header, layout, strings, path):
     orders = [_bitpacked(m, counts[0], layout.quant, k) for k, m in enumerate(layout.middle)]
     orders.append(_bitpacked(layout.longest, counts[0], layout.quant))
     core = KenlmTrieCore(mem, header.order, (uni.offset, uni.buckets), orders, bos, eos)
+    core.path = path
     return vocab, core

@@ -1,0 +1,128 @@
+/* One pass over a KenLM trie's records, checking what every file build_binary
+ * writes satisfies and a damaged one almost never does: each order's child
+ * pointers start at 0, never decrease and end at the next order's count; the word
+ * ids under each parent are below the vocabulary size and strictly increasing (the
+ * search relies on it); no value is one a model cannot hold (see klm_bad_prob,
+ * klm_bad_backoff).  KenLM's format has no checksums: these invariants are what
+ * turns a damaged file into an error instead of absurd scores. */
+#ifndef NPLM_KENLM_CHECK_H
+#define NPLM_KENLM_CHECK_H
+
+#include <math.h>
+#include "kenlm_query.h"
+
+/* |log10| beyond this (a probability of 10^-10000) is no estimate; -inf is kept
+ * (KenLM stores an ARPA's -inf as it is). */
+#define KLM_VALUE_LIMIT 10000.0f
+
+static inline int klm_bad_prob(float p) {
+    return isnan(p) || p > 0.0f || (p < -KLM_VALUE_LIMIT && !isinf(p));
+}
+
+static inline int klm_bad_backoff(float b) {
+    return !(b >= -KLM_VALUE_LIMIT && b <= KLM_VALUE_LIMIT);
+}
+
+typedef struct {
+    int order;                /* the order whose records are at fault (1: unigrams) */
+    uint64_t record;
+    const char *what;
+} klm_fault;
+
+static inline int klm_fail(klm_fault *f, int order, uint64_t record, const char *what) {
+    f->order = order;
+    f->record = record;
+    f->what = what;
+    return 1;
+}
+
+/* Reads the child pointers of one level (0: the unigrams, k: middle order k + 1)
+ * in increasing record order, as stored (unclamped). */
+typedef struct {
+    const klm_trie *m;
+    const klm_bitpacked *t;   /* NULL: the unigrams */
+    uint64_t high;            /* array compression: the offsets' index for the last record read */
+} klm_pointers;
+
+static inline uint64_t klm_pointer(klm_pointers *p, uint64_t i) {
+    const klm_bitpacked *t = p->t;
+    uint64_t low;
+    if (t == NULL) return klm_load_u64(p->m->unigram + i * 16 + 8);
+    low = klm_read57(t->base, i * t->total_bits + t->total_bits - t->next_bits, t->next_mask);
+    if (t->array == NULL) return low;
+    while (p->high + 1 < t->array_count && t->array[p->high + 1] <= i) p->high++;
+    return (p->high << t->next_bits) | low;
+}
+
+/* The pointers of a level with `records` records (and the end record after them)
+ * cover `children` records in order. */
+static inline int klm_check_pointers(const klm_trie *m, const klm_bitpacked *t, int order, uint64_t records,
+                                     uint64_t children, klm_fault *f) {
+    klm_pointers p = {m, t, 0};
+    uint64_t i, prev = 0, ptr;
+    if (t != NULL && t->array != NULL) {
+        for (i = 1; i < t->array_count; i++)
+            if (t->array[i] < t->array[i - 1]) return klm_fail(f, order, i, "pointer offsets out of order");
+    }
+    for (i = 0; i <= records; i++) {
+        ptr = klm_pointer(&p, i);
+        if ((i == 0 && ptr != 0) || ptr < prev || ptr > children)
+            return klm_fail(f, order, i, "child pointers out of order");
+        prev = ptr;
+    }
+    if (prev != children) return klm_fail(f, order, records, "child pointers that do not cover the next order");
+    return 0;
+}
+
+/* The records of t (order `order`), whose parents are the level `parent`: word ids
+ * in range and increasing under each parent, values sound. */
+static inline int klm_check_records(const klm_trie *m, const klm_bitpacked *parent, uint64_t parents,
+                                    const klm_bitpacked *t, int order, int longest, klm_fault *f) {
+    klm_pointers p = {m, parent, 0};
+    uint64_t i, j = 0, boundary = parents ? klm_pointer(&p, 1) : t->entries, word, bit;
+    int64_t prev = -1;
+    for (i = 0; i < t->entries; i++) {
+        while (i >= boundary && j < parents) {
+            j++;
+            boundary = j < parents ? klm_pointer(&p, j + 1) : t->entries;
+            prev = -1;
+        }
+        bit = i * t->total_bits;
+        word = klm_read57(t->base, bit, t->word_mask);
+        if (word >= t->max_vocab) return klm_fail(f, order, i, "word ids outside the vocabulary");
+        if ((int64_t)word <= prev) return klm_fail(f, order, i, "word ids out of order");
+        prev = (int64_t)word;
+        if (t->prob_table != NULL) continue;       /* quantised: the tables are checked */
+        bit += t->word_bits;
+        if (klm_bad_prob(klm_read_nonpos31(t->base, bit)))
+            return klm_fail(f, order, i, "a probability no model holds");
+        if (!longest && klm_bad_backoff(klm_read_float32(t->base, bit + 31)))
+            return klm_fail(f, order, i, "a back-off no model holds");
+    }
+    return 0;
+}
+
+/* 0 when the trie's records are sound, else 1 with *f saying where they are not. */
+static inline int klm_check_trie(const klm_trie *m, klm_fault *f) {
+    uint64_t words = m->n_unigram - 2, w, parents = words;
+    const klm_bitpacked *parent = NULL, *t;
+    const uint8_t *u;
+    int k;
+    for (w = 0; w < words; w++) {
+        u = m->unigram + w * 16;
+        if (klm_bad_prob(klm_load_float(u))) return klm_fail(f, 1, w, "a probability no model holds");
+        if (klm_bad_backoff(klm_load_float(u + 4))) return klm_fail(f, 1, w, "a back-off no model holds");
+    }
+    if (klm_check_pointers(m, NULL, 1, words, m->first_entries, f)) return 1;
+    for (k = 0; k < m->order - 1; k++) {
+        int longest = k == m->order - 2;
+        t = longest ? &m->longest : &m->middle[k];
+        if (!longest && klm_check_pointers(m, t, k + 2, t->entries, t->next_entries, f)) return 1;
+        if (klm_check_records(m, parent, parents, t, k + 2, longest, f)) return 1;
+        parent = t;
+        parents = t->entries;
+    }
+    return 0;
+}
+
+#endif
