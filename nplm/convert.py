@@ -18,7 +18,6 @@ entries for missing suffixes; they come back as n-grams with their backed-off
 probability, which leaves every score unchanged.
 """
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from nplm.errors import FormatError
 from nplm.io import container
 from nplm.io.atomic import same_file
 from nplm.io.files import open_binary
+from nplm.io.resources import ThreadPool
 from nplm.neural import isi
 from nplm.neural import quantized_files as quantize
 from nplm.neural.network import NeuralNet
@@ -213,7 +213,7 @@ def tables_from_binary(path, threads=2):
                     np.empty(cap, np.float32))  # noqa: B023
             got = probe_groups(data.core, P, np.clip(ctx_off, lo, hi), cand, word_off, *bufs)  # noqa: B023
             return got, bufs
-        with ThreadPoolExecutor(len(spans)) as pool:
+        with ThreadPool(len(spans)) as pool:
             results = list(pool.map(probe, spans))
         found = sum(g for g, _ in results) if all(g >= 0 for g, _ in results) else -1
         if found != cap:

@@ -63,3 +63,20 @@ print(os.environ.get("OPENBLAS_NUM_THREADS"))
 """, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "1"
+
+
+def test_a_thread_the_limit_does_not_allow_is_a_clear_error(tmp_path):
+    """build-binary reads its ARPA in a second thread; under a limit that leaves no room
+    for a thread's stack, one line says so (it was a RuntimeError traceback)."""
+    from _bounded import ROOT
+    r = run_python(f"""
+import resource, threading
+from nplm.cli.main import main
+vm = {VM}
+resource.setrlimit(resource.RLIMIT_AS, (vm + (4 << 20), vm + (4 << 20)))
+print("status", main(["build-binary", {str(ROOT / "examples" / "toy.arpa")!r}, {str(tmp_path / "m.bin")!r}]))
+""", timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["status", "1"], r.stdout
+    assert r.stderr.startswith("nplm: error: out of memory: cannot start a thread") and "Traceback" not in r.stderr
+    assert not (tmp_path / "m.bin").exists()

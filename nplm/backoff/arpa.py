@@ -33,7 +33,6 @@ import stat
 import threading
 import warnings
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -43,6 +42,7 @@ from nplm.io import container
 from nplm.io.atomic import text_output
 from nplm.io.files import decompressed, open_binary
 from nplm.io.progress import tqdm
+from nplm.io.resources import ThreadPool, start_thread
 from nplm.io.text import word_bytes, word_str
 
 try:
@@ -114,7 +114,7 @@ def _chunks(f, size):
             q.put(e)
 
     t = threading.Thread(target=work, name="nplm-arpa-reader", daemon=True)
-    t.start()
+    start_thread(t)
     try:
         while True:
             item = q.get()
@@ -151,7 +151,7 @@ class _Reader:
         self.vocab = None
         self.bar = None
         self.on_read = on_read
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-arpa-parse")
+        self.pool = ThreadPool(max_workers=1, thread_name_prefix="nplm-arpa-parse")
         self.split = _idle_core() if SPLIT is None else SPLIT
         if progress:
             self.bar = tqdm(total=plain_size, unit="B", unit_scale=True, desc=os.path.basename(str(path)))
@@ -638,7 +638,7 @@ def write_sections(out, vocab, counts, comments, blocks, progress=False):
     if progress:
         bar = tqdm(total=sum(counts), unit="ngram", unit_scale=True, desc="write ARPA")
     order = len(counts)
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPool(max_workers=2) as pool:
         for k in range(order):
             out.write(b"\n\\%d-grams:\n" % (k + 1))
             written = 0

@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from nplm.io.files import open_binary
 
@@ -181,3 +182,31 @@ def check_blas_room(threads):
         raise OSError(errno.ENOMEM, f"the address-space limit (ulimit -v) leaves {left >> 20} MiB, but the BLAS "
                                     f"library of the neural kernels needs about {need >> 20} MiB for its work "
                                     "buffers; raise the limit")
+
+
+_NO_THREAD = ("cannot start a thread: the address-space or process limit is reached (ulimit -v / -u); "
+              "raise it, or run where more memory is free")
+
+
+def start_thread(thread):
+    """``thread.start()``, a thread the limits do not allow being a MemoryError saying
+    so (Python raises RuntimeError("can't start new thread"))."""
+    try:
+        thread.start()
+    except RuntimeError as e:
+        if "can't start new thread" not in str(e):
+            raise
+        raise MemoryError(_NO_THREAD) from None
+
+
+class ThreadPool(ThreadPoolExecutor):
+    """ThreadPoolExecutor whose submit (which starts the threads) reports a thread the
+    limits do not allow as start_thread does."""
+
+    def submit(self, *args, **kwargs):
+        try:
+            return super().submit(*args, **kwargs)
+        except RuntimeError as e:
+            if "can't start new thread" not in str(e):
+                raise
+            raise MemoryError(_NO_THREAD) from None

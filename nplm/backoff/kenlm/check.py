@@ -89,7 +89,8 @@ def _check_quant(mem, quant, order, path):
     tables.append((order, mem[quant.longest:quant.longest + 4 * size].view(np.float32), None))
     for n, probs, backoffs in tables:
         what = f"quantisation table of the {_ngrams(n)}"
-        if _bad_prob(probs).any() or (backoffs is not None and _bad_backoff(backoffs).any()):
+        # (KenLM fills the bins a small model leaves unused with -inf)
+        if _bad_prob(probs).any() or (backoffs is not None and (_bad_backoff(backoffs) & ~np.isneginf(backoffs)).any()):
             raise FormatError(f"corrupt KenLM binary: a value no model holds in the {what}", path)
         # the bins are sorted (back-offs after the two bins of -0.0 and +0.0)
         if (np.diff(probs) < 0).any() or (backoffs is not None and (np.diff(backoffs[2:]) < 0).any()):

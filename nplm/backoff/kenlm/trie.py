@@ -6,7 +6,6 @@ Each order's n-grams are sorted by their words newest first (a reversed n-gram
 contiguous in the next order: an entry stores its oldest word, its weights and
 where its children begin.  Word ids are the ranks of the words' hashes.
 """
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -15,7 +14,7 @@ from nplm.backoff.kenlm.format import BHIKSHA_VERSION, QUANT_VERSION, SEARCH_VER
 from nplm.backoff.kenlm.prepare import kenlm_backoffs, strings, where
 from nplm.backoff.kenlm.trie_blanks import add_blanks
 from nplm.errors import FormatError
-from nplm.io.resources import check_available
+from nplm.io.resources import ThreadPool, check_available
 
 
 class Level:
@@ -61,7 +60,7 @@ def _sorted_level(tables, vocab, n, bound):
 
 def _sorted_levels(tables, vocab, bound):
     """_sorted_level of every order, two orders at a time (the sorts release the GIL)."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPool(max_workers=2) as pool:
         jobs = {n: pool.submit(_sorted_level, tables, vocab, n, bound) for n in range(2, tables.order + 1)}
         return {n: job.result() for n, job in jobs.items()}
 

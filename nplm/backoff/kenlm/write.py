@@ -6,7 +6,6 @@ Options(...))`` with build_binary's settings, or from an ARPA file
 """
 import errno
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -19,7 +18,7 @@ from nplm.backoff.kenlm.format import PROBING_VOCAB_VERSION, SEARCH_VERSION, Hea
 from nplm.backoff.kenlm.prepare import Vocab, check_probs, kenlm_backoffs, strings, where
 from nplm.errors import FormatError
 from nplm.io.atomic import atomic_write
-from nplm.io.resources import arpa_header_counts, check_available
+from nplm.io.resources import ThreadPool, arpa_header_counts, check_available
 
 PROBING, TRIE = "probing", "trie"
 DEFAULT_MULTIPLIER = 1.5              # build_binary's -p
@@ -180,7 +179,7 @@ class _StreamedProbing:
 
     def __init__(self, opts, messages):
         self.opts, self.messages = opts, messages
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nplm-kenlm-probing")
+        self.pool = ThreadPool(max_workers=1, thread_name_prefix="nplm-kenlm-probing")
         self.jobs, self.failed, self.builder = [], False, None
 
     def read(self, tables, counts):
