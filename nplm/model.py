@@ -242,6 +242,9 @@ class Model(_kernels.ModelBase):
 
     def __init__(self, path: Union[str, bytes, os.PathLike], config: Optional["Config"] = None,
                  normalization: Optional[str] = None, cache_size: Optional[int] = None) -> None:
+        if getattr(self, "_data", None) is not None:
+            # another thread may be scoring with the tables a reload would free
+            raise RuntimeError("this nplm.Model is already loaded: load another file into a new Model")
         config = _as_config(config)
         raw = _as_path_bytes(path)
         self.path = os.path.abspath(raw)

@@ -172,3 +172,28 @@ def test_mixture_with_neural_component_from_threads(tmp_path):
     mix = nplm.interpolate([str(net_path), str(kn)], [0.4, 0.6])
     sents = [" ".join(rng.choice(words + ["oov"]) for _ in range(rng.randint(0, 10))) for _ in range(60)]
     hammer(mix, sents, rounds=2)
+
+
+def test_a_loaded_model_is_not_reloaded_under_other_threads():
+    """Model.__init__ again on a loaded model would free the tables another thread is
+    scoring with (a segfault): it is refused, and the model goes on answering."""
+    config = nplm.Config()
+    config.arpa_complain = nplm.ARPALoadComplain.NONE
+    config.show_progress = False
+    model = nplm.Model(str(TOY_ARPA), config)
+    expected = model.score("the cat sat on the mat")
+    stop, seen = threading.Event(), []
+
+    def score():
+        while not stop.is_set():
+            seen.append(model.score("the cat sat on the mat"))
+
+    worker = threading.Thread(target=score)
+    worker.start()
+    try:
+        with pytest.raises(RuntimeError, match="already loaded"):
+            model.__init__(str(TOY_ARPA), config)
+    finally:
+        stop.set()
+        worker.join()
+    assert set(seen) == {expected} and model.score("the cat sat on the mat") == expected
