@@ -21,6 +21,9 @@ COMMANDS = {
     "build-binary trie": lambda out: ["build-binary", "trie", ARPA, out],
     "build-binary nplm": lambda out: ["build-binary", "nplm", ARPA, out],
     "convert": lambda out: ["convert", ARPA, out, "--to", "arpa"],
+    "estimate --binary": lambda out: ["estimate", "-o", "3", "--text", TEXT, "--binary", out, "--quiet"],
+    "count": lambda out: ["count", "-o", "3", "--text", TEXT, "--output", out, "--quiet"],
+    "cluster": lambda out: ["cluster", "--text", TEXT, "-c", "3", "-o", out, "--quiet"],
 }
 
 
