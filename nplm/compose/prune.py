@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 
 from nplm.compose.distil import DistilConfig, load_model, run_pipeline
-from nplm.compose.interpolate import InterpolatedModel, interpolate
+from nplm.compose.interpolate import InterpolatedModel, interpolate, is_spec, read_spec
 from nplm.evaluate import evaluate
 from nplm.io.text import utf8_lines
 
@@ -80,12 +80,19 @@ def prune(model, tables, *, threshold=None, target_size=None, reference=None, th
     return Pruned(out, info["prune_threshold"], list(tables.counts), list(out.counts))
 
 
-def mixture(models, weights=None, tune=None):
-    """The dynamic linear mixture of ``models`` (paths or loaded models), its weights
-    given or tuned by EM on the text ``tune``; (InterpolatedModel, TuneResult or None)."""
-    mix_model = interpolate(list(models), weights, "linear")
-    result = mix_model.tune(tune) if tune is not None else None
-    return mix_model, result
+def mixture(models, weights=None, unknown="split"):
+    """The dynamic linear mixture of ``models`` (back-off model paths) and their paths:
+    the weights given (default uniform), or those of ``models``, one path of a linear
+    interpolation spec (nplm interpolate) of back-off models, when it is one."""
+    models = list(models)
+    if len(models) == 1 and is_spec(models[0]):
+        spec = read_spec(models[0])
+        if spec["mode"] != "linear" or spec.get("bucket_by") is not None or weights is not None:
+            raise ValueError(f"{models[0]}: a static mixture takes a linear spec with one weight per "
+                             "component (and no other weights)")
+        models = [m if isinstance(m, str) else m["path"] for m in spec["models"]]
+        weights, unknown = spec["weights"], spec.get("unknown", "split")
+    return interpolate(models, weights, "linear", unknown=unknown), models
 
 
 def mix(mix_model, tables, *, threads=1, progress=False):
