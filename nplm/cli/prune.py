@@ -46,7 +46,9 @@ def _add_output(p):
     p.add_argument("--type", choices=OUTPUT_TYPES,
                    help="output format: arpa (the default; .gz/.bz2/.xz compressed by extension), KenLM's "
                         "probing or trie binary, or nplm's binary (the default for a name ending in .nplm)")
-    p.add_argument("-q", dest="prob_bits", type=int, metavar="B", help="trie: quantise probabilities to B bits")
+    p.add_argument("-q", dest="q", nargs="?", const=True, metavar="B",
+                   help="alone: no progress on stderr; with B: trie, quantise probabilities to B bits")
+    p.add_argument("--quiet", action="store_true", help="no progress or statistics on stderr")
     p.add_argument("-b", dest="backoff_bits", type=int, metavar="B",
                    help="trie: quantise back-offs to B bits (needs -q)")
     p.add_argument("-a", dest="pointer_bits", type=int, metavar="B",
@@ -57,10 +59,19 @@ def _add_output(p):
 
 
 def _output_type(args):
+    """(format, binary writer options) of the output; -q alone is --quiet."""
+    prob_bits = None
+    if args.q is True:
+        args.quiet, args.progress = True, False
+    elif args.q is not None:
+        try:
+            prob_bits = int(args.q)
+        except ValueError:
+            raise ValueError(f"-q takes a number of bits (or nothing, for quiet), not {args.q!r}") from None
     kind = args.type or ("nplm" if args.out.endswith(".nplm") else "arpa")
-    binary = dict(prob_bits=args.prob_bits, backoff_bits=args.backoff_bits, pointer_bits=args.pointer_bits)
+    binary = dict(prob_bits=prob_bits, backoff_bits=args.backoff_bits, pointer_bits=args.pointer_bits)
     if kind == "arpa" and any(v is not None for v in binary.values()):
-        raise ValueError("-q/-b/-a apply to a binary output (--type trie)")
+        raise ValueError("-q B, -b and -a apply to a binary output (--type trie)")
     if kind != "arpa":
         kenlm_write.check_options(kind, **binary)     # (bad bits fail before the work)
     return kind, binary

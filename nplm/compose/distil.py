@@ -632,15 +632,21 @@ def favour_stage(t, s, logprob, cfg, bos_lp, info):
     return logprob, bows
 
 
-def run_pipeline(teacher, cfg, info=None):
-    """Run every stage for a ``DistilConfig``; NGramTables.  ``info`` (a dict), if
-    given, gets what the stages chose (``favour``, ``favour_tried``)."""
+def scored_structure(teacher, cfg):
+    """Stages 1-4 for a ``DistilConfig``: (Teacher, Structure, logprob, bows, p)."""
     cfg.check()            # (the options first: loading a teacher can take seconds)
     t = prepare_teacher(teacher, cfg)
     s = build_structure(t.V, collect_candidates(t, cfg))
     logprob = score_structure(t, s, cfg.progress)
-    bos_lp = float(np.clip(logprob[1][t.bos], -99.0, 0.0))
     bows, p = compute_backoffs(s, logprob, t.predictable())
+    return t, s, logprob, bows, p
+
+
+def run_pipeline(teacher, cfg, info=None):
+    """Run every stage for a ``DistilConfig``; NGramTables.  ``info`` (a dict), if
+    given, gets what the stages chose (``favour``, ``favour_tried``, ``prune_threshold``)."""
+    t, s, logprob, bows, p = scored_structure(teacher, cfg)
+    bos_lp = float(np.clip(logprob[1][t.bos], -99.0, 0.0))
     s, logprob, pruned_bows = prune_stage(t, s, logprob, p, cfg.prune_to, cfg.prune_threshold, info)
     bows = pruned_bows if pruned_bows is not None else bows
     if cfg.continuation and s.order > 1:

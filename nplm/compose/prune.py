@@ -25,8 +25,9 @@ import dataclasses
 
 import numpy as np
 
-from nplm.compose.distil import DistilConfig, load_model, run_pipeline
+from nplm.compose.distil import DistilConfig, load_model, run_pipeline, scored_structure
 from nplm.compose.interpolate import InterpolatedModel, interpolate, is_spec, read_spec
+from nplm.compose.ngram_structure import prune_scores
 from nplm.evaluate import evaluate
 from nplm.io.text import utf8_lines
 
@@ -78,6 +79,18 @@ def prune(model, tables, *, threshold=None, target_size=None, reference=None, th
     out = run_pipeline(scorer, cfg, info)
     out.comments = ["pruned by nplm"]
     return Pruned(out, info["prune_threshold"], list(tables.counts), list(out.counts))
+
+
+def criteria(model, tables, reference=None):
+    """Stolcke's criterion of every n-gram of orders >= 2 (before any is pruned):
+    {n: (words, D)}, words a (count, n) object array of the n-grams' words, D their
+    relative entropy change in nats (the perplexity grows by exp(D) - 1 of itself)."""
+    scorer = load_model(model if reference is None else reference)
+    cfg = DistilConfig(order=tables.order, ngrams=tables)
+    t, s, logprob, _, p = scored_structure(scorer, cfg)
+    D = prune_scores(s, logprob, p, t.bos, t.eos)
+    words = np.array(t.words, dtype=object)
+    return {n: (words[s.rows(n)], D[n]) for n in range(2, s.order + 1)}
 
 
 def mixture(models, weights=None, unknown="split"):
