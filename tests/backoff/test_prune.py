@@ -9,13 +9,14 @@ import subprocess
 import kenlm
 import numpy as np
 import pytest
+from _brute import Backoff, context_sums, estimate, kenlm_log10, listed, relative_entropy, write_corpus
 
 import nplm.cli.prune  # noqa: F401 (registers the commands)
-from _brute import Backoff, context_sums, estimate, kenlm_log10, listed, relative_entropy, write_corpus
-from helpers import kenlm_program, make_net
 from nplm.cli.main import main
 from nplm.compose import prune as lib
 from nplm.convert import backoff_tables
+
+from helpers import kenlm_program, make_net
 
 
 @pytest.fixture(scope="module")
