@@ -22,7 +22,7 @@ __all__ = ["command", "main", "build_parser"]
 
 # The command families, each registering its commands, in the order `nplm --help`
 # lists them.
-FAMILIES = ("query", "backoff", "neural", "compose", "files", "reproduce", "shim")
+FAMILIES = ("query", "backoff", "neural", "compose", "prune", "files", "reproduce", "shim")
 for _family in FAMILIES:
     importlib.import_module(f"nplm.cli.{_family}")
 

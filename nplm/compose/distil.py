@@ -53,6 +53,7 @@ per n-gram.  Temporary files (the spilled runs, the pool drawn here) go to
 import contextlib
 import dataclasses
 import functools
+import math
 import os
 import resource
 import time
@@ -124,6 +125,7 @@ class DistilConfig:
     top_k_min_count: int = 2
     lower_teacher: object = None
     prune_to: object = None
+    prune_threshold: object = None
     continuation: object = False
     threads: int = 1
     progress: bool = False
@@ -143,6 +145,11 @@ class DistilConfig:
         p = self.prune_to
         if p is not None and (isinstance(p, bool) or int(p) != p or p < 1):
             raise ValueError(f"prune_to is the number of n-grams of orders >= 2 to keep (>= 1), not {p!r}")
+        th = self.prune_threshold
+        if th is not None and p is not None:
+            raise ValueError("give prune_to or prune_threshold, not both")
+        if th is not None and (isinstance(th, bool) or not 0 <= th < math.inf):
+            raise ValueError(f"prune_threshold is a relative perplexity increase (>= 0), not {th!r}")
         if not 1 <= self.order <= 16:
             raise ValueError(f"order {self.order} outside 1..16")
         c = self.continuation
@@ -433,6 +440,13 @@ def model_rows(t, ngrams, order):
     return {n: m[tables.ids[n - 1]] for n in range(2, min(order, tables.order) + 1)}
 
 
+def _ngram_sources(ngrams):
+    """``ngrams`` as a list of back-off models (one, several, or none)."""
+    if ngrams is None:
+        return []
+    return list(ngrams) if isinstance(ngrams, (list, tuple)) else [ngrams]
+
+
 def collect_candidates(t, cfg):
     """Stage 2: {n: rows} of every listed n-gram of orders 2..order (duplicates allowed)."""
     rows = {n: [] for n in range(2, cfg.order + 1)}
@@ -447,8 +461,8 @@ def collect_candidates(t, cfg):
             rows[n].append(r[c >= thresholds[n]])
     for n, r in sampled_rows(t, cfg).items():
         rows[n].append(r)
-    if cfg.ngrams is not None:
-        for n, r in model_rows(t, cfg.ngrams, cfg.order).items():
+    for source in _ngram_sources(cfg.ngrams):
+        for n, r in model_rows(t, source, cfg.order).items():
             rows[n].append(r)
     if cfg.text is None and cfg.ngrams is None and cfg.sample_text is None and not cfg.sample_tokens:
         raise ValueError("give a text or a back-off model whose n-grams to list")
@@ -560,12 +574,18 @@ def score_structure(t, s, progress=False):
     return {n: t.score(s.rows(n)) for n in it}
 
 
-def prune_stage(t, s, logprob, p, target):
+def prune_stage(t, s, logprob, p, target, threshold=None, info=None):
     """Stage 5: (Structure, logprob, bows) pruned to at most ``target`` n-grams of
-    orders >= 2 (unchanged when None)."""
-    if target is None:
+    orders >= 2, or of the n-grams whose pruning raises perplexity by less than the
+    fraction ``threshold`` (SRILM's -prune); unchanged when both are None.  ``info``
+    gets the threshold applied (``prune_threshold``, as a perplexity ratio - 1)."""
+    if target is None and threshold is None:
         return s, logprob, None
-    s, logprob = prune_structure(s, logprob, p, int(target), t.bos, t.eos)
+    nats = None if threshold is None else math.log1p(threshold)
+    s, logprob, theta = prune_structure(s, logprob, p, None if target is None else int(target),
+                                        t.bos, t.eos, threshold=nats)
+    if info is not None:
+        info["prune_threshold"] = math.expm1(theta)
     bows, _ = compute_backoffs(s, logprob, t.predictable())
     return s, logprob, bows
 
@@ -612,16 +632,22 @@ def favour_stage(t, s, logprob, cfg, bos_lp, info):
     return logprob, bows
 
 
-def run_pipeline(teacher, cfg, info=None):
-    """Run every stage for a ``DistilConfig``; NGramTables.  ``info`` (a dict), if
-    given, gets what the stages chose (``favour``, ``favour_tried``)."""
+def scored_structure(teacher, cfg):
+    """Stages 1-4 for a ``DistilConfig``: (Teacher, Structure, logprob, bows, p)."""
     cfg.check()            # (the options first: loading a teacher can take seconds)
     t = prepare_teacher(teacher, cfg)
     s = build_structure(t.V, collect_candidates(t, cfg))
     logprob = score_structure(t, s, cfg.progress)
-    bos_lp = float(np.clip(logprob[1][t.bos], -99.0, 0.0))
     bows, p = compute_backoffs(s, logprob, t.predictable())
-    s, logprob, pruned_bows = prune_stage(t, s, logprob, p, cfg.prune_to)
+    return t, s, logprob, bows, p
+
+
+def run_pipeline(teacher, cfg, info=None):
+    """Run every stage for a ``DistilConfig``; NGramTables.  ``info`` (a dict), if
+    given, gets what the stages chose (``favour``, ``favour_tried``, ``prune_threshold``)."""
+    t, s, logprob, bows, p = scored_structure(teacher, cfg)
+    bos_lp = float(np.clip(logprob[1][t.bos], -99.0, 0.0))
+    s, logprob, pruned_bows = prune_stage(t, s, logprob, p, cfg.prune_to, cfg.prune_threshold, info)
     bows = pruned_bows if pruned_bows is not None else bows
     if cfg.continuation and s.order > 1:
         bows = continuation_stage(t, s, logprob, cfg.continuation, cfg.progress, cfg.continuation_contexts)
@@ -646,8 +672,8 @@ def distil(teacher, order, text=None, **options):
     **options
         The fields of ``DistilConfig``:
 
-        - ``ngrams``: a back-off model (NGramTables or ARPA path) whose n-grams are
-          listed too;
+        - ``ngrams``: a back-off model (NGramTables or ARPA path), or a list of
+          them, whose n-grams are listed too;
         - ``min_count``: per-order count thresholds for the text's n-grams (int, or a
           list for orders 2..N, the last repeated);
         - ``sample_text``: text sampled from the teacher (``nplm sample``), whose
@@ -662,6 +688,8 @@ def distil(teacher, order, text=None, **options):
           ``order`` (default: the teacher), except for n-grams that start with ``<s>``;
         - ``prune_to``: relative-entropy pruning to at most this many n-grams of
           orders >= 2;
+        - ``prune_threshold``: instead, prune every n-gram whose removal raises the
+          perplexity by less than this fraction (SRILM's ``ngram -prune``);
         - ``continuation``: k > 0: after pruning, replace the probabilities of orders
           1..k by the teacher's expected leftover mass of their longer contexts, the
           shape a back-off distribution needs (``nplm.compose.continuation``).

@@ -10,7 +10,11 @@ with p_lower the table's own (listed, by the suffix closure) lower-order probabi
 Relative-entropy pruning (Stolcke 1998) removes the n-grams whose removal changes the
 model least, D = P(h) [p log(p / p') + (1 - sum_listed p(.|h)) log(bow / bow')],
 keeping every n-gram that is the context or the lower-order n-gram of a kept one; the
-threshold is found by bisection so the table meets a target n-gram count.  P(h) is
+threshold is given, or found by bisection so the table meets a target n-gram count.
+D measures the change of the context's own distribution (Stolcke's approximation, as
+SRILM): a longer context that backs off through h is not counted.  D of order n
+depends on orders 1..n only, so one pass scoring every order equals SRILM's pruning
+of the highest order first.  P(h) is
 the table's own chain-rule probability of h, with P(<s>) taken as the unigram
 probability of </s> (one sentence start per sentence end).
 """
@@ -169,7 +173,8 @@ def prune_scores(s, logprob, p, bos, eos):
             term = pw * (np.log(pw) - np.log(bow_new * q))
             term += np.where(num_c > 0, num_c * (np.log(np.maximum(num_c / den_c, 1e-300)) - np.log(bow_new)),
                              0.0)
-        D[n] = np.exp(logP[n - 1][ctx] * ln10) * term
+        d = np.exp(logP[n - 1][ctx] * ln10) * term
+        D[n] = np.where(np.isnan(d), np.inf, d)     # (no n-gram is pruned on a NaN)
     return D
 
 
@@ -189,15 +194,12 @@ def keep_masks(s, D, theta):
     return keep
 
 
-def prune_structure(s, logprob, p, target, bos, eos):
-    """(Structure, logprob) after pruning to at most ``target`` n-grams of orders
-    >= 2 (unigrams are never pruned)."""
-    total = sum(s.count(n) for n in range(2, s.order + 1))
-    if target >= total:
-        return s, logprob
-    D = prune_scores(s, logprob, p, bos, eos)
+def threshold_for_size(s, D, target):
+    """The smallest criterion value among the n-grams' (and +inf) whose threshold keeps
+    at most ``target`` n-grams of orders >= 2: the most a threshold can keep within
+    it, since the count kept only falls as the threshold rises."""
     cands = unique_sorted(np.concatenate([D[n] for n in range(2, s.order + 1)]))
-    cands = np.append(cands, np.inf)
+    cands = np.append(cands[np.isfinite(cands)], np.inf)
     lo, hi = 0, len(cands) - 1          # kept(cands[hi]) <= target always (inf prunes all it may)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -206,7 +208,11 @@ def prune_structure(s, logprob, p, target, bos, eos):
             hi = mid
         else:
             lo = mid + 1
-    keep = keep_masks(s, D, cands[hi])
+    return float(cands[hi])
+
+
+def apply_keep(s, logprob, keep):
+    """(Structure, logprob) of the n-grams ``keep`` (keep_masks) marks; unigrams all."""
     rows = {n: s.rows(n)[keep[n]] for n in range(2, s.order + 1)}
     new = build_structure(s.V, rows)
     new_lp = {1: logprob[1]}
@@ -214,3 +220,15 @@ def prune_structure(s, logprob, p, target, bos, eos):
         # build_structure sorts by the same keys, so the kept rows keep their order
         new_lp[n] = logprob[n][keep[n]]
     return new, new_lp
+
+
+def prune_structure(s, logprob, p, target, bos, eos, threshold=None):
+    """(Structure, logprob, theta) after pruning to at most ``target`` n-grams of
+    orders >= 2, or (``threshold`` given instead) of every n-gram whose criterion D
+    (nats) is below it; unigrams are never pruned.  theta: the threshold applied."""
+    total = sum(s.count(n) for n in range(2, s.order + 1))
+    if threshold is None and target >= total:
+        return s, logprob, 0.0
+    D = prune_scores(s, logprob, p, bos, eos)
+    theta = threshold_for_size(s, D, target) if threshold is None else threshold
+    return (*apply_keep(s, logprob, keep_masks(s, D, theta)), theta)
