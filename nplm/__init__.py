@@ -14,14 +14,13 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # scipy's BLAS, which only the neural kernels use, loads with the first neural model
 # or training run (nplm.neural._blas), not here: importing it would take most of the
 # start-up time of ``import nplm`` and of every ``nplm`` command.
+# Only what querying a model needs is imported here; estimation, interpolation,
+# rescoring and the binary writers load on first use (``nplm.estimate`` etc.), so a
+# worker process that scores with one KenLM binary holds little beyond numpy.
 from nplm import _compat
 from nplm._kernels import FullScoreReturn, State, Vocab
-from nplm.backoff.kenlm import write as _kenlm_write
-from nplm.backoff.kneser_ney import estimate
-from nplm.compose.interpolate import InterpolatedModel, interpolate
-from nplm.compose.rescore import rescore
 from nplm.errors import FormatError, ModelLoadError
-from nplm.model import ARPALoadComplain, Config, LanguageModel, LoadMethod, Model
+from nplm.model import ARPALoadComplain, Config, LanguageModel, LoadMethod, Model, register_file_kind
 
 __version__ = "0.1.0"
 
@@ -30,11 +29,26 @@ __all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "Load
            "interpolate", "InterpolatedModel", "rescore", "install_as_kenlm"]
 
 
+def _load_spec(path, config, stream):
+    # interpolation specs load with nplm.compose.interpolate, imported at the first one
+    return importlib.import_module("nplm.compose.interpolate").load_spec(path, config, stream)
+
+
+register_file_kind("spec", _load_spec)
+
 # The flat layout's module names (nplm.corpus, nplm.arpa, ...) keep working, deprecated.
 _compat.install()
 
 
+_LAZY = {"estimate": "nplm.backoff.kneser_ney", "interpolate": "nplm.compose.interpolate",
+         "InterpolatedModel": "nplm.compose.interpolate", "rescore": "nplm.compose.rescore"}
+
+
 def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     if name in _compat.MOVED:
         return importlib.import_module(f"nplm.{name}")
     if name in _SUBPACKAGES:
@@ -53,7 +67,12 @@ def build_binary(arpa_path, out_path, type=None, **options):
     allow_missing_markers=True for -s); ``"nplm"`` writes nplm's own format.  With no
     type, an output named ``*.nplm`` gets nplm's format and any other name KenLM's
     probing format (build_binary's default).  Returns the type written."""
-    return _kenlm_write.build_binary_from_arpa(arpa_path, out_path, type, **options)
+    write = importlib.import_module("nplm.backoff.kenlm.write")
+    return write.build_binary_from_arpa(arpa_path, out_path, type, **options)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def install_as_kenlm():

@@ -5,6 +5,7 @@ or an ARPA file (plain or compressed).  Scoring itself lives in
 ``_kernels.ModelBase`` and is the same code for every kind.
 """
 import difflib
+import importlib
 import errno
 import operator
 import os
@@ -14,16 +15,14 @@ from typing import Iterable, Optional, Union
 import numpy as np
 
 from nplm import _kernels
-from nplm.backoff import arpa
-from nplm.backoff import binary as backoff
-from nplm.backoff.kenlm import reader as kenlm_binary
 from nplm.errors import FormatError, ModelLoadError
-from nplm.io import container
 from nplm.io.files import sniff
 from nplm.io.resources import binary_fits, check_arpa, check_binary_populate
-from nplm.neural import query as neural_model
-from nplm.neural._query import omp_threads
-from nplm.neural.query import batch_log10, sentence_items
+
+# A worker process that queries one model imports only that model's reader: the ARPA
+# parser, nplm's binary layouts and the neural kernels (scipy's BLAS) are imported by
+# the load that needs them.
+_lazy = importlib.import_module
 
 
 class LoadMethod:
@@ -196,18 +195,18 @@ def _load(path, config, normalization=None, cache_size=None):
             check_arpa(path)  # header counts beyond the available memory: refuse, do not swap
         if config.arpa_complain == ARPALoadComplain.ALL:
             print("Loading the LM will be faster if you build a binary file.", file=sys.stderr)
-        tables = arpa.read_arpa(path, progress=config.show_progress, stream=stream)
-    return backoff.from_tables(tables)
+        tables = _lazy("nplm.backoff.arpa").read_arpa(path, progress=config.show_progress, stream=stream)
+    return _lazy("nplm.backoff.binary").from_tables(tables)
 
 
 def _load_binary(path, config, normalization, cache_size):
-    head = container.read(path)
+    head = _lazy("nplm.io.container").read(path)
     kind = head.kind
     # READ copies the file into private memory (kenlm's READ): a loaded model that no
     # longer depends on its file.  The others map it (LoadMethod's docstring).
     copy = config.load_method in (LoadMethod.READ, LoadMethod.PARALLEL_READ)
     if kind == "neural":
-        return neural_model.load(path, normalization, 4096 if cache_size is None else cache_size, copy)
+        return _lazy("nplm.neural.query").load(path, normalization, 4096 if cache_size is None else cache_size, copy)
     if kind == "backoff":
         populate = config.load_method in (LoadMethod.POPULATE_OR_LAZY, LoadMethod.POPULATE_OR_READ,
                                           LoadMethod.READ, LoadMethod.PARALLEL_READ)
@@ -215,7 +214,7 @@ def _load_binary(path, config, normalization, cache_size):
             # "or lazy": a file that does not fit in memory is mapped lazily
             # instead of being refused (the other populate methods refuse).
             populate = binary_fits(path)
-        return backoff.load_binary(path, populate=populate, copy=copy)
+        return _lazy("nplm.backoff.binary").load_binary(path, populate=populate, copy=copy)
     raise FormatError(f"nplm binary of kind {kind!r} cannot be queried by this version", path)
 
 
@@ -227,7 +226,7 @@ def _load_kenlm(path, load_method):
         load_method = LoadMethod.LAZY
     elif load_method != LoadMethod.LAZY:
         check_binary_populate(path)
-    return kenlm_binary.load(path, load_method)
+    return _lazy("nplm.backoff.kenlm.reader").load(path, load_method)
 
 
 class Model(_kernels.ModelBase):
@@ -287,6 +286,7 @@ class Model(_kernels.ModelBase):
                         threads: Optional[int] = None) -> np.ndarray:
         if self.normalization is None:
             return super().score_sentences(sentences, bos, eos, threads)
+        omp_threads = _lazy("nplm.neural._query").omp_threads
         if threads is None:
             probs, _, _, offsets = self.full_scores_batch(sentences, bos, eos)
         else:
@@ -303,9 +303,10 @@ class Model(_kernels.ModelBase):
     def full_scores_batch(self, sentences: Iterable[str], bos: bool = True, eos: bool = True) -> list:
         if self.normalization is None:
             return super().full_scores_batch(sentences, bos, eos)
-        contexts, words, ctx_len, oov, offsets = sentence_items(self.vocab, self.order - 1,
+        neural = _lazy("nplm.neural.query")
+        contexts, words, ctx_len, oov, offsets = neural.sentence_items(self.vocab, self.order - 1,
                                                                 _kernels.sentence_list(sentences), bos, eos)
-        lp, lengths = batch_log10(self, contexts, words, ctx_len)
+        lp, lengths = neural.batch_log10(self, contexts, words, ctx_len)
         return lp.astype(np.float32), lengths.astype(np.int32), oov, offsets
 
 
