@@ -4,6 +4,7 @@ for byte, and leave no temporary file behind, whichever way the run ends."""
 import lzma
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -195,3 +196,25 @@ def test_context_sums_by_trie_against_brute_force():
     absent = np.array([words + 5], dtype=np.int32)      # a node outside the part
     assert _kn_merge.context_stats(absent, absent, adj[:1], mark[:1], lower, child, lo, False, True,
                                    sums, where[:1]) == 1
+
+
+def test_a_full_spill_folder_names_what_counting_needs(tmp_path):
+    """-T on a 3 MiB file system (a tmpfs in a mount namespace of the test's own):
+    the error projects what counting the whole text spills, far beyond the one write
+    that failed, and the folder is left empty."""
+    text = tmp_path / "corpus.txt"
+    generated_corpus(text, 60000, 5000, seed=3)
+    small = tmp_path / "small"
+    small.mkdir()
+    script = (f"mount -t tmpfs -o size=3M tmpfs {small} && {sys.executable} -m nplm estimate -o 5 -S 1M "
+              f"-T {small} --text {text} --arpa {tmp_path / 'm.arpa'} --quiet; echo rc=$?; ls -A {small}")
+    r = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.stdout.split() == ["rc=1"], (r.stdout, r.stderr)
+    m = re.search(r"no space left for temporary files in .*: ([\d.]+) MiB of this run's files there, "
+                  r"[\d.]+ MiB free; counting the whole text spills about ([\d,.]+) MiB \(projected from the "
+                  r"(\d+)% read\)", r.stderr)
+    assert m, r.stderr
+    held, projected, share = float(m[1]), float(m[2].replace(",", "")), int(m[3])
+    assert 2 < held <= 3 and projected > 3 and 0 < share < 100
+    assert not (tmp_path / "m.arpa").exists()

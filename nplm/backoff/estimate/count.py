@@ -8,12 +8,14 @@ same vocabulary (lmplz's corpus_count does the same with its blocks).
 """
 import codecs
 import contextlib
+import errno
 import glob
 import gzip
 import io
 import lzma
 import mmap
 import os
+import shutil
 import sys
 import zlib
 
@@ -229,12 +231,19 @@ def count_source(source, counts, report, budget, folder, utf8=False):
     name = text_name(source)
     f, own, total = open_source(source)
     size = int(min(MAX_CHUNK, max(MIN_CHUNK, budget // 64)))
+    read = 0
     try:
         report.say(f"Reading {name if name != '-' else 'stdin'}")
         for chunk, line in chunks(f, total, report, size):
             feed(counts.counter, chunk, name, line, utf8)
+            read += len(chunk)
             if table_peak(counts.counter) > budget:
-                counts.spill(folder())
+                try:
+                    counts.spill(folder())
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    raise no_room(folder(), read, total) from None
     except CompressedDataError:
         raise                       # the readers already name the file
     except (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile, OSError) as e:
@@ -244,6 +253,24 @@ def count_source(source, counts, report, budget, folder, utf8=False):
     finally:
         if own and f is not sys.stdin.buffer:
             f.close()
+
+
+def no_room(folder, read, total):
+    """The error of a spill that found its folder full: what the run's files there
+    hold, and what counting the whole text would spill, projected from the share read
+    (not only the write that failed)."""
+    held = folder.disk_bytes()
+    free = shutil.disk_usage(folder.path).free
+    text = f"no space left for temporary files in {folder.parent}: {_mib(held)} of this run's files there, " \
+           f"{_mib(free)} free"
+    if total and read:
+        text += (f"; counting the whole text spills about {_mib(held * total / read)} "
+                 f"(projected from the {read / total:.0%} read), and the later steps more")
+    return OSError(errno.ENOSPC, text + " (set the folder with -T, or give more memory with -S)", folder.parent)
+
+
+def _mib(n):
+    return f"{n / (1 << 20):,.1f} MiB"
 
 
 def count(text, config, report, budget=None, folder=None):
