@@ -3,6 +3,7 @@ processes): the inputs cut into shards, the ARPA byte-identical to lmplz's."""
 import lzma
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -81,3 +82,52 @@ def test_cli_scheduler(cluster, tmp_path):
                     *shard_files(tmp_path, "ptb5k.txt", 2), "--arpa", str(out), "-q",
                     "--scheduler", cluster.scheduler_address], cwd=ROOT, check=True)
     assert out.read_bytes() == reference("ptb5k.o3")
+
+
+KILLED_RUN = """
+import os, signal, sys, threading, time
+from dask.distributed import Client, LocalCluster
+from nplm.backoff.estimate import estimate
+from nplm.backoff.estimate.distributed import ClusterError
+
+def run(text, out, fraction, seconds):
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \\
+            Client(cl) as client:
+        pid = sorted(client.run(os.getpid).values())[0]
+        def kill():
+            time.sleep(fraction * seconds)
+            os.kill(pid, signal.SIGKILL)
+        threading.Thread(target=kill, daemon=True).start()
+        try:
+            estimate(text, 5, arpa=out, client=client, progress=False, discount_fallback=True)
+            print("written")
+        except ClusterError as e:
+            print("refused:", e)
+
+if __name__ == "__main__":
+    run(sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
+"""
+
+
+@pytest.mark.parametrize("fraction", [0.15, 0.4, 0.65, 0.9])
+def test_a_worker_killed_mid_run(fraction, tmp_path):
+    """A worker process SIGKILLed at a point of the run (a fraction of the run's own
+    time): its tasks are recomputed and the ARPA is the one-machine ARPA, or the run
+    ends with one ClusterError line; never a hang, a raw Dask traceback or a wrong file."""
+    text = str(REFERENCE.parent / "data" / "ptb" / "ptb.train.txt")
+    need_reference()
+    expected = tmp_path / "one-machine.arpa"
+    began = time.perf_counter()
+    estimate(text, 5, arpa=expected, progress=False, discount_fallback=True)
+    seconds = 2 * (time.perf_counter() - began)      # the cluster's run takes about twice as long
+    script = tmp_path / "killed_run.py"
+    script.write_text(KILLED_RUN)
+    out = tmp_path / "cluster.arpa"
+    r = subprocess.run([sys.executable, str(script), text, str(out), str(fraction), str(seconds)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    if r.stdout.startswith("written"):
+        assert out.read_bytes() == expected.read_bytes()
+    else:
+        assert r.stdout.startswith("refused: the Dask cluster lost work") and len(r.stdout.splitlines()) == 1
+        assert not out.exists()

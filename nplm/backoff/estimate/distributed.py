@@ -24,6 +24,9 @@ Integer sums are order-free and every float comes from the same kernels, so the
 ARPA is the one-machine ARPA, byte for byte.  Workers must see the input paths
 (shared storage).
 """
+import concurrent.futures
+import contextlib
+import importlib
 import os
 
 import numpy as np
@@ -78,6 +81,10 @@ def count_shard(path, start, end, order, skip_symbols):
                 counting.feed(counts.counter, chunk, path, line)
     keys, cnt = counts.counter.suffix_sorted()
     return ShardCounts.from_counter(counts.counter, keys, cnt, path)
+
+
+def same(value):
+    return value
 
 
 def shard_vocab(shard):
@@ -180,6 +187,12 @@ class DaskEstimate:
     def submit(self, fn, *args):
         return self.client.submit(fn, *args, pure=False)
 
+    def constant(self, value):
+        """A future of ``value`` that the scheduler can recompute: the value rides in
+        its task, where scattered data lost with its workers could not be made again
+        and every task after it would be cancelled."""
+        return self.submit(same, value)
+
     def count(self, text):
         ranges = shard_ranges(counting.source_names(text), SHARD_BYTES)
         self.shards = [self.submit(count_shard, p, a, b, self.config.order, self.config.skip_symbols)
@@ -193,13 +206,13 @@ class DaskEstimate:
         self.runs = [self.submit(shard_run, s, ids, v) for s, ids in zip(self.shards, maps)]
         hist = sum(self.client.gather([self.submit(run_hist, r) for r in self.runs]))
         self.plan = plan_parts(hist, v, -(-int(hist.sum()) // self.parts), self.parts)
-        self.word_part = self.client.scatter(word_parts(self.plan.bounds), broadcast=True)
+        self.word_part = self.constant(word_parts(self.plan.bounds))
         self.report.say(f"{len(ranges)} shards, {self.plan.parts} parts on the cluster")
         return self.vocabulary
 
     def adjust(self, prune_word):
         b, parts = self.plan.bounds, self.plan.parts
-        prune = self.client.scatter(prune_word, broadcast=True)
+        prune = self.constant(prune_word)
         segs = [[self.submit(segment, r, int(b[p]), int(b[p + 1])) for p in range(parts)] for r in self.runs]
         self.adjusted = [self.submit(adjust_task, [s[p] for s in segs], self.config, prune, p == parts - 1)
                          for p in range(parts)]
@@ -229,16 +242,20 @@ class DaskEstimate:
 
     def run(self, discounts, kept, vocab):
         prob1, logprob1 = unigrams(self.adj1, self.mark1, discounts[0], self.config, kept[0])
-        prev, backoffs, logprobs = self.client.scatter(prob1, broadcast=True), {}, {}
+        prev, backoffs, logprobs = self.constant(prob1), {}, {}
         for k in range(2, self.config.order + 1):
             backoffs[k - 1], probs = self.order(k, discounts[k - 1], prev)
             logprobs[k], prev = probs, probs
         backoff1 = np.concatenate([w[0] for w in self.client.gather(backoffs.pop(1))]) if 1 in backoffs \
             else np.zeros(len(vocab), dtype=np.float32)
         new_id, kept_vocab = renumbering(self.mark1, vocab)
-        new_id_f = self.client.scatter(new_id, broadcast=True) if new_id is not None else None
+        new_id_f = self.constant(new_id) if new_id is not None else None
 
         def blocks(k):
+            with cluster_failures():
+                yield from part_blocks(k)
+
+        def part_blocks(k):
             if k == 0:
                 keep1 = self.mark1 == 0
                 yield np.arange(int(keep1.sum()), dtype=np.int32)[:, None], logprob1[keep1], backoff1[keep1]
@@ -251,9 +268,33 @@ class DaskEstimate:
         return blocks, kept_vocab
 
 
+class ClusterError(OSError):
+    """Work the Dask cluster lost and could not do again (a worker killed more
+    often than the scheduler's allowed failures, or the scheduler gone)."""
+
+
+@contextlib.contextmanager
+def cluster_failures():
+    """Dask's errors for lost work as one ClusterError naming the task or worker.
+    A worker lost once is not an error: its tasks are recomputed from their inputs."""
+    lost = (concurrent.futures.CancelledError, importlib.import_module("distributed").KilledWorker,
+            importlib.import_module("distributed.comm.core").CommClosedError)
+    try:
+        yield
+    except lost as e:
+        raise ClusterError(f"the Dask cluster lost work it could not redo ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else 'no detail'}); the estimation stopped "
+                           "and wrote nothing") from None
+
+
 def estimate_dask(client, text, config, report, prune_words):
     """The estimation on ``client``'s cluster: (blocks for the ARPA writer, kept
     vocabulary, kept counts, the vocabulary as a counter stand-in)."""
+    with cluster_failures():
+        return _estimate_dask(client, text, config, report, prune_words)
+
+
+def _estimate_dask(client, text, config, report, prune_words):
     job = DaskEstimate(client, config, report)
     vocabulary = job.count(text)
     counting_report(vocabulary, report)
