@@ -6,7 +6,7 @@
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcmp, memcpy, memset
 from cython.parallel cimport prange
 
@@ -15,6 +15,7 @@ cimport numpy as cnp
 
 # thread counts and fork safety (re-exported: callers use _kernels.thread_count)
 from nplm._threads import MAX_THREADS, cpu_count, thread_count  # no-cython-lint (re-exported)
+from nplm.errors import MappedFileChanged
 
 cnp.import_array()
 
@@ -24,6 +25,40 @@ QUERY_MAX_ORDER = MAX_ORDER
 cdef enum:
     # Words a sentence's scoring hands to the core at once (LMCore.score_words).
     SCORE_RUN = 64
+
+cdef extern from "mapguard.h":
+    int nplm_guard_add(uintptr_t lo, uintptr_t hi) noexcept nogil
+    void nplm_guard_remove(int slot, uintptr_t lo) noexcept nogil
+    int nplm_guard_damaged(int slot, uintptr_t lo) noexcept nogil
+    uint64_t nplm_guard_faults() noexcept nogil
+    int nplm_guard_install() noexcept nogil
+
+
+# The SIGBUS guard of mapped model files (nplm/src/mapguard.h; nplm.io._mapguard
+# registers the mappings).  Its state lives here, beside the models that check it.
+
+def guard_install():
+    """Put the SIGBUS handler in place (once, from any thread; called with the GIL,
+    so never twice at once).  False where sigaction refused."""
+    return nplm_guard_install() == 0
+
+
+def guard_add(const unsigned char[::1] view):
+    """Register the mapped bytes ``view``: (slot, start address), or None when
+    every slot is taken (the mapping then stays unguarded)."""
+    cdef uintptr_t lo = <uintptr_t>&view[0]
+    cdef int slot = nplm_guard_add(lo, lo + <uintptr_t>view.shape[0])
+    return None if slot < 0 else (slot, lo)
+
+
+def guard_remove(int slot, uintptr_t lo):
+    nplm_guard_remove(slot, lo)
+
+
+def guard_damaged(int slot, uintptr_t lo):
+    """Whether the registered mapping (slot, lo) lost a page that was read."""
+    return nplm_guard_damaged(slot, lo) != 0
+
 
 cdef extern from "hash.h":
     uint64_t nplm_fastrange(uint64_t h, uint64_t n) noexcept nogil
@@ -440,15 +475,40 @@ cdef class ModelBase:
     cdef LMCore _core
     cdef Vocab _vocab
     cdef WordId _eos
+    cdef uint64_t _faults_seen
+    cdef readonly tuple _mapped       # (slot, address, path) of each mapped file it reads
 
-    def _attach(self, LMCore core, Vocab vocab):
+    def _attach(self, LMCore core, Vocab vocab, mapped=()):
         self._core = core
         self._vocab = vocab
         self._eos = core.eos_id
+        self._mapped = tuple(mapped)
+        self._faults_seen = nplm_guard_faults()
 
     cdef inline void _check(self) except *:
         if self._core is None:
             raise RuntimeError("model is not loaded")
+        self._check_mapped()
+
+    cdef inline void _check_mapped(self) except *:
+        # A page of a mapped file was lost somewhere since this model last looked:
+        # one of its own files (now or during the call just made) is an error in
+        # this thread; another model's is not its concern.
+        if nplm_guard_faults() != self._faults_seen:
+            self._mapping_lost()
+
+    def _mapping_lost(self):
+        cdef uint64_t now = nplm_guard_faults()
+        for slot, lo, path in self._mapped or ():
+            if nplm_guard_damaged(slot, lo):
+                raise MappedFileChanged("the model file was truncated while it was loaded (memory-mapped); "
+                                        "the model's scores are no longer valid: load it again", path)
+        self._faults_seen = now
+
+    def check_mapped(self):
+        """Raise MappedFileChanged when a file this model maps lost a page that was
+        read (truncated while loaded); the scoring methods check it themselves."""
+        self._check_mapped()
 
     @property
     def core(self):
@@ -477,6 +537,7 @@ cdef class ModelBase:
         cdef const char *s = _utf8(sentence, &n)
         cdef float total = 0
         self._score_buf(s, n, bos, eos, &total, NULL, NULL, NULL, 0)
+        self._check_mapped()
         return total
 
     cdef Py_ssize_t _score_buf(self, const char *s, Py_ssize_t n, bint bos, bint eos, float *total,
@@ -553,6 +614,7 @@ cdef class ModelBase:
             lv = <int32_t *>(pv + cap)
             ov = <uint8_t *>(lv + cap)
         m = self._score_buf(s, n, bos, eos, &total, pv, lv, ov, cap)
+        self._check_mapped()
         cdef list out = [None] * m
         for k in range(m):
             out[k] = (<double>pv[k], lv[k], ov[k] != 0)
@@ -567,6 +629,7 @@ cdef class ModelBase:
         cdef const char *s = _utf8(sentence, &n)
         cdef float total = 0
         cdef Py_ssize_t count = self._score_buf(s, n, True, True, &total, NULL, NULL, NULL, 0)
+        self._check_mapped()
         # kenlm divides score()'s float32 total, widened, in double (Python floats);
         # -total / count here would divide in float32.
         cdef double t = total
@@ -597,6 +660,7 @@ cdef class ModelBase:
         cdef Ret ret
         cdef NState tmp = si._c
         self._core.score_word(&tmp, self._vocab.index(s, n), &so._c, &ret)
+        self._check_mapped()
         return ret.prob
 
     def BaseFullScore(self, in_state, word, out_state):
@@ -610,13 +674,16 @@ cdef class ModelBase:
         cdef NState tmp = si._c
         cdef WordId w = self._vocab.index(s, n)
         self._core.score_word(&tmp, w, &so._c, &ret)
+        self._check_mapped()
         return FullScoreReturn(ret.prob, ret.ngram_length, w == 0)
 
     def __contains__(self, word):
         cdef Py_ssize_t n
         word = _wordlike(word)
         cdef const char *s = _utf8(word, &n)
-        return self._vocab.index(s, n) != 0
+        cdef bint known = self._vocab.index(s, n) != 0
+        self._check_mapped()
+        return known
 
     # --- beyond kenlm: ids, distributions and batches --------------------------
 
@@ -628,6 +695,7 @@ cdef class ModelBase:
         if word_id < 0 or word_id >= self._vocab.size:
             raise IndexError(f"word id {word_id} out of range")
         self._core.score_word(&tmp, <WordId>word_id, &out_state._c, &ret)
+        self._check_mapped()
         return ret.prob, ret.ngram_length
 
     def log10_distribution(self, State state not None):
@@ -644,6 +712,7 @@ cdef class ModelBase:
             for w in range(v):
                 self._core.score_word(&state._c, <WordId>w, &tmp, &ret)
                 o[w] = ret.prob
+        self._check_mapped()
         return out
 
     def score_sentences(self, sentences, bos=True, eos=True, threads=None):
@@ -679,6 +748,7 @@ cdef class ModelBase:
                 total = 0
                 self._score_buf(<const char *>pv[i], lv[i], b, e, &total, NULL, NULL, NULL, 0)
                 o[i] = total
+        self._check_mapped()
         return out
 
     def full_scores_batch(self, sentences, bos=True, eos=True):
@@ -714,4 +784,5 @@ cdef class ModelBase:
                                       &p[pos], &l[pos], &ov[pos], lv[i] // 2 + 2)
                 pos += got
             off[m] = pos
+        self._check_mapped()
         return probs[:pos], lengths[:pos], oovs[:pos].view(bool), offsets

@@ -19,6 +19,11 @@ class FormatError(ValueError):
         super().__init__(where + message)
 
 
+class MappedFileChanged(FormatError):
+    """A page of a memory-mapped model file was read after the file was truncated.
+    The model no longer has its data: reload it (or load with LoadMethod.READ)."""
+
+
 class ModelLoadError(OSError, FormatError):
     """``nplm.Model(path)`` could not load ``path``.  An OSError like kenlm's
     ("Cannot read model '<path>' (<reason>)"), and a FormatError when the file

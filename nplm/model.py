@@ -5,8 +5,8 @@ or an ARPA file (plain or compressed).  Scoring itself lives in
 ``_kernels.ModelBase`` and is the same code for every kind.
 """
 import difflib
-import importlib
 import errno
+import importlib
 import operator
 import os
 import sys
@@ -16,6 +16,7 @@ import numpy as np
 
 from nplm import _kernels
 from nplm.errors import FormatError, ModelLoadError
+from nplm.io._mapguard import collecting
 from nplm.io.files import sniff
 from nplm.io.resources import binary_fits, check_arpa, check_binary_populate
 
@@ -34,9 +35,10 @@ class LoadMethod:
     file by writing a new file and renaming it over the old one (nplm's writers
     all do; the loaded model keeps the old file), never by truncating or rewriting
     it in place: the pages it changes change the model's scores, and reading a page
-    that truncation cut off raises nplm.io._mapguard.MappedFileChanged (a
-    FormatError) in the main thread -- the model must then be loaded again -- where
-    it would otherwise kill the process with SIGBUS.  ARPA files are always read
+    that truncation cut off raises nplm.errors.MappedFileChanged (a FormatError) in
+    the thread that scores, whichever thread loaded the model, on that call and every
+    later one -- the model must then be loaded again -- where it would otherwise kill
+    the process with SIGBUS.  ARPA files are always read
     into memory.  KenLM binaries are loaded as kenlm loads them: LAZY maps, POPULATE_*
     map and prefault, READ and PARALLEL_READ read the file into memory."""
     LAZY = 0
@@ -253,7 +255,8 @@ class Model(_kernels.ModelBase):
                                        or not 1 <= cache_size <= 2**30):
             raise ValueError(f"cache_size must be an integer from 1 to 2**30, not {cache_size!r}")
         try:
-            data = _load(name, config, normalization, cache_size)
+            with collecting() as mapped:
+                data = _load(name, config, normalization, cache_size)
         except MemoryError as e:
             raise ModelLoadError(name, OSError(errno.ENOMEM, f"not enough memory to load it: {e}")) from e
         except (OSError, ValueError, LookupError, ArithmeticError, RecursionError) as e:
@@ -266,7 +269,7 @@ class Model(_kernels.ModelBase):
         self.cache_size = cache_size
         self._data = data
         self.normalization = getattr(data, "normalization", None)
-        self._attach(data.core, data.vocab)
+        self._attach(data.core, data.vocab, mapped)
 
     def __repr__(self):
         if self.normalization is None:
@@ -307,6 +310,7 @@ class Model(_kernels.ModelBase):
         contexts, words, ctx_len, oov, offsets = neural.sentence_items(self.vocab, self.order - 1,
                                                                 _kernels.sentence_list(sentences), bos, eos)
         lp, lengths = neural.batch_log10(self, contexts, words, ctx_len)
+        self.check_mapped()
         return lp.astype(np.float32), lengths.astype(np.int32), oov, offsets
 
 

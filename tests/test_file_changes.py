@@ -134,3 +134,66 @@ def test_truncating_a_mapped_kenlm_binary_raises(tmp_path, kind, method):
     path = tmp_path / f"m.{kind}.bin"
     nplm.build_binary(str(REFERENCE / "ptb5k.o3.arpa.xz"), str(path), kind)
     _truncate_while_loaded(path, method)
+
+
+THREADED = """
+import os, threading, nplm
+path = {path!r}
+cfg = nplm.Config(); cfg.load_method = nplm.LoadMethod.{method}; cfg.show_progress = False
+other = nplm.Model({other!r}, cfg)
+expected = other.score("the dog")
+results, models = [], []
+truncated = threading.Event()
+
+def load():
+    models.append(nplm.Model(path, cfg))
+
+def score(m):
+    truncated.wait()
+    try:
+        for _ in range(3):
+            [m.score(s) for s in {sentences!r}]
+            m.score_sentences({sentences!r} * 50, threads=2)
+        results.append("no exception")
+    except nplm.errors.MappedFileChanged as e:
+        results.append(str(e))
+
+if {load_in_thread!r}:
+    t = threading.Thread(target=load); t.start(); t.join()
+else:
+    load()
+m = models[0]
+m.score("the dog")
+workers = [threading.Thread(target=score, args=(m,)) for _ in range(4)]
+for w in workers:
+    w.start()
+os.truncate(path, 100)
+truncated.set()
+for w in workers:
+    w.join()
+try:
+    m.score("the dog")
+    later = "no exception"
+except nplm.errors.MappedFileChanged:
+    later = "raised"
+print(sorted(set(results)), later, other.score("the dog") == expected)
+"""
+
+
+@pytest.mark.parametrize("load_in_thread", [False, True], ids=["loaded-in-main", "loaded-in-thread"])
+@pytest.mark.parametrize("kind", ["nplm", "probing", "trie"])
+@pytest.mark.parametrize("method", ["LAZY", "POPULATE_OR_READ"])
+def test_truncation_under_threads(tmp_path, kind, method, load_in_thread):
+    """A model loaded in any thread and scored by four threads (each also with OpenMP
+    threads) when its file is truncated: every scoring thread gets MappedFileChanged
+    naming the file -- never SIGBUS, never the zeros read in the lost page's place --
+    later calls too, and a model of another file scores on."""
+    need_shared()
+    path, other = tmp_path / f"m.{kind}", tmp_path / "other.nplm"
+    nplm.build_binary(str(REFERENCE / "ptb5k.o3.arpa.xz"), str(path), kind)
+    nplm.build_binary(str(TOY_ARPA), str(other))
+    r = run_python(THREADED.format(path=str(path), other=str(other), method=method, sentences=SENTENCES,
+                                   load_in_thread=load_in_thread), timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert r.stdout.split("]")[0].count("truncated while it was loaded") == 1, r.stdout
+    assert str(path) in r.stdout and "no exception" not in r.stdout and r.stdout.rstrip().endswith("raised True")

@@ -406,7 +406,8 @@ class InterpolatedModel(_kernels.ModelBase):
         if self._rows is not None:
             core.set_weights(self._weights, self.bucket_by, self._edges)
         self._maps = maps
-        self._attach(core, union)
+        mapped = [m for c in self._comps if not c.is_kenlm for m in getattr(c.owner, "_mapped", ())]
+        self._attach(core, union, mapped)
         self.path = b"<interpolation>"
         self._unnormalised = None
         if unknown == "unk" and mode == "linear" and np.any(self._unknown_counts > 1):
