@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 
+from nplm.backoff.kenlm import write as kenlm_write
 from nplm.cli.combine import Ensemble, Rescore
 from nplm.cli.common import command, error, input_file, memory_size, nonneg_int, plain_warnings, positive_int
 from nplm.compose.distil_auto import QUALITIES, distil_auto_to_file
@@ -107,7 +108,16 @@ class Distil:
         p.add_argument("--order", "-o", type=int, required=True, help="order of the distilled table")
         p.add_argument("--arpa", required=True,
                        help="output: ARPA (.gz/.bz2/.xz compressed by extension; '-' for stdout), or an "
-                            "nplm binary when the name ends in .nplm/.bin")
+                            "nplm binary when the name ends in .nplm/.bin, or the binary --type names")
+        p.add_argument("--type", choices=kenlm_write.TYPES,
+                       help="write a binary instead of the ARPA: KenLM's probing or trie file (the bytes "
+                            "build_binary writes from the ARPA) or nplm's")
+        p.add_argument("--prob-bits", type=int, metavar="B", help="trie: quantise probabilities to B bits "
+                       "(build_binary -q)")
+        p.add_argument("--backoff-bits", type=int, metavar="B", help="trie: quantise back-offs to B bits "
+                       "(build_binary -b)")
+        p.add_argument("--pointer-bits", type=int, metavar="B", help="trie: compress pointers with an array "
+                       "of offsets of up to B bits (build_binary -a)")
         Distil.add_defaults(p.add_argument_group("defaults (docs/distillation-recipe.md, chosen from the teacher)"))
         p.add_argument("--min-count", type=int, nargs="+", metavar="N",
                        help="count thresholds for the text's n-grams of orders 2..N (last one repeats)")
@@ -173,9 +183,14 @@ class Distil:
         if args.continuation and args.continuation >= args.order:
             return error(f"--continuation {args.continuation}: it reshapes orders below --order {args.order}, "
                           + (f"so at most {args.order - 1}" if args.order > 1 else "and an order-1 table has none"))
+        bits = dict(prob_bits=args.prob_bits, backoff_bits=args.backoff_bits, pointer_bits=args.pointer_bits)
+        if args.type is None and any(v is not None for v in bits.values()):
+            return error("--prob-bits, --backoff-bits and --pointer-bits apply to a binary output: add --type trie")
+        binary = None if args.type is None else dict(type=args.type, **bits)
         with plain_warnings():        # (a teacher without variable history; a table worse than its input)
             tables, report, plan = distil_auto_to_file(
-                args.model, args.arpa, args.order, args.text, quality=args.quality, valid=args.valid,
+                args.model, args.arpa, args.order, args.text, binary=binary, quality=args.quality,
+                valid=args.valid,
                 log=None if args.quiet else lambda s: print(f"nplm distil: {s}", file=sys.stderr),
                 budget=args.budget, memory=args.memory, lower=args.lower,
                 target_size=None if args.no_prune else args.target_size or "auto",

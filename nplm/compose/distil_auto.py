@@ -39,6 +39,7 @@ import warnings
 
 import numpy as np
 
+from nplm.backoff.kenlm import write as kenlm_write
 from nplm.backoff.kenlm.reader import is_kenlm_binary
 from nplm.compose.distil import (
     DistilConfig,
@@ -438,9 +439,14 @@ def check_table(out, plan_, valid=None):
     return rep
 
 
-def distil_auto_to_file(teacher, out, order, text=None, log=None, **kwargs):
+def distil_auto_to_file(teacher, out, order, text=None, log=None, binary=None, **kwargs):
     """Plan (``plan``), distil, write ``out`` and check it on the validation text;
-    returns (NGramTables, QualityReport or None, Plan).  ``log(line)`` gets the notes."""
+    returns (NGramTables, QualityReport or None, Plan).  ``log(line)`` gets the notes.
+    ``binary``: {"type": "probing" | "trie" | "nplm", build_binary's bit options}
+    writes that binary instead of the ARPA (or nplm binary) ``out``'s name asks for."""
+    if binary is not None:
+        binary = dict(binary)
+        kenlm_write.check_options(binary["type"], **{k: v for k, v in binary.items() if k != "type"})
     p = plan(teacher, order, text, **kwargs)
     for note in p.notes if log is not None else ():
         log(note)
@@ -457,5 +463,8 @@ def distil_auto_to_file(teacher, out, order, text=None, log=None, **kwargs):
                        + ", ".join(f"{F:g}: {v:.2f}" for F, v in info["favour_tried"].items()) + ")")
         if log is not None:
             log(p.notes[-1])
-    write_tables(tables, out, progress=p.config.progress)
+    if binary is None:
+        write_tables(tables, out, progress=p.config.progress)
+    else:
+        kenlm_write.build_binary(tables, out, binary.pop("type"), **binary)
     return tables, check_table(out, p), p

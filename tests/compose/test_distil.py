@@ -2,6 +2,7 @@
 the teacher itself (a back-off teacher distilled over its own n-grams must come
 back unchanged), and for normalisation over the whole vocabulary."""
 import math
+import subprocess
 import warnings
 
 import numpy as np
@@ -13,7 +14,7 @@ from nplm.backoff.tables import NGramTables
 from nplm.compose import distil
 from nplm.errors import FormatError
 
-from helpers import REFERENCE, need_shared, quiet_config
+from helpers import REFERENCE, kenlm_program, need_shared, quiet_config
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -409,6 +410,24 @@ def test_cli_distil(tiny, tmp_path, capsys):
     assert "n-grams: 1=" in capsys.readouterr().err
     k = kenlm.Model(str(out))
     assert k.order == 3
+
+
+def test_cli_distil_writes_a_quantised_trie_as_build_binary(tiny, tmp_path):
+    """--type trie --prob-bits 8 --backoff-bits 8: the bytes KenLM's build_binary writes
+    from the ARPA the same command distils, which the real kenlm loads."""
+    from nplm.cli.main import main
+    teacher, text, held, d = tiny
+    args = ["distil", str(REFERENCE / "tiny200.o4.discount-fallback.arpa.xz"), "--text", str(text),
+            "--order", "3", "--min-count", "1", "2", "-q"]
+    assert main(args + ["--arpa", str(tmp_path / "t.arpa")]) == 0
+    assert main(args + ["--arpa", str(tmp_path / "t.trie"), "--type", "trie", "--prob-bits", "8",
+                        "--backoff-bits", "8"]) == 0
+    build = subprocess.run([kenlm_program("build_binary"), "-q", "8", "-b", "8", "trie", str(tmp_path / "t.arpa"),
+                            str(tmp_path / "kenlm.trie")], capture_output=True)
+    assert build.returncode == 0, build.stderr
+    assert (tmp_path / "t.trie").read_bytes() == (tmp_path / "kenlm.trie").read_bytes()
+    assert kenlm.Model(str(tmp_path / "t.trie")).order == 3
+    assert main(args + ["--arpa", str(tmp_path / "x.arpa"), "--prob-bits", "8"]) == 1
 
 
 def test_pruning_criterion_is_the_exact_relative_entropy(tiny, tmp_path):
