@@ -218,3 +218,50 @@ def test_a_full_spill_folder_names_what_counting_needs(tmp_path):
     held, projected, share = float(m[1]), float(m[2].replace(",", "")), int(m[3])
     assert 2 < held <= 3 and projected > 3 and 0 < share < 100
     assert not (tmp_path / "m.arpa").exists()
+
+
+SAMPLED = """
+import sys, threading, time
+from nplm.backoff.estimate import estimate
+
+def spill_resident():
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if not line[0].isupper():
+                inside = sys.argv[3] in line and "/run" in line     # the spilled runs
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+peak, done = [0], threading.Event()
+
+def sample():
+    while not done.is_set():
+        peak[0] = max(peak[0], spill_resident())
+        time.sleep(0.01)
+
+threading.Thread(target=sample, daemon=True).start()
+estimate(sys.argv[1], 5, arpa=sys.argv[2], memory="1M", temp_prefix=sys.argv[3], progress=False,
+         discount_fallback=True)
+done.set()
+print(peak[0])
+"""
+
+
+def test_many_spilled_runs_stay_out_of_resident_memory(tmp_path):
+    """Hundreds of runs: each part reads a short segment of every run, and the pages
+    a fault maps around a segment (64 KiB per run and array) are dropped again, so the
+    spill files' resident pages stay far below what hundreds of runs would pin."""
+    text = tmp_path / "corpus.txt"
+    generated_corpus(text, 120000, 20000, seed=5)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    r = subprocess.run([sys.executable, "-c", SAMPLED, str(text), str(tmp_path / "m.arpa"), str(spill)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs_pinned = int(r.stdout.split()[-1])
+    assert runs_pinned < 12 << 20, runs_pinned      # (28 MiB when every run kept its pages)
+    reference = tmp_path / "in-memory.arpa"
+    estimate(text, 5, arpa=reference, progress=False, discount_fallback=True)
+    assert (tmp_path / "m.arpa").read_bytes() == reference.read_bytes()

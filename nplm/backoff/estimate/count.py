@@ -27,6 +27,8 @@ from nplm.io.files import open_binary
 from nplm.io.text import word_str
 
 MAX_CHUNK = 1 << 24
+# Bytes a page fault on a mapped file may map around the page (Linux's fault-around).
+FAULT_AROUND = 64 << 10
 MIN_CHUNK = 1 << 16
 
 
@@ -62,6 +64,25 @@ class Counts:
         if run not in self.maps:
             self.maps[run] = (self.folder.load(run + ".keys"), self.folder.load(run + ".counts"))
         return self.maps[run]
+
+    def run_rows(self, run, lo, hi):
+        """Copies of rows [lo, hi) of a run's (keys, counts), whose pages are then
+        dropped from the mapping: a part takes a short segment of each of many runs,
+        and a fault on a mapped file maps the cached pages around it too (64 KiB of
+        each run: resident memory many times -S with a thousand runs)."""
+        out = []
+        for a in self.load_run(run):
+            out.append(np.array(a[lo:hi]))
+            m = getattr(a, "_mmap", None)
+            if m is None or hi <= lo or not hasattr(mmap, "MADV_DONTNEED"):
+                continue
+            row = a.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+            base = a.offset % mmap.ALLOCATIONGRANULARITY         # the array's start in the mapping
+            start = max(0, base + lo * row - FAULT_AROUND) // mmap.PAGESIZE * mmap.PAGESIZE
+            end = min(len(m), base + hi * row + FAULT_AROUND)
+            with contextlib.suppress(OSError, ValueError):
+                m.madvise(mmap.MADV_DONTNEED, start, end - start)
+        return tuple(out)
 
     def run_histogram(self, run, vocab_size):
         """How many of a run's n-grams end in each word (V,) int64, as saved with it
@@ -157,9 +178,11 @@ def open_source(text):
 
 def chunks(f, total, report, size=MAX_CHUNK):
     """Yield (bytes of whole lines, number of the chunk's first line) from the binary
-    or text reader ``f``.  The last chunk may end without a newline."""
+    or text reader ``f``.  The last chunk may end without a newline.  The blocks of a
+    line longer than a block are kept in a list and joined once, when its newline
+    comes (joining at each block copied the line again and again)."""
     report.start(total)
-    carry = b""
+    pending = []            # blocks of a line that has not ended yet
     line = 1
     done = 0
     while True:
@@ -169,17 +192,17 @@ def chunks(f, total, report, size=MAX_CHUNK):
         if not block:
             break
         done += len(block)
-        block = carry + block
         cut = block.rfind(b"\n") + 1
         if cut == 0:
-            carry = block
+            pending.append(block)
             continue
-        carry = block[cut:]
-        yield block[:cut], line
-        line += block.count(b"\n", 0, cut)
+        head = b"".join(pending + [block[:cut]]) if pending else block[:cut]
+        pending = [block[cut:]] if cut < len(block) else []
+        yield head, line
+        line += head.count(b"\n")
         report.update(done)
-    if carry:
-        yield carry, line
+    if pending:
+        yield b"".join(pending), line
     report.finish()
 
 

@@ -335,9 +335,9 @@ class Partitioned:
     def adjust_part(self, p):
         keys_l, counts_l = [], []
         for run, ends in zip(self.counts.runs, self.segments):
-            keys, counts = self.counts.load_run(run)
-            keys_l.append(np.ascontiguousarray(keys[ends[p]:ends[p + 1]]))
-            counts_l.append(np.ascontiguousarray(counts[ends[p]:ends[p + 1]]))
+            keys, counts = self.counts.run_rows(run, int(ends[p]), int(ends[p + 1]))
+            keys_l.append(keys)
+            counts_l.append(counts)
         orders, stats, adj1, last_word, last_raw = adjust_segments(
             keys_l, counts_l, self.config, self.prune_word, p == self.plan.parts - 1)
         self.stats += stats
