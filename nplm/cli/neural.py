@@ -1,6 +1,7 @@
 """``nplm train``, ``sample``, ``precompute`` and ``cluster``: neural models and word classes."""
 import argparse
 import dataclasses
+import importlib
 import os
 import sys
 
@@ -81,8 +82,9 @@ class Train:
                     "Bengio-style MLE: --context full --embedding-dim 128 --hidden 512 --objective mle")
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         g = p.add_argument_group("data")
-        g.add_argument("--train", required=True, type=input_file,
-                       help="training text, one sentence per line (plain/gz/bz2/xz)")
+        g.add_argument("--train", required=True, type=input_file, nargs="+", metavar="TEXT",
+                       help="training text, one sentence per line (plain/gz/bz2/xz); --engine torch takes "
+                            "several, read as one stream shared out between its processes")
         g.add_argument("--valid", type=input_file, help="validation text: perplexity per epoch, learning-rate halving, "
                        "early stopping (recommended)")
         g.add_argument("--out", required=True, help="output model file (a checkpoint OUT.ckpt is written after every epoch)")
@@ -157,10 +159,23 @@ class Train:
                             "write their linear ensemble, tuned on --valid, to OUT (a JSON spec)")
         g.add_argument("--keep-checkpoint", action="store_true",
                        help="keep OUT.ckpt after training succeeds (default: removed)")
+        g.add_argument("--engine", choices=["cython", "torch"], default="cython",
+                       help="cython (default): nplm's kernels on this machine's cores; torch: PyTorch "
+                            "(nplm[torch]) on --device, several processes under torchrun "
+                            "(docs/guide/gpu-training.md)")
+        g.add_argument("--device", default="cpu", help="--engine torch: cpu, cuda or cuda:N (default cpu)")
+        g.add_argument("--checkpoint-every", type=positive_minutes, default=10.0, metavar="MINUTES",
+                       help="--engine torch: also write OUT.torch.ckpt within an epoch every MINUTES "
+                            "(default 10), so that --resume loses at most that much")
 
     @staticmethod
     def run(args):
-        for src in (args.train, args.valid):
+        if args.engine == "cython" and len(args.train) > 1:
+            return error("--engine cython trains on one --train text; several are read by --engine torch")
+        for option in ("device", "checkpoint_every"):
+            if args.engine == "cython" and option in given_options(args):
+                return error(f"--{option.replace('_', '-')} applies to --engine torch")
+        for src in (*args.train, args.valid):
             if src and same_file(src, args.out):
                 return error(f"--out {args.out} would overwrite an input file")
         check_output(args.out + ".ckpt")   # written after each epoch
@@ -197,6 +212,8 @@ class Train:
                  "without variable history, or at order 2")):
             if dest in given and idle:
                 print(f"nplm: warning: {option} has no effect {why}", file=sys.stderr)
+        if args.engine == "torch":
+            return _train_torch(args, config, tc, given)
         if args.resume and args.ensemble == 1:
             # the checkpoint's settings, but for the options given (which train() then
             # compares with it): resuming needs no repeat of the options it was made with
@@ -207,9 +224,24 @@ class Train:
                                                 for f in dataclasses.fields(tc) if f.name in given})
         if args.ensemble > 1:
             return train_members(args, config, tc)
-        train(args.train, args.valid, args.out, config, tc, resume=args.resume,
+        train(args.train[0], args.valid, args.out, config, tc, resume=args.resume,
               log=output.log.info, progress=args.progress, keep_checkpoint=args.keep_checkpoint)
         return 0
+
+
+def _train_torch(args, config, tc, given):
+    if args.ensemble > 1:
+        return error("--ensemble applies to --engine cython")
+    try:
+        engine = importlib.import_module("nplm.neural.torch_engine")
+    except ImportError as e:
+        return error(f"--engine torch needs PyTorch: pip install 'nplm[torch]' ({e})")
+    engine.check_supported(config, args.objective if "objective" in given else None)
+    if config.output == "class" and config.resolved_objective() == "nce":
+        config = dataclasses.replace(config, objective="mle")
+    engine.train_torch(args.train, args.valid, args.out, config, tc, device=args.device, resume=args.resume,
+                       log=output.log.info, checkpoint_every=args.checkpoint_every * 60)
+    return 0
 
 
 @command("sample", "Sample sentences from a neural model (for distillation: nplm distil --sample-text)")
