@@ -12,6 +12,13 @@ Networks (all 5-gram, PTB vocabulary of 10k words):
       class NCE with k=10.
   (c) as (b) but full-softmax maximum likelihood.
 
+``--engine torch`` compares nplm's PyTorch engine (nplm train --engine torch) with the
+Cython trainer on the same CPU cores, for (a) and nplm's default network (d), in
+interleaved rounds keeping each engine's best, and prints torch's share; with
+``--device cuda`` the torch rounds run on the GPU:
+
+    python tools/bench_train.py --engine torch [--device cuda] [--rounds 3]
+
 References printed as ratios: ISI NPLM (Eigen, 2 threads) trains (a) at 20,000 ex/s as
 shipped and 42,700 ex/s with -march=native, test perplexity 193.4 after 10 epochs; the
 physical limit of (a) is measured here as this machine's numpy sgemm rate divided by the
@@ -20,6 +27,7 @@ FLOPs nplm actually spends, which multiplies each position's distinct minibatch 
 through the context matrix once, and the limit that count gives.
 """
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -110,15 +118,69 @@ def throughput(net, corpus, tc, batches):
     return n / (time.perf_counter() - t0)
 
 
+def torch_throughput(net, corpus, tc, batches, device):
+    """Examples/s of the torch engine's minibatch steps over the same PTB examples."""
+    import torch
+
+    from nplm.neural.torch_engine import TorchTrainer
+    torch.set_num_threads(tc.threads)
+    tr = TorchTrainer(net, tc, [], None, device, lambda s: None, corpus.train[1].size)
+    ctx, tgt = corpus.train
+    B = tc.minibatch
+    gen = torch.Generator().manual_seed(1)
+    for i in range(3):                                   # warm-up
+        tr.step(ctx[i * B:(i + 1) * B], tgt[i * B:(i + 1) * B], gen)
+    n = min(batches, tgt.size // B)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(n):
+        tr.step(ctx[i * B:(i + 1) * B], tgt[i * B:(i + 1) * B], gen)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return n * B / (time.perf_counter() - t0)
+
+
+def compare_engines(args):
+    """Cython trainer against the torch engine, interleaved rounds, best of each."""
+    corpus = Corpus(PTB / "ptb.train.txt", None, 5)
+    default = NeuralConfig()
+    nets = {"a": NETS["a"][:2] + (NETS["a"][2],),
+            "d": ("nplm's default (d): diagonal, 1000-d, Brown classes (torch: class MLE)", default,
+                  TrainConfig())}
+    print(f"| network | Cython ex/s | torch ex/s ({args.device}) | torch / Cython |\n|---|---:|---:|---:|")
+    for key in args.nets:
+        name, cfg, tc = nets[key]
+        tc = TrainConfig(**{**tc.__dict__, "threads": args.threads})
+        wc, _ = output_structures(cfg, corpus.vocab, corpus.train[1], 1, lambda s: None)
+        tcfg = dataclasses.replace(cfg, objective="mle") if cfg.output == "class" else cfg
+        best = {"cython": 0.0, "torch": 0.0}
+        for _ in range(args.rounds):
+            net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, seed=1)
+            best["cython"] = max(best["cython"], throughput(net, corpus, tc, args.batches))
+            net = NeuralNet.create(tcfg, corpus.vocab, word_class=wc, seed=1)
+            best["torch"] = max(best["torch"], torch_throughput(net, corpus, tc, args.batches, args.device))
+        print(f"| {name} | {best['cython']:,.0f} | {best['torch']:,.0f} | {best['torch'] / best['cython']:.2f} |",
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nets", default="abc")
     ap.add_argument("--batches", type=int, default=200, help="minibatches per throughput measurement")
     ap.add_argument("--epochs", type=int, default=0, help="train this many epochs and report test perplexity")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engine", choices=["cython", "torch"], default="cython",
+                    help="torch: the Cython trainer against the torch engine (nets a and d)")
+    ap.add_argument("--device", default="cpu", help="the torch engine's device")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of --engine torch")
     args = ap.parse_args()
     if not PTB.is_dir():
         sys.exit(f"PTB not found at {PTB}")
+    if args.engine == "torch":
+        if args.nets == "abc":
+            args.nets = "ad"
+        return compare_engines(args)
     print(f"load average before start: {os.getloadavg()[0]:.2f} (2-core machine shared with others)")
     set_blas_threads(args.threads)
     gf = sgemm_gflops()

@@ -169,12 +169,19 @@ class Train:
                             "(default 10), so that --resume loses at most that much")
 
     @staticmethod
-    def run(args):
+    def engine_error(args):
+        """The message of an option the chosen engine does not take, or None."""
         if args.engine == "cython" and len(args.train) > 1:
-            return error("--engine cython trains on one --train text; several are read by --engine torch")
+            return "--engine cython trains on one --train text; several are read by --engine torch"
         for option in ("device", "checkpoint_every"):
             if args.engine == "cython" and option in given_options(args):
-                return error(f"--{option.replace('_', '-')} applies to --engine torch")
+                return f"--{option.replace('_', '-')} applies to --engine torch"
+        return None
+
+    @staticmethod
+    def run(args):
+        if Train.engine_error(args):
+            return error(Train.engine_error(args))
         for src in (*args.train, args.valid):
             if src and same_file(src, args.out):
                 return error(f"--out {args.out} would overwrite an input file")
