@@ -105,6 +105,8 @@ cdef class Counter:
     cdef readonly bint closed           # the vocabulary is fixed: other words count as <unk>
     cdef readonly uint64_t tokens, sentences, unk_tokens, skipped_symbols
     cdef readonly int64_t err_offset   # byte offset of the offending token (KN_SPECIAL)
+    cdef uint32_t *carry                # an open line's last order-1 ids (feed(open_end=True))
+    cdef readonly bint carrying
     # vocabulary: words' bytes in one arena; offsets[id]..offsets[id+1]
     cdef uint8_t *arena
     cdef size_t arena_len, arena_cap
@@ -124,6 +126,10 @@ cdef class Counter:
         if order < 1:
             raise ValueError(f"order must be at least 1, got {order}")
         self.order = order
+        self.carry = <uint32_t *> malloc(order * sizeof(uint32_t))
+        if self.carry == NULL:
+            raise MemoryError()
+        self.carrying = False
         self.skip_symbols = skip_symbols
         self.kenlm_spaces = kenlm_spaces
         self.closed = False
@@ -151,7 +157,7 @@ cdef class Counter:
             self._word_id(<const uint8_t *> specials[i], len(specials[i]))
 
     def __dealloc__(self):
-        free(self.arena); free(self.voffsets); free(self.vhashes); free(self.vslots)
+        free(self.arena); free(self.voffsets); free(self.vhashes); free(self.vslots); free(self.carry)
         self._free_table()
 
     cdef void _free_table(self) noexcept nogil:
@@ -341,10 +347,12 @@ cdef class Counter:
         self.nmask = mask
         return 0
 
-    cdef int64_t _tokenize(self, const uint8_t *data, size_t n, uint32_t *out) noexcept nogil:
+    cdef int64_t _tokenize(self, const uint8_t *data, size_t n, uint32_t *out, bint open_end) noexcept nogil:
         """Write the sentences of data[:n] to ``out`` as ids, each preceded by
         order-1 <s> and followed by </s>: every n-gram is then a contiguous window
-        ending at a non-<s> id.  Returns the length, or a negative status."""
+        ending at a non-<s> id.  A line left open by the previous call starts with its
+        kept ids instead of <s>; with ``open_end`` the last line gets no </s> and
+        its last order-1 ids are kept.  Returns the length, or a negative status."""
         cdef size_t i = 0, start
         cdef int64_t m = 0
         cdef int64_t sentence_start
@@ -354,10 +362,17 @@ cdef class Counter:
         cdef bint ks = self.kenlm_spaces
         while i < n:
             sentence_start = m
-            for _j in range(self.order - 1):
-                out[m] = BOS
-                m += 1
-            words_on_line = False
+            if self.carrying:
+                for _j in range(self.order - 1):
+                    out[m] = self.carry[_j]
+                    m += 1
+                self.carrying = False
+                words_on_line = True
+            else:
+                for _j in range(self.order - 1):
+                    out[m] = BOS
+                    m += 1
+                words_on_line = False
             while True:
                 while i < n and data[i] != 10 and _splits(data[i], ks):
                     i += 1
@@ -390,6 +405,11 @@ cdef class Counter:
             # holds words (lmplz drops that sentence's </s>; we keep it).
             if i < n:
                 i += 1
+            elif open_end:
+                for _j in range(self.order - 1):
+                    self.carry[_j] = out[m - self.order + 1 + _j]
+                self.carrying = True
+                break
             elif not words_on_line:
                 m = sentence_start
                 break
@@ -422,8 +442,11 @@ cdef class Counter:
                 return rc
         return KN_OK
 
-    def feed(self, const uint8_t[::1] data):  # IN: whole lines of UTF-8 text
+    def feed(self, const uint8_t[::1] data, bint open_end=False):  # IN: whole lines of UTF-8 text
         """Count the sentences in ``data`` (lines; a final line may lack its newline).
+        With ``open_end`` the final line goes on in the next call (``data`` then ends
+        at a word's end): its n-grams so far are counted and its last order-1 ids kept,
+        so that a line of any length is counted in pieces, within the memory budget.
         Returns a status code: 0, or KN_NOMEM/KN_SPECIAL (see ``err_offset``, an
         offset into ``data``)."""
         cdef size_t n = data.shape[0], pos = 0, end, lines, cap = 0, need
@@ -466,7 +489,7 @@ cdef class Counter:
                     ids = grown
                     cap = need
                 self.err_offset = -1
-                m = self._tokenize(base + pos, end - pos, ids)
+                m = self._tokenize(base + pos, end - pos, ids, open_end and end == n)
                 if m < 0:
                     rc = <int> m
                     if self.err_offset >= 0:

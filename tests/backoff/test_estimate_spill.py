@@ -265,3 +265,37 @@ def test_many_spilled_runs_stay_out_of_resident_memory(tmp_path):
     reference = tmp_path / "in-memory.arpa"
     estimate(text, 5, arpa=reference, progress=False, discount_fallback=True)
     assert (tmp_path / "m.arpa").read_bytes() == reference.read_bytes()
+
+
+PEAK = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, capture_output=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def _peak(text, arpa, folder):
+    r = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-m", "nplm", "estimate", "-o", "4", "-S", "2M",
+                        "-T", str(folder), "--discount_fallback", "--text", str(text), "--arpa", str(arpa),
+                        "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return int(r.stdout.split()[-1])
+
+
+def test_one_enormous_line_is_counted_within_the_budget(tmp_path):
+    """The same words as one line (3 MB) and as lines of 20 words, under -S 2M: the one
+    line is counted in pieces that carry its last words over, so it costs less than its
+    own size more than the short lines (it cost 15 times its size: the whole line's
+    n-grams were counted before any could spill), and gives the same n-grams as one
+    piece does in memory."""
+    text = tmp_path / "corpus.txt"
+    generated_corpus(text, 60000, 3000, seed=7)
+    words = text.read_text().split()
+    one, many = tmp_path / "one.txt", tmp_path / "many.txt"
+    one.write_text(" ".join(words) + "\n")
+    many.write_text("\n".join(" ".join(words[i:i + 20]) for i in range(0, len(words), 20)) + "\n")
+    extra = _peak(one, tmp_path / "one.arpa", tmp_path) - _peak(many, tmp_path / "many.arpa", tmp_path)
+    assert extra < one.stat().st_size, (extra, one.stat().st_size)
+    whole = tmp_path / "whole.arpa"
+    estimate(one, 4, arpa=whole, progress=False, discount_fallback=True)
+    assert (tmp_path / "one.arpa").read_bytes() == whole.read_bytes()

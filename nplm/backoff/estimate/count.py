@@ -176,13 +176,14 @@ def open_source(text):
     return f, own, total
 
 
-def chunks(f, total, report, size=MAX_CHUNK):
-    """Yield (bytes of whole lines, number of the chunk's first line) from the binary
-    or text reader ``f``.  The last chunk may end without a newline.  The blocks of a
-    line longer than a block are kept in a list and joined once, when its newline
-    comes (joining at each block copied the line again and again)."""
+def chunks(f, total, report, size=MAX_CHUNK, spaces=b" \t\r\0"):
+    """Yield (bytes, number of the chunk's first line, open) from the binary or text
+    reader ``f``: whole lines (``open`` False; the last chunk may end without a
+    newline), or, of a line longer than a block, a piece ending at a word's end whose
+    line goes on in the next chunk (``open`` True: Counter.feed(open_end=True)), so
+    that one enormous line is counted within the memory budget like many short ones."""
     report.start(total)
-    pending = []            # blocks of a line that has not ended yet
+    carry = b""             # the start of a line that has not ended yet
     line = 1
     done = 0
     while True:
@@ -192,17 +193,23 @@ def chunks(f, total, report, size=MAX_CHUNK):
         if not block:
             break
         done += len(block)
+        block = carry + block if carry else block
         cut = block.rfind(b"\n") + 1
         if cut == 0:
-            pending.append(block)
+            space = max(block.rfind(c) for c in (spaces[i:i + 1] for i in range(len(spaces))))
+            if space < 0:
+                carry = block           # one word longer than a block: keep reading
+                continue
+            carry = block[space + 1:]
+            yield block[:space + 1], line, True
+            report.update(done)
             continue
-        head = b"".join(pending + [block[:cut]]) if pending else block[:cut]
-        pending = [block[cut:]] if cut < len(block) else []
-        yield head, line
-        line += head.count(b"\n")
+        carry = block[cut:]
+        yield block[:cut], line, False
+        line += block.count(b"\n", 0, cut)
         report.update(done)
-    if pending:
-        yield b"".join(pending), line
+    if carry:
+        yield carry, line, False
     report.finish()
 
 
@@ -219,12 +226,17 @@ def check_utf8(chunk, name, line):
                           "must be UTF-8", name, bad_line) from None
 
 
-def feed(counter, chunk, name, line, utf8=False):
-    """Count one chunk (``utf8``: refuse bytes that are not UTF-8); turn the kernel's
-    status into an exception."""
+def _spaces(counter):
+    """The bytes that end a word for ``counter`` (besides the newline)."""
+    return b" \t\v\f\r" if counter.kenlm_spaces else b" \t\r\0"
+
+
+def feed(counter, chunk, name, line, utf8=False, open_end=False):
+    """Count one chunk (``utf8``: refuse bytes that are not UTF-8; ``open_end``: its
+    last line goes on in the next chunk); turn the kernel's status into an exception."""
     if utf8:
         check_utf8(chunk, name, line)
-    rc = counter.feed(chunk)
+    rc = counter.feed(chunk, open_end)
     if rc == 0:
         return
     if rc == -1:
@@ -257,8 +269,8 @@ def count_source(source, counts, report, budget, folder, utf8=False):
     read = 0
     try:
         report.say(f"Reading {name if name != '-' else 'stdin'}")
-        for chunk, line in chunks(f, total, report, size):
-            feed(counts.counter, chunk, name, line, utf8)
+        for chunk, line, open_end in chunks(f, total, report, size, _spaces(counts.counter)):
+            feed(counts.counter, chunk, name, line, utf8, open_end)
             read += len(chunk)
             if table_peak(counts.counter) > budget:
                 try:

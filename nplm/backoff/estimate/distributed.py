@@ -77,8 +77,8 @@ def count_shard(path, start, end, order, skip_symbols):
     else:
         with open(path, "rb") as f:
             f.seek(start)
-            for chunk, line in counting.chunks(Bounded(f, end - start), 0, Report(False, 1)):
-                counting.feed(counts.counter, chunk, path, line)
+            for chunk, line, open_end in counting.chunks(Bounded(f, end - start), 0, Report(False, 1)):
+                counting.feed(counts.counter, chunk, path, line, open_end=open_end)
     keys, cnt = counts.counter.suffix_sorted()
     return ShardCounts.from_counter(counts.counter, keys, cnt, path)
 
