@@ -224,6 +224,7 @@ class TorchTrainer:
         self.data_id = None
         self.deadline = None
         self.last_ckpt = time.time()
+        self.final, self.final_ppl = None, math.nan    # weights of a stop within an epoch, when better
 
     # -- one step
     def _global_count(self, step):
@@ -378,10 +379,16 @@ class TorchTrainer:
         """Validation, best weights, learning-rate halving and the log line."""
         ppl = self.valid_ppl(self.evaluated())
         note = ""
-        if self.valid is None or ppl < self.best:
+        if not finished:
+            # within an epoch: the schedule and best weights stay the epoch boundary's
+            # (a resume goes on from there); only the saved model may take these weights
+            if self.valid is None or ppl < self.best:
+                self.final = {n: p.clone() for n, p in self.evaluated().items()}
+                self.final_ppl = ppl
+        elif self.valid is None or ppl < self.best:
             self.best = ppl
             self.best_params = {n: p.clone() for n, p in self.evaluated().items()}
-        elif finished:
+        else:
             for n, b in self.best_params.items():
                 self.P[n].copy_(b)
                 if self.ema is not None:
@@ -422,6 +429,8 @@ class TorchTrainer:
             if self.halvings > tc.max_halvings:
                 self._log("stopping early: validation perplexity stopped improving")
                 break
+        if self.final is not None:
+            return self.final
         return self.best_params if self.best_params is not None else self.evaluated()
 
     def _resync(self):
@@ -577,7 +586,8 @@ def _train(paths, valid_path, out_path, config, tc, opts, dist, resume, log, pro
                                                         "train_config": dataclasses.asdict(tc)}})
         if not keep_checkpoint and os.path.exists(ckpt):
             os.remove(ckpt)
-        valid_note = f"; validation perplexity {trainer.best:.2f}" if valid is not None else ""
+        best = trainer.final_ppl if trainer.final is not None else trainer.best
+        valid_note = f"; validation perplexity {best:.2f}" if valid is not None else ""
         say(f"saved {out_path}{valid_note}")
     dist.barrier()
     return final
