@@ -181,11 +181,14 @@ def compare_perplexity(args, cfg, tc, wc, tree, corpus, test):
         t0 = time.perf_counter()
         if engine == "cython":
             final = Trainer(net, corpus, tcx, log=lambda s: print("  " + s), progress=False).train()
-        else:
-            rng = np.random.default_rng(1)
-            perm = rng.permutation(corpus.train[1].size)      # one fixed shuffle (the stream's order)
-            tr = torch_trainer(net, corpus.train[0][perm], corpus.train[1][perm], tcx, corpus.valid)
-            final = tr.S.to_net(tr.train())
+        else:       # the whole engine: streamed, shuffled PTB files, as nplm train --engine torch reads them
+            import tempfile
+
+            from nplm.neural import torch_engine as te
+            with tempfile.TemporaryDirectory() as d:
+                final = te.train([PTB / "ptb.train.txt"], PTB / "ptb.valid.txt", os.path.join(d, "m.nplm"), cfg,
+                                 tcx, te.TorchOptions(checkpoint_minutes=0), log=lambda s: print("  " + s),
+                                 progress=False)
         ppl[engine] = final.perplexity(*test)
         print(f"  {engine}: {args.epochs} epochs in {(time.perf_counter() - t0) / 60:.1f} min, "
               f"exact test perplexity {ppl[engine]:.2f}")
