@@ -1,6 +1,7 @@
 """``nplm train``, ``sample``, ``precompute`` and ``cluster``: neural models and word classes."""
 import argparse
 import dataclasses
+import importlib
 import os
 import sys
 
@@ -174,7 +175,7 @@ class Train:
                             "resume from there (default 30; 0: at epoch ends only)")
 
     @staticmethod
-    def run(args):
+    def run(args):  # long: checks each option against the engine and the checkpoint in turn
         try:
             args.train = expand_paths(args.train)
         except FileNotFoundError as e:
@@ -263,7 +264,7 @@ def engine_problem(args):
 def train_torch(args, config, tc):
     """nplm train --engine torch (PyTorch imported only here)."""
     try:
-        from nplm.neural import torch_engine
+        torch_engine = importlib.import_module("nplm.neural.torch_engine")
     except ImportError as e:
         return error(f"--engine torch needs PyTorch ({e}); install it with: pip install 'nplm[torch]'")
     opts = torch_engine.TorchOptions()

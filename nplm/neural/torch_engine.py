@@ -26,6 +26,7 @@ import torch
 import torch.distributed as tdist
 
 from nplm.errors import FormatError
+from nplm.io.progress import tqdm
 from nplm.neural import stream as streams
 from nplm.neural import torch_net as tn
 from nplm.neural.network import LOG10E, PARAM_NAMES, NeuralConfig, NeuralNet
@@ -347,7 +348,6 @@ class TorchTrainer:
     def _bar(self):
         if not self.progress or self.dist.rank != 0:
             return None
-        from nplm.io.progress import tqdm
         return tqdm(total=self.N, initial=self.epoch_seen, unit="ex", unit_scale=True, desc=f"epoch {self.epoch + 1}",
                     file=sys.stderr, mininterval=1.0, smoothing=0.1, disable=None)
 
