@@ -1,5 +1,6 @@
 """What starting nplm imports: scipy (whose BLAS only the neural kernels use) and
-tqdm (only drawn bars use it) load with their first use, so ``import nplm``, every
+tqdm (only drawn bars use it) load with their first use, torch only for ``nplm train
+--engine torch``, so ``import nplm``, every
 ``nplm`` command's start and back-off work (ARPA and KenLM models, build-binary)
 never import them; a neural model loads the BLAS and scores."""
 import json
@@ -8,7 +9,8 @@ from _bounded import run_python
 
 from helpers import make_net
 
-LOADED = "import sys, json; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'tqdm'})))"
+LOADED = ("import sys, json; "
+          "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'tqdm', 'torch'})))")
 
 
 def _loaded(code):

@@ -12,7 +12,7 @@ import nplm
 
 from helpers import DATA, need_shared
 
-QUERY_MODULES = {"nplm", "nplm._compat", "nplm._kernels", "nplm._threads", "nplm.errors", "nplm.io",
+QUERY_MODULES = {"nplm", "nplm._compat", "nplm._kernels", "nplm._threads", "nplm.errors", "nplm.io", "nplm.io._mapguard",
                  "nplm.io.files", "nplm.io.resources", "nplm.model"}
 
 MEASURE = """

@@ -3,6 +3,8 @@
     python tools/bench_train.py                      # throughput of (a), (b), (c) + threading modes
     python tools/bench_train.py --epochs 10          # also train each and report exact test perplexity
     python tools/bench_train.py --nets a --epochs 10
+    python tools/bench_train.py --engine torch       # Cython vs torch engine, (a) and the default net
+    python tools/bench_train.py --engine torch --epochs 1   # also test perplexity of both engines
 
 Networks (all 5-gram, PTB vocabulary of 10k words):
   (a) Vaswani et al. 2013: 150-d embeddings, full contexts, hidden 750 and 150 (ReLU),
@@ -12,13 +14,6 @@ Networks (all 5-gram, PTB vocabulary of 10k words):
       class NCE with k=10.
   (c) as (b) but full-softmax maximum likelihood.
 
-``--engine torch`` compares nplm's PyTorch engine (nplm train --engine torch) with the
-Cython trainer on the same CPU cores, for (a) and nplm's default network (d), in
-interleaved rounds keeping each engine's best, and prints torch's share; with
-``--device cuda`` the torch rounds run on the GPU:
-
-    python tools/bench_train.py --engine torch [--device cuda] [--rounds 3]
-
 References printed as ratios: ISI NPLM (Eigen, 2 threads) trains (a) at 20,000 ex/s as
 shipped and 42,700 ex/s with -march=native, test perplexity 193.4 after 10 epochs; the
 physical limit of (a) is measured here as this machine's numpy sgemm rate divided by the
@@ -27,7 +22,6 @@ FLOPs nplm actually spends, which multiplies each position's distinct minibatch 
 through the context matrix once, and the limit that count gives.
 """
 import argparse
-import dataclasses
 import math
 import os
 import sys
@@ -111,57 +105,94 @@ def throughput(net, corpus, tc, batches):
     sub.vocab, sub.valid = corpus.vocab, None
     sub.train = (ctx[:B * 5], tgt[:B * 5])
     tr.corpus = sub
+    tr.train_rows = sub.train            # what run_epoch reads (no shortlist here: ids are rows)
     tr.run_epoch()                       # warm-up
-    sub.train = (ctx[:n], tgt[:n])
+    sub.train = tr.train_rows = (ctx[:n], tgt[:n])
     t0 = time.perf_counter()
     tr.run_epoch()
     return n / (time.perf_counter() - t0)
 
 
-def torch_throughput(net, corpus, tc, batches, device):
-    """Examples/s of the torch engine's minibatch steps over the same PTB examples."""
-    import torch
+class _ArrayStream:
+    """The torch engine's stream interface over in-memory examples (no shuffling)."""
 
-    from nplm.neural.torch_engine import TorchTrainer
+    def __init__(self, ctx, tgt):
+        self.ctx, self.tgt = ctx, tgt
+
+    def batches(self, epoch, size, skip=0):
+        for lo in range(skip * size, self.tgt.size, size):
+            yield self.ctx[lo:lo + size], self.tgt[lo:lo + size]
+
+
+def torch_trainer(net, ctx, tgt, tc, valid=None):
+    from nplm.neural import torch_engine as te
+    dist = te.Dist("cpu")
+    import torch
     torch.set_num_threads(tc.threads)
-    tr = TorchTrainer(net, tc, [], None, device, lambda s: None, corpus.train[1].size)
+    return te.TorchTrainer(net, _ArrayStream(ctx, tgt), valid, tc, te.TorchOptions(checkpoint_minutes=0), dist,
+                           [int(tgt.size)], log=lambda s: print("  " + s), progress=False)
+
+
+def torch_throughput(net, corpus, tc, batches):
+    """Examples/s of the torch engine over ``batches`` minibatches (after a warm-up)."""
     ctx, tgt = corpus.train
     B = tc.minibatch
-    gen = torch.Generator().manual_seed(1)
-    for i in range(3):                                   # warm-up
-        tr.step(ctx[i * B:(i + 1) * B], tgt[i * B:(i + 1) * B], gen)
-    n = min(batches, tgt.size // B)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    tr = torch_trainer(net, ctx[:B * 5], tgt[:B * 5], tc)
+    tr.run_epoch(None)
+    n = min(batches * B, tgt.size)
+    tr = torch_trainer(net, ctx[:n], tgt[:n], tc)
     t0 = time.perf_counter()
-    for i in range(n):
-        tr.step(ctx[i * B:(i + 1) * B], tgt[i * B:(i + 1) * B], gen)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return n * B / (time.perf_counter() - t0)
+    tr.run_epoch(None)
+    return n / (time.perf_counter() - t0)
 
 
-def compare_engines(args):
-    """Cython trainer against the torch engine, interleaved rounds, best of each."""
-    corpus = Corpus(PTB / "ptb.train.txt", None, 5)
-    default = NeuralConfig()
-    nets = {"a": NETS["a"][:2] + (NETS["a"][2],),
-            "d": ("nplm's default (d): diagonal, 1000-d, Brown classes (torch: class MLE)", default,
-                  TrainConfig())}
-    print(f"| network | Cython ex/s | torch ex/s ({args.device}) | torch / Cython |\n|---|---:|---:|---:|")
-    for key in args.nets:
-        name, cfg, tc = nets[key]
-        tc = TrainConfig(**{**tc.__dict__, "threads": args.threads})
-        wc, _ = output_structures(cfg, corpus.vocab, corpus.train[1], 1, lambda s: None)
-        tcfg = dataclasses.replace(cfg, objective="mle") if cfg.output == "class" else cfg
+DEFAULT_NET = ("nplm default: diagonal, 1000-d, Brown classes, class NCE k=10", NeuralConfig(), TrainConfig())
+
+
+def compare_engines(args, corpus, test):
+    """Cython engine against torch engine on the same cores: interleaved rounds, best kept."""
+    import subprocess
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    print(f"date {time.strftime('%Y-%m-%d')}, commit {commit}, CPU {cpu} ({os.cpu_count()} cores), "
+          f"{args.threads} threads, {args.rounds} interleaved rounds of {args.batches} minibatches, best kept")
+    nets = [NETS["a"]] + [DEFAULT_NET]
+    for name, cfg, tc in nets:
+        tcx = TrainConfig(**{**tc.__dict__, "threads": args.threads})
+        wc, tree = output_structures(cfg, corpus.vocab, corpus.train[1], 1, lambda s: None)
         best = {"cython": 0.0, "torch": 0.0}
         for _ in range(args.rounds):
-            net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, seed=1)
-            best["cython"] = max(best["cython"], throughput(net, corpus, tc, args.batches))
-            net = NeuralNet.create(tcfg, corpus.vocab, word_class=wc, seed=1)
-            best["torch"] = max(best["torch"], torch_throughput(net, corpus, tc, args.batches, args.device))
-        print(f"| {name} | {best['cython']:,.0f} | {best['torch']:,.0f} | {best['torch'] / best['cython']:.2f} |",
-              flush=True)
+            for engine, fn in (("cython", throughput), ("torch", torch_throughput)):
+                net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
+                best[engine] = max(best[engine], fn(net, corpus, tcx, args.batches))
+        print(f"\n{name} (minibatch {tc.minibatch}):\n  cython {best['cython']:9,.0f} ex/s\n"
+              f"  torch  {best['torch']:9,.0f} ex/s  (torch/cython x{best['torch'] / best['cython']:.2f})")
+        if args.epochs:
+            compare_perplexity(args, cfg, tcx, wc, tree, corpus, test)
+
+
+def compare_perplexity(args, cfg, tc, wc, tree, corpus, test):
+    """Both engines, the same network, data and epochs: exact PTB test perplexity."""
+    tcx = TrainConfig(**{**tc.__dict__, "epochs": args.epochs})
+    ppl = {}
+    for engine in ("cython", "torch"):
+        net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
+        t0 = time.perf_counter()
+        if engine == "cython":
+            final = Trainer(net, corpus, tcx, log=lambda s: print("  " + s), progress=False).train()
+        else:       # the whole engine: streamed, shuffled PTB files, as nplm train --engine torch reads them
+            import tempfile
+
+            from nplm.neural import torch_engine as te
+            with tempfile.TemporaryDirectory() as d:
+                final = te.train([PTB / "ptb.train.txt"], PTB / "ptb.valid.txt", os.path.join(d, "m.nplm"), cfg,
+                                 tcx, te.TorchOptions(checkpoint_minutes=0), log=lambda s: print("  " + s),
+                                 progress=False)
+        ppl[engine] = final.perplexity(*test)
+        print(f"  {engine}: {args.epochs} epochs in {(time.perf_counter() - t0) / 60:.1f} min, "
+              f"exact test perplexity {ppl[engine]:.2f}")
+    print(f"  torch/cython perplexity ratio {ppl['torch'] / ppl['cython']:.4f}")
 
 
 def main():
@@ -171,18 +202,18 @@ def main():
     ap.add_argument("--epochs", type=int, default=0, help="train this many epochs and report test perplexity")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engine", choices=["cython", "torch"], default="cython",
-                    help="torch: the Cython trainer against the torch engine (nets a and d)")
-    ap.add_argument("--device", default="cpu", help="the torch engine's device")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of --engine torch")
+                    help="torch: compare the Cython and torch engines on network (a) and nplm's default network")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per engine (--engine torch)")
     args = ap.parse_args()
     if not PTB.is_dir():
         sys.exit(f"PTB not found at {PTB}")
-    if args.engine == "torch":
-        if args.nets == "abc":
-            args.nets = "ad"
-        return compare_engines(args)
     print(f"load average before start: {os.getloadavg()[0]:.2f} (2-core machine shared with others)")
     set_blas_threads(args.threads)
+    if args.engine == "torch":
+        corpus = Corpus(PTB / "ptb.train.txt", PTB / "ptb.valid.txt", 5)
+        test = Corpus(PTB / "ptb.train.txt", PTB / "ptb.test.txt", 5, vocab=corpus.vocab).valid
+        compare_engines(args, corpus, test)
+        return
     gf = sgemm_gflops()
     print(f"numpy sgemm: {gf:.0f} GFLOP/s")
     corpus = None

@@ -5,11 +5,12 @@ import numpy as np
 
 
 class Counter:
+    carrying: Any
     def close_vocabulary(self, words: Any) -> Any: ...
     closed: Any
     distinct_ngrams: Any
     err_offset: Any
-    def feed(self, data: np.ndarray) -> Any: ...
+    def feed(self, data: np.ndarray, open_end: bool = ...) -> Any: ...
     def find(self, word: bytes) -> Any: ...
     kenlm_spaces: Any
     order: Any

@@ -103,7 +103,7 @@ class Ensemble:
 
 def train_members(args, config, tconfig):
     """``nplm train --ensemble K``: the members, then their tuned ensemble in --out."""
-    _, report = train_ensemble(args.train[0], args.valid, args.out, args.ensemble, config, tconfig,
+    _, report = train_ensemble(args.train, args.valid, args.out, args.ensemble, config, tconfig,
                                resume=args.resume, log=lambda s: print(s, file=sys.stderr),
                                progress=not args.quiet)
     print(f"ensemble weights {' '.join(f'{w:.4g}' for w in report['weights'])}: validation "

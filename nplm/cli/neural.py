@@ -12,6 +12,7 @@ from nplm.cli.common import (
     error,
     given_options,
     input_file,
+    input_files,
     nonneg_int,
     positive_int,
     positive_minutes,
@@ -21,6 +22,7 @@ from nplm.neural import clusters
 from nplm.neural.network import NeuralConfig
 from nplm.neural.query import precompute
 from nplm.neural.sample import sample_to_file
+from nplm.neural.stream import expand_paths
 from nplm.neural.train import TrainConfig, checkpoint_settings, train
 
 
@@ -82,9 +84,9 @@ class Train:
                     "Bengio-style MLE: --context full --embedding-dim 128 --hidden 512 --objective mle")
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         g = p.add_argument_group("data")
-        g.add_argument("--train", required=True, type=input_file, nargs="+", metavar="TEXT",
-                       help="training text, one sentence per line (plain/gz/bz2/xz); --engine torch takes "
-                            "several, read as one stream shared out between its processes")
+        g.add_argument("--train", required=True, nargs="+", type=input_files,
+                       help="training text, one sentence per line (plain/gz/bz2/xz); --engine torch reads "
+                            "several files or glob patterns, streamed and shared among its processes")
         g.add_argument("--valid", type=input_file, help="validation text: perplexity per epoch, learning-rate halving, "
                        "early stopping (recommended)")
         g.add_argument("--out", required=True, help="output model file (a checkpoint OUT.ckpt is written after every epoch)")
@@ -159,32 +161,31 @@ class Train:
                             "write their linear ensemble, tuned on --valid, to OUT (a JSON spec)")
         g.add_argument("--keep-checkpoint", action="store_true",
                        help="keep OUT.ckpt after training succeeds (default: removed)")
+        g = p.add_argument_group("engine")
         g.add_argument("--engine", choices=["cython", "torch"], default="cython",
-                       help="cython (default): nplm's kernels on this machine's cores; torch: PyTorch "
-                            "(nplm[torch]) on --device, several processes under torchrun "
-                            "(docs/guide/gpu-training.md)")
-        g.add_argument("--device", default="cpu", help="--engine torch: cpu, cuda or cuda:N (default cpu)")
-        g.add_argument("--checkpoint-every", type=positive_minutes, default=10.0, metavar="MINUTES",
-                       help="--engine torch: also write OUT.torch.ckpt within an epoch every MINUTES "
-                            "(default 10), so that --resume loses at most that much")
+                       help="cython: nplm's CPU kernels (default); torch: PyTorch on CPU or CUDA, one process or "
+                            "several under torchrun (needs nplm[torch]; docs/guide/gpu-training.md)")
+        g.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                       help="with --engine torch: where to train (default cpu; under torchrun each process "
+                            "takes the GPU of its LOCAL_RANK)")
+        g.add_argument("--shuffle-buffer", type=positive_int, default=None, metavar="N",
+                       help="with --engine torch: examples each process shuffles together (default 1048576)")
+        g.add_argument("--checkpoint-minutes", type=float, default=None, metavar="M",
+                       help="with --engine torch: also write OUT.ckpt every M minutes within an epoch, to "
+                            "resume from there (default 30; 0: at epoch ends only)")
 
     @staticmethod
-    def engine_error(args):
-        """The message of an option the chosen engine does not take, or None."""
-        if args.engine == "cython" and len(args.train) > 1:
-            return "--engine cython trains on one --train text; several are read by --engine torch"
-        for option in ("device", "checkpoint_every"):
-            if args.engine == "cython" and option in given_options(args):
-                return f"--{option.replace('_', '-')} applies to --engine torch"
-        return None
-
-    @staticmethod
-    def run(args):
-        if Train.engine_error(args):
-            return error(Train.engine_error(args))
-        for src in (*args.train, args.valid):
+    def run(args):  # long: checks each option against the engine and the checkpoint in turn
+        try:
+            args.train = expand_paths(args.train)
+        except FileNotFoundError as e:
+            return error(f"--train: {e.strerror}: {e.filename}")
+        for src in args.train + [args.valid]:
             if src and same_file(src, args.out):
                 return error(f"--out {args.out} would overwrite an input file")
+        problem = engine_problem(args)
+        if problem:
+            return error(problem)
         check_output(args.out + ".ckpt")   # written after each epoch
         try:
             hidden = tuple(int(h) for h in args.hidden.replace(" ", "").split(",") if h)
@@ -219,8 +220,6 @@ class Train:
                  "without variable history, or at order 2")):
             if dest in given and idle:
                 print(f"nplm: warning: {option} has no effect {why}", file=sys.stderr)
-        if args.engine == "torch":
-            return _train_torch(args, config, tc, given)
         if args.resume and args.ensemble == 1:
             # the checkpoint's settings, but for the options given (which train() then
             # compares with it): resuming needs no repeat of the options it was made with
@@ -229,25 +228,51 @@ class Train:
                                                         for f in dataclasses.fields(config) if f.name in given})
             tc = dataclasses.replace(old_tc, **{f.name: getattr(tc, f.name)
                                                 for f in dataclasses.fields(tc) if f.name in given})
+        if args.engine == "torch":
+            return train_torch(args, config, tc)
+        args.train = args.train[0]
         if args.ensemble > 1:
             return train_members(args, config, tc)
-        train(args.train[0], args.valid, args.out, config, tc, resume=args.resume,
+        train(args.train, args.valid, args.out, config, tc, resume=args.resume,
               log=output.log.info, progress=args.progress, keep_checkpoint=args.keep_checkpoint)
         return 0
 
 
-def _train_torch(args, config, tc, given):
+TORCH_ONLY = (("--device", "device"), ("--shuffle-buffer", "shuffle_buffer"),
+              ("--checkpoint-minutes", "checkpoint_minutes"))
+
+
+def engine_problem(args):
+    """The one-line refusal of an option the chosen engine does not take, or None."""
+    if args.engine == "cython":
+        if len(args.train) > 1:
+            return ("--train: the cython engine reads one training file, not "
+                    f"{len(args.train)}; concatenate them, or use --engine torch")
+        for option, dest in TORCH_ONLY:
+            if getattr(args, dest) is not None:
+                return f"{option} needs --engine torch"
+        return None
+    if args.tie_embeddings:
+        return "--tie-embeddings is not supported by --engine torch; use --engine cython"
     if args.ensemble > 1:
-        return error("--ensemble applies to --engine cython")
+        return "--ensemble is not supported by --engine torch; train the members one by one"
+    if args.checkpoint_minutes is not None and not (args.checkpoint_minutes >= 0):
+        return f"--checkpoint-minutes must be a non-negative number of minutes, not {args.checkpoint_minutes}"
+    return None
+
+
+def train_torch(args, config, tc):
+    """nplm train --engine torch (PyTorch imported only here)."""
     try:
-        engine = importlib.import_module("nplm.neural.torch_engine")
+        torch_engine = importlib.import_module("nplm.neural.torch_engine")
     except ImportError as e:
-        return error(f"--engine torch needs PyTorch: pip install 'nplm[torch]' ({e})")
-    engine.check_supported(config, args.objective if "objective" in given else None)
-    if config.output == "class" and config.resolved_objective() == "nce":
-        config = dataclasses.replace(config, objective="mle")
-    engine.train_torch(args.train, args.valid, args.out, config, tc, device=args.device, resume=args.resume,
-                       log=output.log.info, checkpoint_every=args.checkpoint_every * 60)
+        return error(f"--engine torch needs PyTorch ({e}); install it with: pip install 'nplm[torch]'")
+    opts = torch_engine.TorchOptions()
+    for _, dest in TORCH_ONLY:
+        if getattr(args, dest) is not None:
+            setattr(opts, dest, getattr(args, dest))
+    torch_engine.train(args.train, args.valid, args.out, config, tc, opts, resume=args.resume,
+                       log=output.log.info, progress=args.progress, keep_checkpoint=args.keep_checkpoint)
     return 0
 
 

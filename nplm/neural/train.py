@@ -588,6 +588,9 @@ def train(train_path, valid_path, out_path, config=None, tconfig=None, resume=Fa
     vocab = None
     if resume:
         ckpt, old, state = _read_checkpoint(out_path)
+        engine = state.get("engine", "cython")
+        if engine != "cython":
+            raise ValueError(f"{ckpt} was written by the {engine} engine; resume it with --engine {engine}")
         conflicts = resume_conflicts(old.config, state, config, tc, data_id)
         if conflicts:
             raise ValueError(f"cannot resume from {ckpt}: it was made with other settings or data:\n  "

@@ -1,180 +1,192 @@
-"""The PyTorch training engine (``nplm train --engine torch``): the file it writes is
-nplm's, scored by every query path exactly as the torch module's forward pass scores
-it, loadable with no torch installed; a real 2-process DistributedDataParallel run
-(gloo, CPU) against a 1-process run of the same global minibatch; a run killed
-mid-epoch resumes to the very model an uninterrupted run writes; refusals."""
-import math
+"""The torch training engine (nplm train --engine torch): its models score in nplm as
+its own forward pass does, load without torch, train the same in two processes as in
+one, resume within an epoch, and refuse what it does not support by name."""
+import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-import nplm
-
 torch = pytest.importorskip("torch", reason="the torch engine needs PyTorch (pip install 'nplm[torch]')")
 
-from nplm.neural.network import NeuralConfig, NeuralNet  # noqa: E402
-from nplm.neural.torch_engine import TorchNet, train_torch  # noqa: E402
+import nplm  # noqa: E402
+from nplm.cli.main import main  # noqa: E402
+from nplm.io import container  # noqa: E402
+from nplm.neural import torch_engine as te  # noqa: E402
+from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet  # noqa: E402
 from nplm.neural.train import TrainConfig  # noqa: E402
+from nplm.neural.vocab import examples, read_sentences  # noqa: E402
 
-from helpers import DATA, ROOT, need_shared  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _text(path, n, seed):
+    """n sentences of a small Markov chain over 40 words (something to learn)."""
+    rng = np.random.default_rng(seed)
+    nxt = rng.integers(0, 40, size=(40, 3))
+    lines = []
+    for _ in range(n):
+        w, words = int(rng.integers(40)), []
+        for _ in range(int(rng.integers(3, 9))):
+            words.append(f"w{w}")
+            w = int(nxt[w, rng.integers(3)])
+        lines.append(" ".join(words))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
 
 
 @pytest.fixture(scope="module")
-def texts(tmp_path_factory):
-    need_shared()
-    d = tmp_path_factory.mktemp("torch")
-    lines = (DATA / "ptb" / "ptb.train.txt").read_text().splitlines()
-    (d / "a.txt").write_text("\n".join(lines[:1200]) + "\n")
-    import gzip
-    with gzip.open(d / "b.txt.gz", "wt") as f:                    # a second, compressed shard
-        f.write("\n".join(lines[1200:2000]) + "\n")
-    (d / "valid.txt").write_text("\n".join((DATA / "ptb" / "ptb.valid.txt").read_text().splitlines()[:200]) + "\n")
-    return d
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("torch-data")
+    return _text(d / "train.txt", 300, 1), _text(d / "valid.txt", 40, 2)
 
 
-def _cli(*args, check=True, env=None, **kw):
-    r = subprocess.run([sys.executable, "-m", "nplm", "train", "--engine", "torch", *map(str, args)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600, env=env, **kw)
-    if check:
-        assert r.returncode == 0, r.stderr[-3000:]
-    return r
+KINDS = {
+    "softmax-nce-full-2": NeuralConfig(order=4, embedding_dim=8, hidden=(12, 10), context="full", output="softmax",
+                                       objective="nce", noise_samples=5),
+    "class-nce-diagonal": NeuralConfig(order=3, embedding_dim=8, output="class", classes=5, clustering="brown"),
+    "class-mle-tanh": NeuralConfig(order=3, embedding_dim=8, hidden=(8,), output="class", classes=4,
+                                   objective="mle", activation="tanh", clustering="frequency"),
+    "tree-mle": NeuralConfig(order=3, embedding_dim=8, hidden=(8,), context="full", output="tree"),
+    "softmax-mle-shortlist": NeuralConfig(order=3, embedding_dim=8, output="softmax", objective="mle",
+                                          shortlist=20, shortlist_input=True),
+}
 
 
-SMALL = dict(order=3, embedding_dim=16, hidden=(24,), context="full")
+def _train(data, out, config, **tc):
+    tc = TrainConfig(**{"epochs": 1, "minibatch": 16, "threads": 1, **tc})
+    return te.train([data[0]], data[1], str(out), config, tc, progress=False, log=lambda s: None)
 
 
-@pytest.mark.parametrize("config", [
-    dict(SMALL, output="softmax", objective="mle"),
-    dict(SMALL, output="softmax", objective="nce", noise_samples=5),
-    dict(order=4, embedding_dim=20, output="class", objective="mle", classes=12, context="diagonal"),
-], ids=["softmax-mle", "softmax-nce", "class-diagonal"])
-def test_nplm_scores_as_the_torch_forward_pass(texts, tmp_path, config):
-    out = tmp_path / "m.nplm"
-    net = train_torch([texts / "a.txt", texts / "b.txt.gz"], texts / "valid.txt", out, NeuralConfig(**config),
-                      TrainConfig(epochs=1, minibatch=32, threads=1), log=lambda s: None)
-    model = nplm.Model(str(out))
-    module = TorchNet(NeuralNet.load(str(out))).eval()
-    sentences = (texts / "valid.txt").read_text().splitlines()[:40]
-    vocab = net.vocab
-    m = net.config.order - 1
-    with torch.no_grad():
-        for sentence in sentences:
-            words = sentence.split()
-            ids = [vocab.index.get(w, 0) for w in words] + [2]
-            ctx = [3] * (m - 1) + [1]
-            theirs = []
-            for w in ids:
-                lp = module.log_probs(module.hidden(torch.tensor([ctx])))[0, w]
-                theirs.append(float(lp) / math.log(10))
-                ctx = ctx[1:] + [w]
-            ours = [p for p, _, _ in model.full_scores(sentence)]
-            assert np.max(np.abs(np.array(ours) - np.array(theirs))) <= 1e-5
-    assert abs(sum(10 ** np.asarray(model.log10_distribution(model_state(model)), np.float64)) - 1) < 1e-4
-
-
-def model_state(model):
-    s = nplm.State()
-    model.BeginSentenceWrite(s)
-    return s
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_scores_in_nplm_match_the_torch_forward_pass(data, tmp_path, kind):
+    path = tmp_path / "m.nplm"
+    _train(data, path, KINDS[kind])
+    net = NeuralNet.load(str(path))
+    sents = read_sentences(data[1])
+    ctx, tgt = examples(sents, net.vocab, net.order)
+    S = te.tn.TorchNet(net)
+    units = torch.from_numpy(net.unit_ids(tgt).astype(np.int64))
+    rows = torch.from_numpy(net.input_ids(ctx).astype(np.int64))
+    ours = S(rows, units).double().numpy()
+    if net.shortlist is not None:
+        ours = ours + net.shortlist.log_ratio[tgt]
+    ours = ours * te.LOG10E
+    model = nplm.Model(str(path))
+    theirs = np.array([s[0] for line in open(data[1]) for s in model.full_scores(line.strip())])
+    assert theirs.shape == ours.shape
+    assert np.max(np.abs(theirs - ours)) <= 1e-5
+    assert np.max(np.abs(net.log10_prob(ctx, tgt) - ours)) <= 1e-5
 
 
 BLOCK_TORCH = """
 import sys
-class Block:
+class _NoTorch:
     def find_spec(self, name, path=None, target=None):
         if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is blocked")
-sys.meta_path.insert(0, Block())
-import nplm
-m = nplm.Model(sys.argv[1])
-print(m.score("the company said"), m.perplexity("the company said"))
-assert "torch" not in sys.modules
+            raise ImportError("torch is not installed here")
+sys.meta_path.insert(0, _NoTorch())
 """
 
 
-def test_the_file_loads_without_torch(texts, tmp_path):
-    out = tmp_path / "m.nplm"
-    _cli("--train", texts / "a.txt", "--valid", texts / "valid.txt", "--out", out, "--order", 3,
-         "--embedding-dim", 16, "--output", "softmax", "--objective", "mle", "--epochs", 1, "--minibatch", 32,
-         "--threads", 1, "-q")
-    r = subprocess.run([sys.executable, "-c", BLOCK_TORCH, str(out)], capture_output=True, text=True, cwd=ROOT)
+def _python(code, timeout=60):
+    env = dict(os.environ, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_model_file_loads_and_scores_without_torch(data, tmp_path):
+    path = str(tmp_path / "m.nplm")
+    _train(data, path, KINDS["softmax-nce-full-2"])
+    sent = open(data[1]).readline().strip()
+    want = [s[0] for s in nplm.Model(path).full_scores(sent)]
+    r = _python(BLOCK_TORCH + f"""
+import json, nplm
+got = [s[0] for s in nplm.Model({path!r}).full_scores({sent!r})]
+assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules)
+print(json.dumps(got))
+""")
     assert r.returncode == 0, r.stderr
-    assert float(r.stdout.split()[0]) == pytest.approx(nplm.Model(str(out)).score("the company said"))
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == want
+    # and the command says what is missing
+    r = _python(BLOCK_TORCH + f"""
+from nplm.cli.main import main
+sys.exit(main(["train", "--engine", "torch", "--train", {data[0]!r}, "--out", {path + "2"!r}]))
+""")
+    assert r.returncode == 1
+    assert "--engine torch needs PyTorch" in r.stderr and "nplm[torch]" in r.stderr
 
 
 def _history(path):
-    return NeuralNet.load(str(path), return_container=True)[1].config["training"]["history"]
+    return container.read(path).config["training"]
 
 
-def test_two_processes_of_distributed_data_parallel(texts, tmp_path):
-    """torchrun --nproc_per_node 2 (gloo on the CPU) with global minibatch 32 against one
-    process with 32: the same loss curve within tolerance, a model that loads and
-    scores, and validation perplexities within 10%."""
-    args = ["--train", texts / "a.txt", texts / "b.txt.gz", "--valid", texts / "valid.txt", "--order", 3,
-            "--embedding-dim", 16, "--hidden", "24", "--context", "full", "--output", "softmax", "--objective",
-            "mle", "--epochs", 2, "--minibatch", 32, "--threads", 1, "--dropout", 0, "--input-dropout", 0,
-            "--no-variable-history", "-q"]
-    one, two = tmp_path / "one.nplm", tmp_path / "two.nplm"
-    _cli(*args, "--out", one)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+COMMON = ["--order", "3", "--embedding-dim", "8", "--hidden", "8", "--context", "full", "--output", "softmax",
+          "--objective", "nce", "--noise-samples", "5", "--epochs", "2", "--minibatch", "32", "--threads", "1",
+          "--dropout", "0", "--input-dropout", "0", "--seed", "3", "--shuffle-buffer", "256"]
+
+
+def test_two_gloo_processes_train_as_one_with_the_same_global_batch(data, tmp_path):
+    two, one = str(tmp_path / "two.nplm"), str(tmp_path / "one.nplm")
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        "-m", "nplm", "train", "--engine", "torch", *map(str, args), "--out", str(two)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+                        "-m", "nplm", "train", "--engine", "torch", "--train", data[0], "--out", two] + COMMON,
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
-    h1, h2 = _history(one), _history(two)
-    assert len(h1) == len(h2) == 2
-    for a, b in zip(h1, h2):
-        assert abs(a["loss"] - b["loss"]) < 0.05 * a["loss"]
-        assert abs(a["valid_ppl"] - b["valid_ppl"]) < 0.1 * a["valid_ppl"]
-    training = NeuralNet.load(str(two), return_container=True)[1].config["training"]
-    assert training["processes"] == 2 and training["engine"] == "torch"
-    assert math.isfinite(nplm.Model(str(two)).perplexity("the company said it expects"))
+    assert main(["train", "--engine", "torch", "--train", data[0], "--out", one] + COMMON) == 0
+    h2, h1 = _history(two), _history(one)
+    assert h2["processes"] == 2 and h1["processes"] == 1
+    l2, l1 = [e["loss"] for e in h2["history"]], [e["loss"] for e in h1["history"]]
+    assert len(l2) == len(l1) == 2
+    assert l2[1] < l2[0]
+    assert np.allclose(l2, l1, rtol=0.03)
+    ppl = []
+    for path in (two, one):
+        m = nplm.Model(path)
+        lines = open(data[1]).read().split("\n")[:40]
+        ppl.append(np.mean([m.perplexity(s) for s in lines if s]))
+    assert np.isfinite(ppl).all() and abs(ppl[0] / ppl[1] - 1) < 0.05
 
 
-def test_a_run_killed_mid_epoch_resumes_to_the_same_model(texts, tmp_path):
-    args = ["--train", texts / "a.txt", "--valid", texts / "valid.txt", "--order", 3, "--embedding-dim", 16,
-            "--output", "softmax", "--objective", "nce", "--noise-samples", 5, "--epochs", 2, "--minibatch", 64,
-            "--threads", 1, "-q", "--checkpoint-every", "0.0001"]
-    whole, parts = tmp_path / "whole.nplm", tmp_path / "parts.nplm"
-    _cli(*args, "--out", whole)
-    p = subprocess.Popen([sys.executable, "-m", "nplm", "train", "--engine", "torch", *map(str, args),
-                          "--out", str(parts)], cwd=ROOT, stderr=subprocess.PIPE)
-    ckpt = tmp_path / "parts.nplm.torch.ckpt"
-    deadline = time.time() + 300
-    while time.time() < deadline and p.poll() is None:
-        if ckpt.exists():
-            state = torch.load(ckpt, weights_only=False)
-            if state["run"]["epoch"] == 1 and state["run"]["batch"] > 5:
-                break
-        time.sleep(0.05)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    assert not parts.exists()
-    _cli(*args, "--out", parts, "--resume")
-    a, b = NeuralNet.load(str(whole)), NeuralNet.load(str(parts))
-    for name in a.params:
-        assert np.array_equal(np.asarray(a.params[name]), np.asarray(b.params[name])), name
+def test_resume_within_an_epoch_gives_the_uninterrupted_model(data, tmp_path):
+    cfg = KINDS["class-nce-diagonal"]
+    whole = _train(data, tmp_path / "whole.nplm", cfg, epochs=2)
+    out = str(tmp_path / "cut.nplm")
+    tc = TrainConfig(epochs=2, minibatch=16, threads=1)
+    te.train([data[0]], data[1], out, cfg, tc, te.TorchOptions(stop_after_steps=5), progress=False,
+             log=lambda s: None)
+    state = container.read(out + ".ckpt").config["checkpoint"]
+    assert (state["epoch"], state["step"]) == (0, 5)
+    resumed = te.train([data[0]], data[1], out, None, None, resume=True, progress=False, log=lambda s: None)
+    for n in PARAM_NAMES:
+        assert np.array_equal(whole.params[n], resumed.params[n]), n
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--output", "tree"], "not --output tree"),
-    (["--shortlist", "50"], "--shortlist"),
-    (["--output", "class", "--objective", "nce"], "--objective mle"),
-    (["--device", "cuda"] if not torch.cuda.is_available() else ["--ensemble", "2"], "cuda|--ensemble"),
-], ids=["tree", "shortlist", "class-nce", "device"])
-def test_refusals_name_the_option(texts, tmp_path, extra, message):
-    r = _cli("--train", texts / "a.txt", "--out", tmp_path / "m.nplm", "--epochs", 1, *extra, check=False)
-    assert r.returncode != 0 and "Traceback" not in r.stderr
-    assert any(m in r.stderr for m in message.split("|")), r.stderr
+def _refused(argv, capsys):
+    assert main(argv) == 1
+    return capsys.readouterr().err.strip().splitlines()[-1]
 
 
-def test_the_cython_engine_takes_one_text(texts, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "nplm", "train", "--train", str(texts / "a.txt"),
-                        str(texts / "b.txt.gz"), "--out", str(tmp_path / "m.nplm")],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 1 and "--engine torch" in r.stderr
+def test_unsupported_options_are_refused_by_name(data, tmp_path, capsys):
+    base = ["train", "--train", data[0], "--out", str(tmp_path / "r.nplm")]
+    torch_ = base + ["--engine", "torch"]
+    assert "--tie-embeddings is not supported by --engine torch" in _refused(
+        torch_ + ["--tie-embeddings", "--embedding-dim", "8"], capsys)
+    assert "--ensemble is not supported by --engine torch" in _refused(torch_ + ["--ensemble", "2"], capsys)
+    assert "--device needs --engine torch" in _refused(base + ["--device", "cpu"], capsys)
+    assert "the cython engine reads one training file" in _refused(base[:3] + [data[1]] + base[3:], capsys)
+    if not torch.cuda.is_available():
+        assert "--device cuda: torch sees no CUDA device" in _refused(torch_ + ["--device", "cuda"], capsys)
+    with pytest.raises(ValueError, match="--parallel"):
+        te.train([data[0]], None, str(tmp_path / "p.nplm"), KINDS["tree-mle"], TrainConfig(parallel="blas"))
+
+
+def test_a_cython_checkpoint_is_not_resumed_by_the_torch_engine(data, tmp_path, capsys):
+    out = str(tmp_path / "c.nplm")
+    args = ["train", "--train", data[0], "--out", out, "--order", "3", "--embedding-dim", "8", "--epochs", "1",
+            "--keep-checkpoint", "--threads", "1"]
+    assert main(args) == 0
+    msg = _refused(args + ["--resume", "--engine", "torch"], capsys)
+    assert "written by the cython engine; resume it with --engine cython" in msg
