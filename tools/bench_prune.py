@@ -151,7 +151,7 @@ def plot(results, kn5_size, kn5_ppl, path, note):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.4))
     names = {"count": "count pruning (lmplz --prune)", "entropy": "entropy pruning of KN5 (nplm prune)",
-             "teacher": "pruning against KN5+network (nplm prune --reference)",
+             "teacher": "pruning against KN5+networks (nplm prune --reference)",
              "distil": "distilled KN5+network (nplm distil --target-size)",
              "headline": "the one command: distil to 25%, KenLM trie -q 8 -b 8"}
     marks = {"count": "s-", "entropy": "o-", "teacher": "^-", "distil": "D-", "headline": "*"}
