@@ -1,8 +1,8 @@
 /* One pass over a KenLM trie's records, checking what every file build_binary
  * writes satisfies and a damaged one almost never does: each order's child
  * pointers start at 0, never decrease and end at the next order's count; the word
- * ids under each parent are below the vocabulary size and strictly increasing (the
- * search relies on it); no value is one a model cannot hold (see klm_bad_prob,
+ * ids under each parent are below the vocabulary size and never decrease (the search
+ * relies on it; an n-gram an ARPA lists twice is written twice, side by side); no value is one a model cannot hold (see klm_bad_prob,
  * klm_bad_backoff).  KenLM's format has no checksums: these invariants are what
  * turns a damaged file into an error instead of absurd scores. */
 #ifndef NPLM_KENLM_CHECK_H
@@ -75,7 +75,7 @@ static inline int klm_check_pointers(const klm_trie *m, const klm_bitpacked *t, 
 }
 
 /* The records of t (order `order`), whose parents are the level `parent`: word ids
- * in range and increasing under each parent, values sound. */
+ * in range and non-decreasing under each parent, values sound. */
 static inline int klm_check_records(const klm_trie *m, const klm_bitpacked *parent, uint64_t parents,
                                     const klm_bitpacked *t, int order, int longest, klm_fault *f) {
     klm_pointers p = {m, parent, 0};
@@ -90,7 +90,7 @@ static inline int klm_check_records(const klm_trie *m, const klm_bitpacked *pare
         bit = i * t->total_bits;
         word = klm_read57(t->base, bit, t->word_mask);
         if (word >= t->max_vocab) return klm_fail(f, order, i, "word ids outside the vocabulary");
-        if ((int64_t)word <= prev) return klm_fail(f, order, i, "word ids out of order");
+        if ((int64_t)word < prev) return klm_fail(f, order, i, "word ids out of order");
         prev = (int64_t)word;
         if (t->prob_table != NULL) continue;       /* quantised: the tables are checked */
         bit += t->word_bits;

@@ -96,9 +96,9 @@ def test_a_signal_while_spilling_leaves_nothing(tmp_path, signum, code):
     the spill folder and the output's temporary file removed, 128 + signal for the
     two others."""
     text = tmp_path / "corpus.txt"
-    generated_corpus(text, 60000, 5000, seed=7)
+    generated_corpus(text, 200000, 5000, seed=7)        # (long enough to be running when signalled)
     cmd = [sys.executable, "-m", "nplm", "estimate", "-o", "5", "--text", str(text), "--arpa",
-           str(tmp_path / "m.arpa"), "-S", "64K", "-T", str(tmp_path), "-q"]
+           str(tmp_path / "m.arpa"), "-S", "64K", "-T", str(tmp_path), "-q", "--discount_fallback"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE)
     deadline = time.time() + 60
     while not leftovers(tmp_path) and time.time() < deadline and proc.poll() is None:
