@@ -85,8 +85,6 @@ def extensions():
             continue
         exts.append(Extension(
             module, [_generated_c(pyx) or pyx],
-            # (a header's change rebuilds the modules: build_ext compares these too)
-            depends=glob.glob(os.path.join("nplm", "src", "*.h")),
             include_dirs=[numpy.get_include(), os.path.join("nplm", "src")],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
             extra_compile_args=["-O3", *OPENMP_COMPILE],
