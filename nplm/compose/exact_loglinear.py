@@ -540,7 +540,8 @@ class TuningSet:
                 p = np.searchsorted(ent_key, owner * V + word)
                 ent_val[p] = val
         del total
-        self.ent_ctx, self.ent_word, self.ent_val = ent_ctx, ent_word, ent_val
+        self.ent_ctx, self.ent_word = ent_ctx, ent_word.astype(np.int32)
+        self.ent_val = ent_val.astype(np.float32)      # (KenLM keeps them as float too)
         self.ent_starts = np.searchsorted(ent_ctx, np.arange(C))
         # observed: ln p_i of each token's word
         c_tok = inv
@@ -563,7 +564,7 @@ class TuningSet:
         uu = (U * wu[:, None]).T @ U / z_eps
         lnb = self.ln_backoff                              # (C, M)
         wb = np.exp(lnb @ w)
-        L = self.ent_val
+        L = self.ent_val.astype(np.float64)
         a = wu[self.ent_word]
         g = np.exp(L @ w)
         Ue = U[self.ent_word]
@@ -581,8 +582,12 @@ class TuningSet:
         S_g = per_ctx(g)
         S_aU = per_ctx(a[:, None] * Ue)
         S_gL = per_ctx(g[:, None] * L)
-        S_aUU = per_ctx(a[:, None, None] * Ue[:, :, None] * Ue[:, None, :])
-        S_gLL = per_ctx(g[:, None, None] * L[:, :, None] * L[:, None, :])
+        S_aUU = np.empty((C, M, M))
+        S_gLL = np.empty((C, M, M))
+        for i in range(M):            # (pair by pair: no (entries, M, M) temporaries)
+            for j in range(i, M):
+                S_aUU[:, i, j] = S_aUU[:, j, i] = per_ctx(a * Ue[:, i] * Ue[:, j])
+                S_gLL[:, i, j] = S_gLL[:, j, i] = per_ctx(g * L[:, i] * L[:, j])
         Z = wb * (z_eps - S_a) + S_g
         # backed-off part: words outside the extensions, ln p_i = U + lnb
         sum_f_back = z_eps * (ucross[None, :] + lnb) - (S_aU + S_a[:, None] * lnb)
