@@ -31,6 +31,7 @@ unigrams in every component.
 """
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -98,9 +99,11 @@ def read_intermediate(base):
         rec = np.fromfile(f"{base}.{n}", dtype=dtype)
         if len(rec) != count:
             raise FormatError(f"{base}.{n} holds {len(rec)} {n}-grams, not the {count} of {meta}")
-        ids.append(rec["w"])
-        prob.append(np.ascontiguousarray(rec["p"]))
-        backoff.append(np.ascontiguousarray(rec["b"]) if n < len(counts) else np.zeros(count, np.float32))
+        rows, p, b = _suffix_sorted(rec["w"], np.ascontiguousarray(rec["p"]),
+                                    np.ascontiguousarray(rec["b"]) if n < len(counts) else np.zeros(count, np.float32))
+        ids.append(rows)
+        prob.append(p)
+        backoff.append(b)
     if len(ids[0]) != len(words) or not np.array_equal(ids[0][:, 0], np.arange(len(words))):
         raise FormatError(f"{base}.1 does not hold one unigram per word of {base}.vocab in id order")
     return Component(base, words, ids, prob, backoff)
@@ -126,9 +129,11 @@ def read_arpa_component(path):
     ids = [np.arange(len(perm) + 1, dtype=np.uint32)[:, None]]
     prob, backoff = [uni_p], [uni_b]
     for k in range(1, t.order):
-        ids.append(new[t.ids[k]])
-        prob.append(t.logprob[k])
-        backoff.append(t.backoff[k] if k + 1 < t.order else np.zeros(len(t.logprob[k]), np.float32))
+        rows, p, b = _suffix_sorted(new[t.ids[k]], t.logprob[k],
+                                    t.backoff[k] if k + 1 < t.order else np.zeros(len(t.logprob[k]), np.float32))
+        ids.append(rows)
+        prob.append(p)
+        backoff.append(b)
     return Component(os.fspath(path), [b"<unk>"] + [words[i] for i in perm], ids, prob, backoff)
 
 
@@ -157,18 +162,35 @@ def universal_vocab(components):
 
 def _lookup(keys, queries, what, order=None):
     """Index of each query in the sorted unique ``keys``; FormatError when one is
-    missing.  Sorted queries search fastest: others are searched in the order
-    ``order`` (their stable argsort, computed when not given)."""
-    if order is not None or (len(queries) > 1 and np.any(queries[1:] < queries[:-1])):
-        if order is None:
-            order = np.argsort(queries, kind="stable")
+    missing.  The queries are searched in the order ``order`` (their stable argsort)
+    where given: sorted queries search several times faster."""
+    if order is not None:
         found = np.empty(len(queries), dtype=np.int64)
         found[order] = _lookup(keys, queries[order], what)
         return found
     pos = np.searchsorted(keys, queries)
-    if len(pos) and (pos[-1] >= len(keys) or not np.array_equal(keys[np.minimum(pos, len(keys) - 1)], queries)):
+    if len(pos) and not np.array_equal(np.take(keys, pos, mode="clip"), queries):
         raise FormatError(what)
     return pos
+
+
+def _suffix_sorted(ids, *columns):
+    """``ids`` rows and the ``columns`` arrays permuted into suffix order (last word
+    first), as lmplz writes them already."""
+    w = ids.astype(np.int64)
+    n = w.shape[1]
+    if len(w) < 2:
+        return (ids,) + columns
+    ahead = np.zeros(len(w) - 1, dtype=bool)        # row i+1 before row i?
+    decided = np.zeros(len(w) - 1, dtype=bool)
+    for k in range(n - 1, -1, -1):
+        lt, gt = w[1:, k] < w[:-1, k], w[1:, k] > w[:-1, k]
+        ahead |= lt & ~decided
+        decided |= lt | gt
+    if not ahead.any():
+        return (ids,) + columns
+    perm = np.lexsort([w[:, k] for k in range(n)])
+    return (ids[perm],) + tuple(c[perm] for c in columns)
 
 
 class Union:
@@ -221,7 +243,9 @@ class Union:
             self.suffix[n] = keys // V
             self.first[n] = keys % V
             for i, k in mkeys.items():
-                at[i][n - 1] = np.searchsorted(keys, k)
+                # (a component listing every n-gram of the order, as a lower-order
+                # model of the same text does, needs no search)
+                at[i][n - 1] = None if len(k) == len(keys) else np.searchsorted(keys, k)
             if n == 2:
                 self.prefix[n] = self.first[n]
                 self.by_context[n] = np.argsort(self.first[n], kind="stable")
@@ -242,9 +266,14 @@ class Union:
                 b = np.zeros(count, np.float32)
                 if n <= c.order:
                     idx = idxs[n - 1]
-                    listed[idx] = True
-                    p[idx] = c.prob[n - 1]
-                    b[idx] = c.backoff[n - 1]
+                    if idx is None:             # every n-gram, in the union's order
+                        listed[:] = True
+                        p[:] = c.prob[n - 1]
+                        b[:] = c.backoff[n - 1]
+                    else:
+                        listed[idx] = True
+                        p[idx] = c.prob[n - 1]
+                        b[idx] = c.backoff[n - 1]
                 L.append(listed)
                 P.append(p)
                 B.append(b)
@@ -308,7 +337,44 @@ def _double_sum(terms):
 def interpolate_tables(u, weights, progress=None):
     """(counts, blocks) of the mixture with ``weights`` (float32 as KenLM parses them):
     per order n, the n-grams' word ids in KenLM's output order, log10 probabilities
-    and back-offs, as ``write_sections`` takes them."""
+    and back-offs, as ``write_sections`` takes them.  The tables are computed in a
+    thread, order by order: ``blocks(k)`` waits for order k+1 only, so writing the
+    lower orders overlaps computing the higher ones."""
+    N = u.order
+    out_prob, out_backoff = [None] * N, [None] * N
+    ready = [threading.Event() for _ in range(N)]
+    failed = []
+
+    def work():
+        try:
+            _compute(u, weights, progress, out_prob, out_backoff, ready)
+        except BaseException as e:          # handed to the writer, which raises it
+            failed.append(e)
+            for r in ready:
+                r.set()
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    counts = [u.count(n) for n in range(1, N + 1)]
+
+    def blocks(k):
+        ready[k].wait()
+        if failed:
+            raise failed[0]
+        n = k + 1
+        step = 1 << 20
+        for a in range(0, counts[k], step):
+            b = min(a + step, counts[k])
+            yield u.rows(n, np.arange(a, b)), out_prob[k][a:b], out_backoff[k][a:b]
+        if k == N - 1:
+            worker.join()
+
+    return counts, blocks
+
+
+def _compute(u, weights, progress, out_prob, out_backoff, ready):
+    """The mixture's log10 probabilities and back-offs into ``out_prob`` and
+    ``out_backoff`` (per order), setting ``ready[k]`` as order k+1 is final."""
     M = len(u.components)
     lam = np.asarray(weights, dtype=np.float32)
     N = u.order
@@ -339,8 +405,9 @@ def interpolate_tables(u, weights, progress=None):
     # probability lmplz's 0 makes 0 (KenLM takes 1 off whatever it is).
     z1 = np.power(10.0, merged[0].astype(np.float64)).astype(LD).sum() - LD(1.0)
     log_z = np.float32(np.log10(z1))
-    out_prob = [(merged[0] - log_z).astype(np.float32)]
-    out_backoff = [np.zeros(u.count(n), np.float32) for n in range(1, N + 1)]
+    out_prob[0] = (merged[0] - log_z).astype(np.float32)
+    for n in range(1, N + 1):
+        out_backoff[n - 1] = np.zeros(u.count(n), np.float32)
     z_ctx = {}      # per order n-1, Z of each (n-1)-gram as a context (long double)
     for n in range(2, N + 1):
         ctx = u.prefix[n]
@@ -350,16 +417,19 @@ def interpolate_tables(u, weights, progress=None):
         lower = merged[n - 2][u.suffix[n]]
         backoff_once = np.zeros(C, dtype=LD)
         for m in range(M):
+            # (float32 throughout, as KenLM: float32 arrays and scalars stay float32)
             f = froms[m][n - 1]
             # b_m of the context's suffix of length k + 1, k = 0 .. n-2 (0 where unlisted)
             B = [u.backoff[m][k][chain[k]] for k in range(n - 1)]
             acc = np.zeros(len(prob), np.float32)
             for k in range(n - 2):
-                acc = np.where(f <= k, acc + B[k][ctx], acc).astype(np.float32)
-            lower = (lower + (acc * lam[m]).astype(np.float32)).astype(np.float32)
-            acc = np.where(f < n - 1, acc + B[n - 2][ctx], acc).astype(np.float32)
-            prob = (prob + (acc * lam[m]).astype(np.float32)).astype(np.float32)
-            backoff_once += (lam[m] * B[n - 2]).astype(np.float32).astype(LD)
+                take = f <= k
+                if take.any():
+                    acc = np.where(take, acc + B[k][ctx], acc)
+            lower = lower + acc * lam[m]
+            acc = np.where(f < n - 1, acc + B[n - 2][ctx], acc)
+            prob = prob + acc * lam[m]
+            backoff_once += (lam[m] * B[n - 2]).astype(LD)
         z_lower = np.full(C, LD(log_z), dtype=LD) if n == 2 else z_ctx[n - 2][u.suffix[n - 1]]
         # Z(h) = B(h) (Z(h') - sum u(h'x)) + sum u(hx), the sums in KenLM's order
         # (context by context, words ascending)
@@ -377,23 +447,14 @@ def interpolate_tables(u, weights, progress=None):
         z = np.full(C, np.nan, dtype=LD)
         z[has] = _log10(_pow10(base[has]) + z_delta[has])
         z_ctx[n - 1] = z
-        out_prob.append((prob.astype(LD) - z[ctx]).astype(np.float32))
+        out_prob[n - 1] = (prob.astype(LD) - z[ctx]).astype(np.float32)
         out_backoff[n - 2] = np.where(has, (base - z).astype(np.float32), np.float32(0)).astype(np.float32)
-    del froms, merged
-
+        # (orders below the highest: probabilities above 1 written as 1, as KenLM)
+        np.minimum(out_prob[n - 2], np.float32(0), out=out_prob[n - 2])
+        ready[n - 2].set()
+        merged[n - 2] = None
     say("Reunifying backoffs")
-    for n in range(1, N):
-        np.minimum(out_prob[n - 1], np.float32(0), out=out_prob[n - 1])
-    counts = [u.count(n) for n in range(1, N + 1)]
-
-    def blocks(k):
-        n = k + 1
-        step = 1 << 20
-        for a in range(0, counts[k], step):
-            b = min(a + step, counts[k])
-            yield u.rows(n, np.arange(a, b)), out_prob[k][a:b], out_backoff[k][a:b]
-
-    return counts, blocks
+    ready[N - 1].set()
 
 
 def write_interpolated(u, weights, out, progress=None):
