@@ -601,9 +601,11 @@ class TuningSet:
                 p = np.searchsorted(ent_key, owner * V + word)
                 ent_val[p] = val
         del total
-        self.ent_ctx, self.ent_word = ent_ctx, ent_word.astype(np.int32)
-        self.ent_val = ent_val.astype(np.float32)      # (KenLM keeps them as float too)
-        self.ent_starts = np.searchsorted(ent_ctx, np.arange(C))
+        self.ent_word = ent_word.astype(np.int32)
+        # (float32, as KenLM keeps them)
+        self.ent_cols = [np.ascontiguousarray(ent_val[:, i], dtype=np.float32) for i in range(M)]
+        self._indptr = np.searchsorted(ent_ctx, np.arange(C + 1))
+        self._incidence = None
         # observed: ln p_i of each token's word
         c_tok = inv
         key = c_tok * V + words
@@ -616,41 +618,55 @@ class TuningSet:
 
     def derivatives(self, w):
         """(perplexity, gradient, Hessian) of the tuning text at weights ``w``."""
+        from scipy.sparse import csr_matrix
+
+        w = np.asarray(w, dtype=np.float64)
         M = len(w)
+        C = len(self.count)
+        pairs = [(i, j) for i in range(M) for j in range(i, M)]
         U = self.ln_uni
         wu = np.exp(U @ w)
         wu[self.bos] = 0.0
         z_eps = wu.sum()
         ucross = U.T @ wu / z_eps
         uu = (U * wu[:, None]).T @ U / z_eps
-        lnb = self.ln_backoff                              # (C, M)
-        wb = np.exp(lnb @ w)
-        L = self.ent_val.astype(np.float64)
-        a = wu[self.ent_word]
-        g = np.exp(L @ w)
-        Ue = U[self.ent_word]
-        C = len(lnb)
-        nonempty = np.diff(np.append(self.ent_starts, len(L))) > 0
-        st = self.ent_starts[nonempty]
+        # sums over each context's extensions of the unigram terms (they depend on the
+        # word only): one sparse product of the context-by-word incidence
+        if self._incidence is None:
+            E = len(self.ent_word)
+            self._incidence = csr_matrix((np.ones(E), self.ent_word, self._indptr), shape=(C, len(wu)))
+        cols = [wu] + [wu * U[:, i] for i in range(M)] + [wu * U[:, i] * U[:, j] for i, j in pairs]
+        S = np.asarray(self._incidence @ np.column_stack(cols))
+        S_a, S_aU = S[:, 0], S[:, 1:1 + M]
+        S_aUU = np.empty((C, M, M))
+        for c, (i, j) in enumerate(pairs):
+            S_aUU[:, i, j] = S_aUU[:, j, i] = S[:, 1 + M + c]
+        # and of the extensions' own terms, entry by entry
+        L = self.ent_cols
+        lw = np.zeros(len(self.ent_word))
+        for i in range(M):
+            lw += w[i] * L[i]
+        g = np.exp(lw, out=lw)
+        nonempty = self._indptr[1:] > self._indptr[:-1]
+        st = self._indptr[:-1][nonempty]
 
         def per_ctx(x):
-            out = np.zeros((C,) + x.shape[1:])
+            out = np.zeros(C)
             if len(st):
-                out[nonempty] = np.add.reduceat(x, st, axis=0)
+                out[nonempty] = np.add.reduceat(x, st)
             return out
 
-        S_a = per_ctx(a)
         S_g = per_ctx(g)
-        S_aU = per_ctx(a[:, None] * Ue)
-        S_gL = per_ctx(g[:, None] * L)
-        S_aUU = np.empty((C, M, M))
+        gL = [g * L[i] for i in range(M)]
+        S_gL = np.column_stack([per_ctx(x) for x in gL]) if M else np.zeros((C, 0))
         S_gLL = np.empty((C, M, M))
-        for i in range(M):            # (pair by pair: no (entries, M, M) temporaries)
-            for j in range(i, M):
-                S_aUU[:, i, j] = S_aUU[:, j, i] = per_ctx(a * Ue[:, i] * Ue[:, j])
-                S_gLL[:, i, j] = S_gLL[:, j, i] = per_ctx(g * L[:, i] * L[:, j])
+        for i, j in pairs:
+            S_gLL[:, i, j] = S_gLL[:, j, i] = per_ctx(gL[i] * L[j])
+        del gL, g
+        lnb = self.ln_backoff                              # (C, M)
+        wb = np.exp(lnb @ w)
         Z = wb * (z_eps - S_a) + S_g
-        # backed-off part: words outside the extensions, ln p_i = U + lnb
+        # words outside the extensions back off to the unigrams: ln p_i = U + lnb
         sum_f_back = z_eps * (ucross[None, :] + lnb) - (S_aU + S_a[:, None] * lnb)
         E1 = (wb[:, None] * sum_f_back + S_gL) / Z[:, None]
         outer_b = lnb[:, :, None] * lnb[:, None, :]
