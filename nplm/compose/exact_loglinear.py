@@ -575,44 +575,59 @@ class TuningSet:
         last = {1: np.arange(V, dtype=np.int64)}
         for n in range(2, N + 1):
             last[n] = last[n - 1][u.suffix[n]]
-        # extensions: level 1 gives the words, deeper levels overwrite their values
-        ent_ctx = ent_word = ent_val = None
-        for k in range(1, K + 1):
-            if k + 1 > N:
-                break
-            have = chain[k] >= 0
-            cs = np.flatnonzero(have)
+        # extensions, a chunk of contexts at a time (bounded temporaries): the
+        # words after the last word (level 1), values overwritten by deeper levels
+        ranges = {}
+        for k in range(1, min(K, N - 1) + 1):
             g = u.by_context[k + 1]
             pref = u.prefix[k + 1][g]
-            lo = np.searchsorted(pref, chain[k][cs], "left")
-            hi = np.searchsorted(pref, chain[k][cs], "right")
-            per = hi - lo
-            owner = np.repeat(cs, per)
-            starts = np.repeat(lo - np.concatenate([[0], np.cumsum(per)[:-1]]), per)
-            j = g[starts + np.arange(len(owner))]
-            word = last[k + 1][j]
-            rest = np.minimum(c_len[owner], K)
-            val = np.stack([full[m][k][j] + bcum[m, rest, owner] - bcum[m, k, owner] for m in range(M)],
-                           axis=1) * LN10
-            if k == 1:
-                ent_ctx, ent_word, ent_val = owner, word, val
-                ent_key = ent_ctx * V + ent_word
-            elif len(owner):
-                p = np.searchsorted(ent_key, owner * V + word)
-                ent_val[p] = val
-        del total
-        self.ent_word = ent_word.astype(np.int32)
-        # (float32, as KenLM keeps them)
-        self.ent_cols = [np.ascontiguousarray(ent_val[:, i], dtype=np.float32) for i in range(M)]
-        self._indptr = np.searchsorted(ent_ctx, np.arange(C + 1))
+            have = chain[k] >= 0
+            lo = np.zeros(C, dtype=np.int64)
+            hi = np.zeros(C, dtype=np.int64)
+            lo[have] = np.searchsorted(pref, chain[k][have], "left")
+            hi[have] = np.searchsorted(pref, chain[k][have], "right")
+            ranges[k] = (g, lo, hi)
+        per_ctx = ranges[1][2] - ranges[1][1] if 1 in ranges else np.zeros(C, dtype=np.int64)
+        self._indptr = np.concatenate([[0], np.cumsum(per_ctx)])
+        E = int(self._indptr[-1])
+        self.ent_word = np.empty(E, dtype=np.int32)
+        self.ent_cols = [np.empty(E, dtype=np.float32) for _ in range(M)]   # (float32, as KenLM)
         self._incidence = None
-        # observed: ln p_i of each token's word
-        c_tok = inv
-        key = c_tok * V + words
-        p = np.minimum(np.searchsorted(ent_key, key), max(len(ent_key) - 1, 0))
-        inside = ent_key[p] == key if len(ent_key) else np.zeros(T, bool)
-        obs = self.ln_uni[words] + self.ln_backoff[c_tok]
-        obs[inside] = ent_val[p[inside]]
+        obs = self.ln_uni[words] + self.ln_backoff[inv]
+        budget = 1 << 22
+        c0 = 0
+        while c0 < C:
+            c1 = max(c0 + 1, int(np.searchsorted(self._indptr, self._indptr[c0] + budget, "right")) - 1)
+            c1 = min(c1, C)
+            base = int(self._indptr[c0])
+            ent_key = ent_val = None
+            for k in ranges:
+                g, lo, hi = ranges[k]
+                cs = np.arange(c0, c1)[hi[c0:c1] > lo[c0:c1]]
+                per = hi[cs] - lo[cs]
+                owner = np.repeat(cs, per)
+                starts = np.repeat(lo[cs] - np.concatenate([[0], np.cumsum(per)[:-1]]), per)
+                j = g[starts + np.arange(len(owner))]
+                word = last[k + 1][j]
+                rest = np.minimum(c_len[owner], K)
+                val = np.stack([full[m][k][j] + bcum[m, rest, owner] - bcum[m, k, owner] for m in range(M)],
+                               axis=1) * LN10
+                if k == 1:
+                    ent_key, ent_val = owner * V + word, val
+                    self.ent_word[base:base + len(word)] = word
+                elif len(owner):
+                    ent_val[np.searchsorted(ent_key, owner * V + word)] = val
+            if ent_val is not None:
+                for m in range(M):
+                    self.ent_cols[m][base:base + len(ent_val)] = ent_val[:, m]
+                # observed: a token's word among its context's extensions
+                tok = np.flatnonzero((inv >= c0) & (inv < c1))
+                key = inv[tok] * V + words[tok]
+                p = np.minimum(np.searchsorted(ent_key, key), max(len(ent_key) - 1, 0))
+                inside = ent_key[p] == key if len(ent_key) else np.zeros(len(tok), bool)
+                obs[tok[inside]] = ent_val[p[inside]]
+            c0 = c1
+        del total
         self.observed = obs.sum(axis=0)
         self.instances = T
 
