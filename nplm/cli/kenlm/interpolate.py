@@ -7,6 +7,7 @@ as for KenLM; nplm also takes an ARPA file's path where no BASE.kenlm_intermedia
 exists.  ``nplm interpolate`` is nplm's own command: this program is reached by its
 installed name (``interpolate``) or ``python -m nplm.cli.kenlm.interpolate``."""
 
+import importlib
 import os
 import re
 import sys
@@ -118,7 +119,9 @@ def main(argv=None):
         if not os.path.exists(v["tuning"]):
             raise fail(f"No such file or directory while opening {v['tuning']}")
         union = el.Union([load(m) for m in models])
-        weights = [float(x) for x in el.tune(union, v["tuning"], say, models)]
+        # (imported here, by name: tuning needs scipy.sparse, which -w need not load)
+        tuning = importlib.import_module("nplm.compose.exact_loglinear_tune")
+        weights = [float(x) for x in tuning.tune(union, v["tuning"], say, models)]
         sys.stderr.write("Final weights:")
         sys.stderr.flush()
         to = sys.stdout if v["just_tune"] else sys.stderr
