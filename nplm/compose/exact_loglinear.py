@@ -36,6 +36,7 @@ import numpy as np
 from nplm.backoff.arpa import read_arpa, write_sections
 from nplm.backoff.kenlm._klm import hash_word
 from nplm.errors import FormatError
+from nplm.io.resources import ThreadPool, start_thread
 from nplm.io.text import word_bytes, word_str
 
 LD = np.longdouble
@@ -157,18 +158,30 @@ def universal_vocab(components):
     return words, maps
 
 
-def _lookup(keys, queries, what, order=None):
+def _lookup(keys, queries, what, order=None, pool=None):
     """Index of each query in the sorted unique ``keys``; FormatError when one is
     missing.  The queries are searched in the order ``order`` (their stable argsort)
     where given: sorted queries search several times faster."""
     if order is not None:
         found = np.empty(len(queries), dtype=np.int64)
-        found[order] = _lookup(keys, queries[order], what)
+        found[order] = _lookup(keys, queries[order], what, pool=pool)
         return found
-    pos = np.searchsorted(keys, queries)
-    if len(pos) and not np.array_equal(np.take(keys, pos, mode="clip"), queries):
+    if pool is not None and len(queries) >= 1 << 18:    # halves in two threads (numpy lets go of the GIL)
+        half = len(queries) // 2
+        first = pool.submit(_search, keys, queries[:half])
+        second = _search(keys, queries[half:])
+        pos, ok = first.result()
+        pos, ok = np.concatenate([pos, second[0]]), ok and second[1]
+    else:
+        pos, ok = _search(keys, queries)
+    if not ok:
         raise FormatError(what)
     return pos
+
+
+def _search(keys, queries):
+    pos = np.searchsorted(keys, queries)
+    return pos, not len(pos) or np.array_equal(np.take(keys, pos, mode="clip"), queries)
 
 
 def _suffix_sorted(ids, *columns):
@@ -214,43 +227,8 @@ class Union:
         at = [[None] * c.order for c in components]      # union index of each listed n-gram
         for i, c in enumerate(components):
             at[i][0] = c.ids[0][:, 0] if maps[i] is None else maps[i][c.ids[0][:, 0]]
-        for n in range(2, N + 1):
-            mkeys = {}
-            for i, c in enumerate(components):
-                if n > c.order:
-                    continue
-                w = c.ids[n - 1]
-                m = maps[i]
-
-                def col(d, w=w, m=m):
-                    return w[:, d].astype(np.int64) if m is None else m[w[:, d]]
-
-                u = col(n - 1)
-                for d in range(n - 2, 0, -1):
-                    u = _lookup(self.keys[n - d], u * V + col(d),
-                                f"{c.name}: a {n}-gram whose suffix is not listed")
-                mkeys[i] = u * V + col(0)
-            keys = np.sort(np.concatenate(list(mkeys.values())), kind="stable")
-            if len(keys):
-                keep = np.empty(len(keys), dtype=bool)
-                keep[0] = True
-                np.not_equal(keys[1:], keys[:-1], out=keep[1:])
-                keys = keys[keep]
-            self.keys[n] = keys
-            self.suffix[n] = keys // V
-            self.first[n] = keys % V
-            for i, k in mkeys.items():
-                # (a component listing every n-gram of the order, as a lower-order
-                # model of the same text does, needs no search)
-                at[i][n - 1] = None if len(k) == len(keys) else np.searchsorted(keys, k)
-            if n == 2:
-                self.prefix[n] = self.first[n]
-                self.by_context[n] = np.argsort(self.first[n], kind="stable")
-            else:
-                q = self.prefix[n - 1][self.suffix[n]] * V + self.first[n]
-                self.by_context[n] = np.argsort(q, kind="stable")
-                self.prefix[n] = _lookup(self.keys[n - 1], q, f"a {n}-gram whose context is not listed",
-                                         self.by_context[n])
+        with ThreadPool(1) as pool:
+            self._orders(components, maps, at, pool)
         self.first[1] = np.arange(V, dtype=np.int64)
         # per component, per order: listed mask, log10 prob and back-off on union indices
         self.listed, self.prob, self.backoff = [], [], []
@@ -277,6 +255,47 @@ class Union:
             self.listed.append(L)
             self.prob.append(P)
             self.backoff.append(B)
+
+    def _orders(self, components, maps, at, pool):  # noqa: C901 - one pass per order: keys, places, contexts
+        """The union's orders 2..N, and each component's place in them (``at``)."""
+        V, N = self.V, self.order
+        for n in range(2, N + 1):
+            mkeys = {}
+            for i, c in enumerate(components):
+                if n > c.order:
+                    continue
+                w = c.ids[n - 1]
+                m = maps[i]
+
+                def col(d, w=w, m=m):
+                    return w[:, d].astype(np.int64) if m is None else m[w[:, d]]
+
+                u = col(n - 1)
+                for d in range(n - 2, 0, -1):
+                    u = _lookup(self.keys[n - d], u * V + col(d),
+                                f"{c.name}: a {n}-gram whose suffix is not listed", pool=pool)
+                mkeys[i] = u * V + col(0)
+            keys = np.sort(np.concatenate(list(mkeys.values())), kind="stable")
+            if len(keys):
+                keep = np.empty(len(keys), dtype=bool)
+                keep[0] = True
+                np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+                keys = keys[keep]
+            self.keys[n] = keys
+            self.suffix[n] = keys // V
+            self.first[n] = keys % V
+            for i, k in mkeys.items():
+                # (a component listing every n-gram of the order, as a lower-order
+                # model of the same text does, needs no search)
+                at[i][n - 1] = None if len(k) == len(keys) else np.searchsorted(keys, k)
+            if n == 2:
+                self.prefix[n] = self.first[n]
+                self.by_context[n] = np.argsort(self.first[n], kind="stable")
+            else:
+                q = self.prefix[n - 1][self.suffix[n]] * V + self.first[n]
+                self.by_context[n] = np.argsort(q, kind="stable")
+                self.prefix[n] = _lookup(self.keys[n - 1], q, f"a {n}-gram whose context is not listed",
+                                         self.by_context[n], pool)
 
     def count(self, n):
         return self.V if n == 1 else len(self.keys[n])
@@ -351,7 +370,7 @@ def interpolate_tables(u, weights, progress=None):
                 r.set()
 
     worker = threading.Thread(target=work, daemon=True)
-    worker.start()
+    start_thread(worker)
     counts = [u.count(n) for n in range(1, N + 1)]
 
     def blocks(k):
