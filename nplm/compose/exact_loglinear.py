@@ -27,6 +27,7 @@ BASE.1 .. BASE.N and BASE.kenlm_intermediate) or ARPA files.
 The weights are tuned as KenLM's ``interpolate -t`` tunes them by
 nplm/compose/exact_loglinear_tune.py.
 """
+import functools
 import math
 import os
 import threading
@@ -97,11 +98,11 @@ def read_intermediate(base):
         rec = np.fromfile(f"{base}.{n}", dtype=dtype)
         if len(rec) != count:
             raise FormatError(f"{base}.{n} holds {len(rec)} {n}-grams, not the {count} of {meta}")
-        rows, p, b = _suffix_sorted(rec["w"], np.ascontiguousarray(rec["p"]),
-                                    np.ascontiguousarray(rec["b"]) if n < len(counts) else np.zeros(count, np.float32))
-        ids.append(rows)
-        prob.append(p)
-        backoff.append(b)
+        # (lmplz writes each order in suffix order, which the union's searches are
+        # fastest on; any order gives the same result)
+        ids.append(rec["w"])
+        prob.append(np.ascontiguousarray(rec["p"]))
+        backoff.append(np.ascontiguousarray(rec["b"]) if n < len(counts) else np.zeros(count, np.float32))
     if len(ids[0]) != len(words) or not np.array_equal(ids[0][:, 0], np.arange(len(words))):
         raise FormatError(f"{base}.1 does not hold one unigram per word of {base}.vocab in id order")
     return Component(base, words, ids, prob, backoff)
@@ -162,6 +163,7 @@ def _lookup(keys, queries, what, order=None, pool=None):
     """Index of each query in the sorted unique ``keys``; FormatError when one is
     missing.  The queries are searched in the order ``order`` (their stable argsort)
     where given: sorted queries search several times faster."""
+    # (the queries are sorted where the components' n-grams come in suffix order)
     if order is not None:
         found = np.empty(len(queries), dtype=np.int64)
         found[order] = _lookup(keys, queries[order], what, pool=pool)
@@ -287,7 +289,7 @@ class Union:
             for i, k in mkeys.items():
                 # (a component listing every n-gram of the order, as a lower-order
                 # model of the same text does, needs no search)
-                at[i][n - 1] = None if len(k) == len(keys) else np.searchsorted(keys, k)
+                at[i][n - 1] = None if len(k) == len(keys) and np.array_equal(k, keys) else _lookup(keys, k, "", pool=pool)
             if n == 2:
                 self.prefix[n] = self.first[n]
                 self.by_context[n] = np.argsort(self.first[n], kind="stable")
@@ -334,6 +336,30 @@ def _log10(x):
     return np.log10(x.astype(np.float64)).astype(LD)
 
 
+def _halves(pool, fn, count):
+    """fn(0, h) and fn(h, count) concatenated, the first in ``pool``'s thread where
+    the work is large enough to share (numpy lets go of the GIL)."""
+    if pool is None or count < 1 << 17:
+        return fn(0, count)
+    h = count // 2
+    first = pool.submit(fn, 0, h)
+    second = fn(h, count)
+    return np.concatenate([first.result(), second])
+
+
+def _terms(prob, lower, backoff_once, g, cs, a, b):
+    """KenLM's terms 10^prob - 10^(lower + B(context)) of the n-grams g[a:b] (in
+    context order; cs their contexts), in long double."""
+    g, cs = g[a:b], cs[a:b]
+    return (np.power(10.0, prob[g].astype(np.float64)).astype(LD)
+            - _pow10(lower[g].astype(LD) + backoff_once[cs]))
+
+
+def _normalised(prob, z, ctx, a, b):
+    """float32 of log10 u - log10 Z(context) of n-grams a..b-1, in long double."""
+    return (prob[a:b].astype(LD) - z[ctx[a:b]]).astype(np.float32)
+
+
 def _float_sum(terms):
     """float32 sum of float32 terms added in order from 0 (KenLM's float accumulation)."""
     acc = np.zeros_like(terms[0])
@@ -363,7 +389,8 @@ def interpolate_tables(u, weights, progress=None):
 
     def work():
         try:
-            _compute(u, weights, progress, out_prob, out_backoff, ready)
+            with ThreadPool(1) as pool:
+                _compute(u, weights, progress, out_prob, out_backoff, ready, pool)
         except BaseException as e:          # handed to the writer, which raises it
             failed.append(e)
             for r in ready:
@@ -388,7 +415,7 @@ def interpolate_tables(u, weights, progress=None):
     return counts, blocks
 
 
-def _compute(u, weights, progress, out_prob, out_backoff, ready):  # long: KenLM's merge and normalise steps in order
+def _compute(u, weights, progress, out_prob, out_backoff, ready, pool=None):  # long: KenLM's merge and normalise steps in order
     """The mixture's log10 probabilities and back-offs into ``out_prob`` and
     ``out_backoff`` (per order), setting ``ready[k]`` as order k+1 is final."""
     M = len(u.components)
@@ -451,8 +478,7 @@ def _compute(u, weights, progress, out_prob, out_backoff, ready):  # long: KenLM
         # (context by context, words ascending)
         g = u.by_context[n]
         cs = ctx[g]
-        terms = (np.power(10.0, prob[g].astype(np.float64)).astype(LD)
-                 - _pow10(lower[g].astype(LD) + backoff_once[cs]))
+        terms = _halves(pool, functools.partial(_terms, prob, lower, backoff_once, g, cs), len(g))
         has = np.zeros(C, dtype=bool)
         has[cs] = True
         z_delta = np.zeros(C, dtype=LD)
@@ -463,7 +489,7 @@ def _compute(u, weights, progress, out_prob, out_backoff, ready):  # long: KenLM
         z = np.full(C, np.nan, dtype=LD)
         z[has] = _log10(_pow10(base[has]) + z_delta[has])
         z_ctx[n - 1] = z
-        out_prob[n - 1] = (prob.astype(LD) - z[ctx]).astype(np.float32)
+        out_prob[n - 1] = _halves(pool, functools.partial(_normalised, prob, z, ctx), len(prob))
         out_backoff[n - 2] = np.where(has, (base - z).astype(np.float32), np.float32(0)).astype(np.float32)
         # (orders below the highest: probabilities above 1 written as 1, as KenLM)
         np.minimum(out_prob[n - 2], np.float32(0), out=out_prob[n - 2])
