@@ -17,7 +17,8 @@ with u the numerator, h' the context h without its first word and
 B(h) = prod_i b_i(h)^l_i; then log10 p_I(x | h) = log10 u(hx) - log10 Z(h) for a listed
 hx and the back-off weight is b_I(h) = B(h) Z(h') / Z(h).  The computation is done per
 order on flat arrays, in KenLM's precisions step by step (float32 weighted log10
-probabilities, long double normalisers, the same order of additions), and the
+probabilities, long double normalisers, the same order of additions; only 10^x and
+log10 are taken in double, see ``_pow10``), and the
 n-grams are written in KenLM's order: the vocabulary by MurmurHash64A of each word
 (as ``lmplz --intermediate`` numbers it), each higher order in suffix order.
 
@@ -325,9 +326,11 @@ class Union:
 
 
 def _pow10(x):
-    """10 ** x of long doubles, computed in double: KenLM's powl is five times slower in
-    numpy than everything else here together, and double's 1e-16 lies far below the
-    float32 the results are written in."""
+    """10 ** x of long doubles, computed in double: numpy's long double pow costs five
+    times all the rest of the computation.  Double's 1e-16 (and numpy's vectorised
+    pow, which on AVX-512 differs from glibc's in the last bit now and then) lies far
+    below the float32 written, except for values within about 1e-6 of 0, whose last
+    printed digit may then differ from KenLM's (docs/guide/kenlm-programs.md)."""
     return np.power(10.0, x.astype(np.float64)).astype(LD)
 
 
