@@ -2,13 +2,15 @@
 
 lmplz (PTB train, <unk> written as UNK), build_binary (probing and trie of that
 ARPA file), query (PTB test on the probing file and on the ARPA file) and filter single
-(the ARPA file to PTB test's vocabulary) run with the same command line, once by each side per round; the rounds
+(the ARPA file to PTB test's vocabulary) and interpolate (KN3 and KN5 of PTB train, as
+KenLM's lmplz --intermediate writes them, weights 0.4 0.6) run with the same command
+line, once by each side per round; the rounds
 interleave the two and the best wall time of each is kept.  nplm's time includes
 starting Python and importing nplm (its programs run as ``python -m
 nplm.cli.kenlm.<program>``, which is what the installed scripts do).  Every output is
 compared byte for byte.
 
-    python tools/bench_programs.py [--repeat 2] [--order 3] [--kenlm-bin DIR]
+    python tools/bench_programs.py [--repeat 2] [--order 3] [--kenlm-bin DIR] [--only PROGRAM ...]
 """
 import argparse
 import compileall
@@ -36,7 +38,17 @@ def timed(argv, stdin=None, stdout=None):
         return time.perf_counter() - t
 
 
-def cases(text, order):
+def intermediate(text, order, folder):
+    """KenLM's lmplz --intermediate files of ``text`` (built once): their base name."""
+    base = str(CACHE / f"programs-intermediate.o{order}")
+    if not os.path.exists(base + ".kenlm_intermediate"):
+        with open(text, "rb") as f:
+            subprocess.run([os.path.join(folder, "lmplz"), "-o", str(order), "-S", "1G", "--intermediate", base],
+                           stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return base
+
+
+def cases(text, order, folder):
     """(name, program, arguments, stdin, stdout) with {side} for each side's files."""
     arpa = str(CACHE / f"programs-{{side}}.o{order}.arpa")
     test = CACHE / "programs-ptb-test.txt"
@@ -55,6 +67,9 @@ def cases(text, order):
          str(CACHE / "programs-{side}.query-arpa.txt")),
         ("filter single, PTB test's words", "filter",
          ["single", f"vocab:{vocab}", str(CACHE / "programs-{side}.filtered.arpa")], arpa.format(side="kenlm"), None),
+        ("interpolate -m KN3 KN5 -w 0.4 0.6", "interpolate",
+         ["-m", intermediate(text, 3, folder), intermediate(text, 5, folder), "-w", "0.4", "0.6"], None,
+         str(CACHE / "programs-{side}.interpolated.arpa")),
     ]
 
 
@@ -78,6 +93,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--order", type=int, default=3)
     ap.add_argument("--kenlm-bin", default=kenlm_bin())
+    ap.add_argument("--only", nargs="+", metavar="PROGRAM", help="run only these programs' cases")
     args = ap.parse_args()
     compileall.compile_dir(str(ROOT / "nplm"), quiet=1)     # no run compiles nplm's sources
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -89,7 +105,9 @@ def main():
           f"{os.cpu_count()} CPUs; python start + import: {start:.2f} s; best of {args.repeat} interleaved rounds")
     print("| command | KenLM (s) | nplm (s) | ratio KenLM/nplm | output |")
     print("|---|---:|---:|---:|---|")
-    for case in cases(text, args.order):
+    for case in cases(text, args.order, args.kenlm_bin):
+        if args.only and case[1] not in args.only:
+            continue
         name, k, n, same = run_case(case, args.kenlm_bin, args.repeat)
         print(f"| {name} | {k:.2f} | {n:.2f} | {k / n:.2f} | {'identical' if same else 'DIFFERENT'} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")

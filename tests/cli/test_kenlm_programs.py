@@ -244,9 +244,44 @@ def test_count_ngrams_as_kenlms(order, corpus, tmp_path):
     assert len(results[0][1]) > 1000 and results[0][2].startswith(b"<unk>\0<s>\0</s>\0")
 
 
+def vocab_table(path, words, leave_out=()):
+    """KenLM's probing vocabulary table of ``words`` (<unk> <s> </s> 0 1 2, the others
+    shuffled ids from 3): a uint64 size, then {uint64 MurmurHash64A, uint32 id}
+    buckets, linear probing from hash % buckets."""
+    from nplm.backoff.kenlm._klm import hash_word
+
+    words = ["<unk>", "<s>", "</s>"] + [w for w in words if w not in leave_out]
+    ids = np.arange(len(words))
+    ids[3:] = 3 + np.random.default_rng(0).permutation(len(words) - 3)
+    buckets = int(len(words) * 1.7) + 1
+    table = np.zeros(buckets, dtype=[("key", "<u8"), ("value", "<u4")])
+    for word, i in zip(words, ids):
+        h = hash_word(word.encode())
+        b = h % buckets
+        while table[b]["key"]:
+            b = (b + 1) % buckets
+        table[b] = (h, i)
+    path.write_bytes(np.uint64(len(words)).tobytes() + table.tobytes())
+
+
+@pytest.mark.parametrize("order", [1, 3])
+@pytest.mark.parametrize("leave_out", [(), ("said",)], ids=["every-word", "a-word-missing"])
+def test_count_ngrams_read_vocab_table_as_kenlms(order, leave_out, corpus, tmp_path):
+    """The text's n-grams in a given table's ids: KenLM's records byte for byte; a word
+    the table lacks is <unk> to KenLM, which aborts naming it."""
+    words = sorted({w for line in corpus.read_text().splitlines() for w in line.split()})
+    assert "said" in words or not leave_out or pytest.skip("no 'said' in the corpus")
+    vocab_table(tmp_path / "vocab.table", words, leave_out)
+    k, n = compare("count_ngrams", ["-o", str(order), "--read_vocab_table", str(tmp_path / "vocab.table")], corpus,
+                   last_line=bool(leave_out))
+    assert k.returncode == (-6 if leave_out else 0)     # (SIGABRT)
+    assert leave_out or len(k.stdout) > 1000
+
+
 @pytest.mark.parametrize("args", [[], ["-h"], ["-o", "2"], ["--write_vocab_list", "x"], ["-o", "x"], ["-o", "2", "--foo"],
                                   ["-o", "2", "-S", "5x", "--write_vocab_list", "{dir}/v"],
-                                  ["-o", "2", "--write_vocab_list", "{dir}/v", "--read_vocab_table", "y"]])
+                                  ["-o", "2", "--write_vocab_list", "{dir}/v", "--read_vocab_table", "y"],
+                                  ["-o", "2", "--read_vocab_table", "{dir}/none"]])
 def test_count_ngrams_command_line_as_kenlms(args, tiny, tmp_path):
     args = [a.format(dir=tmp_path) for a in args]
     k, n = compare("count_ngrams", args, tiny)

@@ -1,20 +1,23 @@
 """count_ngrams: the highest-order n-grams of standard input and their counts, as
 KenLM's count_ngrams writes them on standard output (records of ``order`` uint32 word
 ids then a uint64 count, in suffix order), with the vocabulary as null-terminated
-strings in id order (--write_vocab_list)."""
+strings in id order (--write_vocab_list), or the ids of a vocabulary table
+(--read_vocab_table: KenLM's probing hash table of word hashes, a uint64 size first)."""
 
 import sys
 
 import numpy as np
 
 from nplm.backoff.estimate.config import EstimateConfig
-from nplm.backoff.estimate.counts import count_text
+from nplm.backoff.estimate.counts import count_text, renumbered
 from nplm.backoff.estimate.report import Report
+from nplm.backoff.kenlm._klm import hash_word
 from nplm.cli.kenlm import _options as po
 from nplm.cli.kenlm._estimate import stdin_named
 from nplm.cli.kenlm._program import ABORT, fail, in_place, open_in_place, program
 from nplm.errors import FormatError
 from nplm.io.atomic import atomic_write, check_output
+from nplm.io.text import word_bytes
 
 ABORT_EXIT = ABORT    # KenLM counts in a worker thread: its exceptions abort
 
@@ -34,6 +37,12 @@ def parser():
 
 def count(order, memory, temp_prefix):
     """(vocabulary, keys, counts) of standard input, n-grams in suffix order."""
+    shard = count_shard(order, memory, temp_prefix)
+    return shard.vocab, shard.keys, shard.counts
+
+
+def count_shard(order, memory, temp_prefix):
+    """The ShardCounts of standard input."""
     config = EstimateConfig.make(order, memory=memory, temp_prefix=temp_prefix, progress=False)
     try:
         shard = count_text(stdin_named(), config, Report(False, 1))
@@ -43,14 +52,14 @@ def count(order, memory, temp_prefix):
         raise fail("Special word <unk> is not allowed in the corpus.  I plan to support models containing "
                    "<unk> in the future.  Pass --skip_symbols to convert these symbols to whitespace.",
                    ABORT_EXIT)
-    return shard.vocab, shard.keys, shard.counts
+    return shard
 
 
-def records(keys, counts, order):
+def records(keys, counts, order, specials=(0, 1)):
     """KenLM's NGram<uint64_t> records, packed: the word ids, then the count.  Of
-    unigrams KenLM also writes <unk> and <s>, with count 0."""
+    unigrams KenLM also writes <unk> and <s> (ids ``specials``), with count 0."""
     if order == 1:
-        missing = np.setdiff1d(np.array([0, 1], dtype=np.uint32), np.asarray(keys).reshape(-1))
+        missing = np.setdiff1d(np.array(specials, dtype=np.uint32), np.asarray(keys).reshape(-1))
         keys = np.concatenate([missing.reshape(-1, 1), np.asarray(keys).reshape(-1, 1)])
         counts = np.concatenate([np.zeros(len(missing), dtype=np.uint64), counts])
     out = np.empty(len(counts), dtype=[("w", "<u4", (order,)), ("c", "<u8")])
@@ -90,17 +99,57 @@ def main(argv=None):
     memory = v["memory"]
     if (v["read_vocab_table"] is None) == (v["write_vocab_list"] is None):
         raise fail("Specify one of --read_vocab_table or --write_vocab_list for vocabulary handling.")
-    if v["read_vocab_table"] is not None:
-        raise fail("--read_vocab_table (KenLM's probing vocabulary table) is not supported here; "
-                   "use --write_vocab_list")
     if v["order"] < 1:
         raise fail(f"the order must be at least 1, not {v['order']}")
+    if v["read_vocab_table"] is not None:
+        table = read_vocab_table(v["read_vocab_table"])
+        shard = count_shard(v["order"], memory, po.normalize_temp_prefix(v["temp_prefix"]))
+        keys, counts, specials = given_ids(shard, table)
+        sys.stdout.buffer.write(records(keys, counts, v["order"], specials).tobytes())
+        return 0
     vocab_path = stream_vocab(v["write_vocab_list"])
     words, keys, counts = count(v["order"], memory, po.normalize_temp_prefix(v["temp_prefix"]))
     with vocab_path as f:
         f.write(b"".join(w.encode("utf-8") + b"\0" for w in words))
     sys.stdout.buffer.write(records(keys, counts, v["order"]).tobytes())
     return 0
+
+
+VOCAB_ENTRY = np.dtype([("key", "<u8"), ("value", "<u4")])     # KenLM's ProbingVocabularyEntry, packed
+
+
+def read_vocab_table(path):
+    """{MurmurHash64A of a word: its id} of KenLM's probing vocabulary table (a
+    uint64 size, then 12-byte entries; key 0 is an empty bucket)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise uncaught("util::ErrnoException", f"{e.strerror} while opening {path}") from None
+    if len(data) < 8:
+        raise fail(f"{path}: too short for a vocabulary table", ABORT_EXIT)
+    entries = np.frombuffer(data, dtype=VOCAB_ENTRY, count=(len(data) - 8) // VOCAB_ENTRY.itemsize, offset=8)
+    used = entries[entries["key"] != 0]
+    return dict(zip(used["key"].tolist(), used["value"].tolist()))
+
+
+def given_ids(shard, table):
+    """The shard's n-grams in the table's ids, in suffix order: (keys, counts, the ids
+    of <unk> and <s>).  A word the table does not hold is <unk> to KenLM, which then
+    refuses it as a special word; so is <s> or </s> in the text."""
+    ids = np.array([table.get(hash_word(word_bytes(w)), 0) for w in shard.vocab], dtype=np.int64)
+    bos, eos = table.get(hash_word(b"<s>"), 0), table.get(hash_word(b"</s>"), 0)
+    ids[0], ids[1], ids[2] = 0, bos, eos
+    used = np.zeros(len(ids), dtype=bool)
+    used[np.unique(shard.keys)] = True
+    special = np.isin(ids, [0, bos, eos]) & used
+    special[:3] = False
+    if special.any():
+        word = shard.vocab[int(np.flatnonzero(special)[0])]
+        raise fail("Special word " + word + " is not allowed in the corpus.  I plan to support models containing "
+                   "<unk> in the future.  Pass --skip_symbols to convert these symbols to whitespace.", ABORT_EXIT)
+    keys, counts = renumbered(shard, ids)
+    return keys, counts, (0, bos)
 
 
 def stream_vocab(path):
