@@ -325,40 +325,28 @@ class Union:
         return out
 
 
-def _pow10(x):
-    """10 ** x of long doubles as KenLM's ``pow(10.0, x)`` computes it: C's double pow,
-    the argument rounded to double.  numpy's vectorised pow may differ from glibc's in
-    the last bit (AVX-512 machines); the written values that leaves open are computed
-    again with libm's (``_Exact``)."""
-    return np.power(10.0, x.astype(np.float64)).astype(LD)
-
-
-def _log10(x):
-    """log10 of long doubles as KenLM's ``log10`` computes it: in double (as _pow10)."""
-    return np.log10(x.astype(np.float64)).astype(LD)
-
-
 def _halves(pool, fn, count):
-    """fn(0, h) and fn(h, count) concatenated, the first in ``pool``'s thread where
-    the work is large enough to share (numpy lets go of the GIL)."""
+    """fn(0, h) and fn(h, count) joined along their last axis, the first in
+    ``pool``'s thread where the work is large enough to share (numpy lets go of the
+    GIL)."""
     if pool is None or count < 1 << 17:
         return fn(0, count)
     h = count // 2
     first = pool.submit(fn, 0, h)
     second = fn(h, count)
-    return np.concatenate([first.result(), second])
+    return np.concatenate([first.result(), second], axis=-1)
 
 
 def _terms(prob, lower, backoff_once, g, cs, a, b):
     """KenLM's terms 10^prob - 10^(lower + B(context)) of the n-grams g[a:b] (in
-    context order; cs their contexts), in long double, beside the sum of the two
-    powers (what the terms' rounding scales with)."""
+    context order; cs their contexts), as KenLM's in double, beside the sum of the two
+    powers (what the terms' rounding scales with): a (2, b - a) array."""
     g, cs = g[a:b], cs[a:b]
     high = np.power(10.0, prob[g].astype(np.float64))
     low = np.power(10.0, (lower[g].astype(LD) + backoff_once[cs]).astype(np.float64))
-    out = np.empty((len(g), 2), dtype=LD)
-    out[:, 0] = high - low          # (a double difference, as KenLM's)
-    out[:, 1] = high + low
+    out = np.empty((2, len(g)))
+    np.subtract(high, low, out=out[0])      # (a double difference, as KenLM's)
+    np.add(high, low, out=out[1])
     return out
 
 
@@ -541,35 +529,41 @@ def _compute(u, weights, progress, out_prob, out_backoff, ready, pool=None):  # 
         size = np.zeros(C)
         if len(cs):
             starts = np.flatnonzero(np.concatenate([[True], cs[1:] != cs[:-1]]))
-            z_delta[cs[starts]] = np.add.reduceat(both[:, 0], starts)
-            size[cs[starts]] = np.add.reduceat(both[:, 1].astype(np.float64), starts)
+            z_delta[cs[starts]] = np.add.reduceat(both[0].astype(LD), starts)
+            size[cs[starts]] = np.add.reduceat(both[1], starts)
         del both
         base = z_lower + backoff_once
+        # KenLM's pow(10.0, x) and log10 are C's double functions, their long double
+        # arguments rounded to double; so are these (numpy's, which may differ from
+        # glibc's in the last bit: see _Exact below)
         z = np.full(C, np.nan, dtype=LD)
-        top = _pow10(base[has])
-        total = top + z_delta[has]
-        z[has] = _log10(total)
+        top = np.power(10.0, base[has].astype(np.float64))
+        total = (top.astype(LD) + z_delta[has]).astype(np.float64)
+        z64 = np.zeros(C)
+        z64[has] = np.log10(total)
+        z[has] = z64[has]
         z_ctx[n - 1] = z
         out_prob[n - 1] = _halves(pool, functools.partial(_normalised, prob, z, ctx), len(prob))
-        out_backoff[n - 2] = np.where(has, (base - z).astype(np.float32), np.float32(0)).astype(np.float32)
+        bo = np.where(has, (base - z).astype(np.float64), 0.0)
+        out_backoff[n - 2] = bo.astype(np.float32)
         # Where numpy's pow and log10 (which may differ from libm's in the last bit)
-        # leave a written value's float32 open, the value again with libm's (_Exact)
+        # leave a written value's float32 open, the value again with libm's (_Exact):
+        # a bound on each Z's error, from its terms' and its suffix's
         err_lower = np.zeros(C) if n == 2 else err_ctx[n - 2][u.suffix[n - 1]]
         err = np.zeros(C)
-        ratio = (top / total).astype(np.float64)
-        err[has] = (err_lower[has] * np.abs(ratio)
-                    + 1e-15 * (top.astype(np.float64) + size[has]) / np.abs(total.astype(np.float64)) / LN10
-                    + 1e-15 * (1.0 + np.abs(z[has].astype(np.float64))))
+        err[has] = ((err_lower[has] * top + 1e-15 * (top + size[has]) / LN10) / np.abs(total)
+                    + 1e-15 * (1.0 + np.abs(z64[has])))
         err_ctx[n - 1] = err
         exact.keep(n, prob, lower, backoff_once, g, cs)
-        open_bo = has & _undecided((base - z).astype(np.float64), err + err_lower)
-        # (z holds doubles, log10's: the difference in double is as good for the test)
-        open_p = _undecided(prob.astype(np.float64) - z.astype(np.float64)[ctx], err[ctx])
+        open_bo = has & _undecided(bo, err + err_lower)
+        open_p = _undecided(prob.astype(np.float64) - z64[ctx], err[ctx])
         redo = np.union1d(np.flatnonzero(open_bo), ctx[open_p])
         if len(redo):
             zr, zl = exact.z(n, redo)
             out_backoff[n - 2][redo] = ((zl + backoff_once[redo]) - zr).astype(np.float32)
-            sel = np.flatnonzero(np.isin(ctx, redo))
+            mark = np.zeros(C, dtype=bool)
+            mark[redo] = True
+            sel = np.flatnonzero(mark[ctx])
             out_prob[n - 1][sel] = (prob[sel].astype(LD) - zr[np.searchsorted(redo, ctx[sel])]).astype(np.float32)
         # (orders below the highest: probabilities above 1 written as 1, as KenLM)
         np.minimum(out_prob[n - 2], np.float32(0), out=out_prob[n - 2])
