@@ -478,7 +478,11 @@ def _compute(u, weights, progress, out_prob, out_backoff, ready, pool=None):  # 
         suf = u.suffix[n]
         for m in range(M):
             listed = u.listed[m][n - 1]
-            p = np.where(listed, (lam[m] * u.prob[m][n - 1]).astype(np.float32), probs[m][n - 2][suf])
+            if listed.all():            # (a component listing every n-gram of the order)
+                probs[m].append(lam[m] * u.prob[m][n - 1])
+                froms[m].append(np.full(len(listed), n - 1, dtype=np.uint8))
+                continue
+            p = np.where(listed, lam[m] * u.prob[m][n - 1], probs[m][n - 2][suf])
             probs[m].append(p.astype(np.float32))
             froms[m].append(np.where(listed, np.uint8(n - 1), froms[m][n - 2][suf]).astype(np.uint8))
         merged.append(_double_sum([probs[m][n - 1] for m in range(M)]))
