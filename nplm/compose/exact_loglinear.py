@@ -17,8 +17,8 @@ with u the numerator, h' the context h without its first word and
 B(h) = prod_i b_i(h)^l_i; then log10 p_I(x | h) = log10 u(hx) - log10 Z(h) for a listed
 hx and the back-off weight is b_I(h) = B(h) Z(h') / Z(h).  The computation is done per
 order on flat arrays, in KenLM's precisions step by step (float32 weighted log10
-probabilities, long double normalisers, the same order of additions; only 10^x and
-log10 are taken in double, see ``_pow10``), and the
+probabilities, long double sums, double 10^x and log10 as KenLM's C calls take them,
+the same order of additions), and the
 n-grams are written in KenLM's order: the vocabulary by MurmurHash64A of each word
 (as ``lmplz --intermediate`` numbers it), each higher order in suffix order.
 
@@ -325,37 +325,75 @@ class Union:
         return out
 
 
-def _pow10(x):
-    """10 ** x of long doubles, computed in double: numpy's long double pow costs five
-    times all the rest of the computation.  Double's 1e-16 (and numpy's vectorised
-    pow, which on AVX-512 differs from glibc's in the last bit now and then) lies far
-    below the float32 written, except for values within about 1e-6 of 0, whose last
-    printed digit may then differ from KenLM's (docs/guide/kenlm-programs.md)."""
-    return np.power(10.0, x.astype(np.float64)).astype(LD)
-
-
-def _log10(x):
-    """log10 of long doubles, computed in double (as _pow10)."""
-    return np.log10(x.astype(np.float64)).astype(LD)
-
-
 def _halves(pool, fn, count):
-    """fn(0, h) and fn(h, count) concatenated, the first in ``pool``'s thread where
-    the work is large enough to share (numpy lets go of the GIL)."""
+    """fn(0, h) and fn(h, count) joined along their last axis, the first in
+    ``pool``'s thread where the work is large enough to share (numpy lets go of the
+    GIL)."""
     if pool is None or count < 1 << 17:
         return fn(0, count)
     h = count // 2
     first = pool.submit(fn, 0, h)
     second = fn(h, count)
-    return np.concatenate([first.result(), second])
+    return np.concatenate([first.result(), second], axis=-1)
 
 
 def _terms(prob, lower, backoff_once, g, cs, a, b):
     """KenLM's terms 10^prob - 10^(lower + B(context)) of the n-grams g[a:b] (in
-    context order; cs their contexts), in long double."""
+    context order; cs their contexts), as KenLM's in double, beside the sum of the two
+    powers (what the terms' rounding scales with): a (2, b - a) array."""
     g, cs = g[a:b], cs[a:b]
-    return (np.power(10.0, prob[g].astype(np.float64)).astype(LD)
-            - _pow10(lower[g].astype(LD) + backoff_once[cs]))
+    high = np.power(10.0, prob[g].astype(np.float64))
+    low = np.power(10.0, (lower[g].astype(LD) + backoff_once[cs]).astype(np.float64))
+    out = np.empty((2, len(g)))
+    np.subtract(high, low, out=out[0])      # (a double difference, as KenLM's)
+    np.add(high, low, out=out[1])
+    return out
+
+
+def _undecided(x, err):
+    """Where float32 of a value x computed with error at most ``err`` is not settled."""
+    return np.float32(x - err) != np.float32(x + err)
+
+
+class _Exact:
+    """log10 Z of chosen contexts computed as KenLM computes it, with libm's pow and
+    log10 (Python's math module: glibc's, as KenLM's) one value at a time, and the Zs
+    of their suffixes beneath them: for the few written values whose float32 the
+    vectorised computation leaves open (a few dozen contexts on PTB's KN3 + KN5),
+    those within about 1e-6 of 0 mostly."""
+
+    def __init__(self, u, log_z):
+        self.u, self.log_z = u, log_z
+        self.steps = {}     # per order n: the n-grams' prob, lower, B(context), grouping
+        self.cache = {}     # per order n: {context: long double log10 Z}
+
+    def keep(self, n, prob, lower, backoff_once, g, cs):
+        self.steps[n] = (prob, lower, backoff_once, g, cs)
+        self.cache.setdefault(n, {})
+
+    def z(self, n, contexts):
+        """(log10 Z(h), log10 Z(h')) in long double of the order-n contexts
+        ``contexts`` (sorted, unique)."""
+        if n == 2:
+            zl = np.full(len(contexts), self.log_z, dtype=LD)
+        else:
+            uniq, inv = np.unique(self.u.suffix[n - 1][contexts], return_inverse=True)
+            zl = self.z(n - 1, uniq)[0][inv.ravel()]
+        cache = self.cache[n]
+        todo = [i for i, c in enumerate(contexts.tolist()) if c not in cache]
+        if todo:
+            prob, lower, backoff_once, g, cs = self.steps[n]
+            want = contexts[todo]
+            lo, hi = np.searchsorted(cs, want, "left"), np.searchsorted(cs, want, "right")
+            for c, a, b, zlow in zip(want.tolist(), lo.tolist(), hi.tolist(), zl[todo]):
+                rows = g[a:b]
+                bo = backoff_once[c]
+                z_delta = LD(0)
+                # (long double scalars: tolist() would make them doubles)
+                for p, q in zip(prob[rows].astype(np.float64).tolist(), lower[rows].astype(LD) + bo):
+                    z_delta += LD(math.pow(10.0, p) - math.pow(10.0, float(q)))
+                cache[c] = LD(math.log10(float(LD(math.pow(10.0, float(zlow + bo))) + z_delta)))
+        return np.array([cache[c] for c in contexts.tolist()], dtype=LD), zl
 
 
 def _normalised(prob, z, ctx, a, b):
@@ -440,7 +478,11 @@ def _compute(u, weights, progress, out_prob, out_backoff, ready, pool=None):  # 
         suf = u.suffix[n]
         for m in range(M):
             listed = u.listed[m][n - 1]
-            p = np.where(listed, (lam[m] * u.prob[m][n - 1]).astype(np.float32), probs[m][n - 2][suf])
+            if listed.all():            # (a component listing every n-gram of the order)
+                probs[m].append(lam[m] * u.prob[m][n - 1])
+                froms[m].append(np.full(len(listed), n - 1, dtype=np.uint8))
+                continue
+            p = np.where(listed, lam[m] * u.prob[m][n - 1], probs[m][n - 2][suf])
             probs[m].append(p.astype(np.float32))
             froms[m].append(np.where(listed, np.uint8(n - 1), froms[m][n - 2][suf]).astype(np.uint8))
         merged.append(_double_sum([probs[m][n - 1] for m in range(M)]))
@@ -449,12 +491,15 @@ def _compute(u, weights, progress, out_prob, out_backoff, ready, pool=None):  # 
     say("Normalizing")
     # Z of the empty context: the unigrams less the 1 of <s>, whose merged log10
     # probability lmplz's 0 makes 0 (KenLM takes 1 off whatever it is).
-    z1 = np.power(10.0, merged[0].astype(np.float64)).astype(LD).sum() - LD(1.0)
+    # (libm's pow, as KenLM's: numpy's vectorised one may differ in the last bit)
+    z1 = np.array([math.pow(10.0, p) for p in merged[0].astype(np.float64).tolist()]).astype(LD).sum() - LD(1.0)
     log_z = np.float32(np.log10(z1))
     out_prob[0] = (merged[0] - log_z).astype(np.float32)
     for n in range(1, N + 1):
         out_backoff[n - 1] = np.zeros(u.count(n), np.float32)
     z_ctx = {}      # per order n-1, Z of each (n-1)-gram as a context (long double)
+    err_ctx = {}    # and a bound on its error (10^x and log10 being double's)
+    exact = _Exact(u, LD(log_z))
     for n in range(2, N + 1):
         ctx = u.prefix[n]
         C = u.count(n - 1)
@@ -481,19 +526,49 @@ def _compute(u, weights, progress, out_prob, out_backoff, ready, pool=None):  # 
         # (context by context, words ascending)
         g = u.by_context[n]
         cs = ctx[g]
-        terms = _halves(pool, functools.partial(_terms, prob, lower, backoff_once, g, cs), len(g))
+        both = _halves(pool, functools.partial(_terms, prob, lower, backoff_once, g, cs), len(g))
         has = np.zeros(C, dtype=bool)
         has[cs] = True
         z_delta = np.zeros(C, dtype=LD)
+        size = np.zeros(C)
         if len(cs):
             starts = np.flatnonzero(np.concatenate([[True], cs[1:] != cs[:-1]]))
-            z_delta[cs[starts]] = np.add.reduceat(terms, starts)
+            z_delta[cs[starts]] = np.add.reduceat(both[0].astype(LD), starts)
+            size[cs[starts]] = np.add.reduceat(both[1], starts)
+        del both
         base = z_lower + backoff_once
+        # KenLM's pow(10.0, x) and log10 are C's double functions, their long double
+        # arguments rounded to double; so are these (numpy's, which may differ from
+        # glibc's in the last bit: see _Exact below)
         z = np.full(C, np.nan, dtype=LD)
-        z[has] = _log10(_pow10(base[has]) + z_delta[has])
+        top = np.power(10.0, base[has].astype(np.float64))
+        total = (top.astype(LD) + z_delta[has]).astype(np.float64)
+        z64 = np.zeros(C)
+        z64[has] = np.log10(total)
+        z[has] = z64[has]
         z_ctx[n - 1] = z
         out_prob[n - 1] = _halves(pool, functools.partial(_normalised, prob, z, ctx), len(prob))
-        out_backoff[n - 2] = np.where(has, (base - z).astype(np.float32), np.float32(0)).astype(np.float32)
+        bo = np.where(has, (base - z).astype(np.float64), 0.0)
+        out_backoff[n - 2] = bo.astype(np.float32)
+        # Where numpy's pow and log10 (which may differ from libm's in the last bit)
+        # leave a written value's float32 open, the value again with libm's (_Exact):
+        # a bound on each Z's error, from its terms' and its suffix's
+        err_lower = np.zeros(C) if n == 2 else err_ctx[n - 2][u.suffix[n - 1]]
+        err = np.zeros(C)
+        err[has] = ((err_lower[has] * top + 1e-15 * (top + size[has]) / LN10) / np.abs(total)
+                    + 1e-15 * (1.0 + np.abs(z64[has])))
+        err_ctx[n - 1] = err
+        exact.keep(n, prob, lower, backoff_once, g, cs)
+        open_bo = has & _undecided(bo, err + err_lower)
+        open_p = _undecided(prob.astype(np.float64) - z64[ctx], err[ctx])
+        redo = np.union1d(np.flatnonzero(open_bo), ctx[open_p])
+        if len(redo):
+            zr, zl = exact.z(n, redo)
+            out_backoff[n - 2][redo] = ((zl + backoff_once[redo]) - zr).astype(np.float32)
+            mark = np.zeros(C, dtype=bool)
+            mark[redo] = True
+            sel = np.flatnonzero(mark[ctx])
+            out_prob[n - 1][sel] = (prob[sel].astype(LD) - zr[np.searchsorted(redo, ctx[sel])]).astype(np.float32)
         # (orders below the highest: probabilities above 1 written as 1, as KenLM)
         np.minimum(out_prob[n - 2], np.float32(0), out=out_prob[n - 2])
         ready[n - 2].set()
