@@ -99,7 +99,10 @@ def test_a_signal_while_spilling_leaves_nothing(tmp_path, signum, code):
     generated_corpus(text, 200000, 5000, seed=7)        # (long enough to be running when signalled)
     cmd = [sys.executable, "-m", "nplm", "estimate", "-o", "5", "--text", str(text), "--arpa",
            str(tmp_path / "m.arpa"), "-S", "64K", "-T", str(tmp_path), "-q", "--discount_fallback"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE)
+    # (SIGHUP at its default in the child: a run under nohup would pass its "ignore" on,
+    # which nplm rightly keeps)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     deadline = time.time() + 60
     while not leftovers(tmp_path) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.02)
