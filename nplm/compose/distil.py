@@ -66,6 +66,7 @@ from nplm.backoff.arpa import read_arpa, write_arpa
 from nplm.backoff.binary import build_binary
 from nplm.backoff.estimate.config import DEFAULT_MEMORY, parse_size, temp_directory
 from nplm.backoff.estimate.every_order import count_every_order
+from nplm.backoff.kenlm import write as kenlm_write
 from nplm.backoff.tables import NGramTables, expand_ranges, row_groups
 from nplm.compose import continuation as cont
 from nplm.compose._distil import probe_groups  # noqa: F401 (probe_groups: for nplm.convert)
@@ -750,8 +751,14 @@ def distil_to_file(teacher, out, order, text=None, **options):
     return tables
 
 
-def write_tables(tables, out, progress=False):
-    if os.fspath(out).endswith((".nplm", ".bin", ".binary")):
+def write_tables(tables, out, progress=False, binary=None):
+    """Write the table: ``binary`` ({"type": "probing" | "trie" | "nplm", build_binary's
+    bit options}) as that binary; else by the name, nplm's binary for .nplm/.bin/.binary
+    and ARPA for any other."""
+    if binary is not None:
+        binary = dict(binary)
+        kenlm_write.build_binary(tables, out, binary.pop("type"), **binary)
+    elif os.fspath(out).endswith((".nplm", ".bin", ".binary")):
         build_binary(tables, out)
     else:
         write_arpa(tables, out, progress=progress)

@@ -444,8 +444,7 @@ def distil_auto_to_file(teacher, out, order, text=None, log=None, binary=None, *
     returns (NGramTables, QualityReport or None, Plan).  ``log(line)`` gets the notes.
     ``binary``: {"type": "probing" | "trie" | "nplm", build_binary's bit options}
     writes that binary instead of the ARPA (or nplm binary) ``out``'s name asks for."""
-    if binary is not None:
-        binary = dict(binary)
+    if binary is not None:     # (bad bits fail before the work)
         kenlm_write.check_options(binary["type"], **{k: v for k, v in binary.items() if k != "type"})
     p = plan(teacher, order, text, **kwargs)
     for note in p.notes if log is not None else ():
@@ -463,8 +462,5 @@ def distil_auto_to_file(teacher, out, order, text=None, log=None, binary=None, *
                        + ", ".join(f"{F:g}: {v:.2f}" for F, v in info["favour_tried"].items()) + ")")
         if log is not None:
             log(p.notes[-1])
-    if binary is None:
-        write_tables(tables, out, progress=p.config.progress)
-    else:
-        kenlm_write.build_binary(tables, out, binary.pop("type"), **binary)
+    write_tables(tables, out, progress=p.config.progress, binary=binary)
     return tables, check_table(out, p), p

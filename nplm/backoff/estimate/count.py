@@ -246,7 +246,7 @@ def feed(counter, chunk, name, line, utf8=False, open_end=False):
     if rc == -2:
         at = counter.err_offset
         end = at
-        spaces = b" \t\n\v\f\r" if counter.kenlm_spaces else b" \t\r\n\0"
+        spaces = _spaces(counter) + b"\n"
         while end < len(chunk) and chunk[end:end + 1] not in spaces:
             end += 1
         word = word_str(chunk[at:end])
