@@ -1,7 +1,6 @@
 """What KenLM's query prints after the text: the corpus totals and their perplexities,
 in KenLM's number format.  Plain Python (no numpy), for the query program's path over
 KenLM binaries (nplm.cli.kenlm.query), whose start-up must stay short."""
-import decimal
 import math
 
 
@@ -46,8 +45,7 @@ def kenlm_double(x):
         return "NaN"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    sign, digits, exp = decimal.Decimal(repr(x)).normalize().as_tuple()
-    d = "".join(map(str, digits))
+    d, exp = _shortest_digits(abs(x))
     point = len(d) + exp            # the decimal point's place after d's first digit
     if -6 <= point - 1 < 21:
         if point <= 0:
@@ -58,4 +56,17 @@ def kenlm_double(x):
             body = d[:point] + "." + d[point:]
     else:
         body = d[0] + ("." + d[1:] if len(d) > 1 else "") + f"e{point - 1}"
-    return ("-" if sign else "") + body
+    return ("-" if math.copysign(1.0, x) < 0 else "") + body
+
+
+def _shortest_digits(x):
+    """(digits, exponent) of x >= 0 (finite) with x = int(digits) * 10**exponent, the
+    shortest digits that read back as x (repr's), without leading or trailing zeros
+    ("0" for zero)."""
+    mantissa, _, exp = repr(x).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    kept = digits.rstrip("0")
+    if not kept:
+        return "0", 0
+    return kept, int(exp or 0) - len(frac) + len(digits) - len(kept)
