@@ -6,7 +6,7 @@ import os
 import sys
 
 from nplm.cli.kenlm._options import OptionError
-from nplm.io.atomic import written_in_place
+from nplm.io.places import written_in_place
 
 # KenLM's programs abort (SIGABRT) on errors raised in their worker threads or left
 # uncaught; a shell shows the exit status 134
@@ -86,7 +86,7 @@ def in_place(path):
     """Whether output ``path`` must be opened and written where it is, as KenLM writes
     every output, rather than through a temporary file renamed over it: a symbolic link
     (/dev/stdout is one; the rename would replace the link), or what every nplm writer
-    writes in place (nplm.io.atomic.written_in_place: devices, pipes, /dev, /proc)."""
+    writes in place (nplm.io.places.written_in_place: devices, pipes, /dev, /proc)."""
     return os.path.islink(path) or written_in_place(path)
 
 
