@@ -49,6 +49,9 @@ cdef extern from "kenlm_filter.h" nogil:
         const char *data
         size_t size
         int arpa, mode, context
+        int threads
+        double split_at
+        size_t split_min
         const nplm_fvocab *v
         nplm_fout *outs
         uint32_t nout
@@ -152,12 +155,15 @@ cdef class Input:
         return self.size
 
 
-def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, memory):
+def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, memory, int threads=1,
+        double split_at=0.42, size_t split_min=4 << 20):
     """Filter ``data`` into the file descriptors ``fds`` (one, or one per sentence in
     multiple mode); ``memory[i]`` holds output i in memory until the end (a stream
     that cannot seek, where the ARPA header is written first).  Returns None, or
     (error code, line number, the line's bytes, output index, errno, order) for the caller
-    to word."""
+    to word.  ``threads`` 2 or more lets a second thread filter the input from
+    ``split_at`` (a fraction of the n-gram lines' bytes) on, with one output and at
+    least ``split_min`` bytes of input."""
     cdef nplm_filter f
     cdef uint32_t i, n = len(fds)
     cdef int r
@@ -170,7 +176,8 @@ def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, me
             f.outs[i].fd = fds[i]
             f.outs[i].memory = bool(memory[i])
         f.data, f.size = data.data, data.size
-        f.arpa, f.mode, f.context = arpa, MODES[mode], context
+        f.arpa, f.mode, f.context, f.threads = arpa, MODES[mode], context, threads
+        f.split_at, f.split_min = split_at, split_min
         f.v = &vocab.v if vocab is not None else NULL
         f.nout = n
         with nogil:

@@ -16,6 +16,7 @@
    spaces, empty ones skipped, and a word <...> (a tag) always passes. */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -173,21 +174,6 @@ typedef struct {
     int err;                   /* errno of a failed write */
 } nplm_fout;
 
-static int nplm_fout_flush(nplm_fout *o) {
-    size_t done = 0;
-    while (done < o->len) {
-        ssize_t w = write(o->fd, o->buf + done, o->len - done);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            o->err = errno;
-            return -1;
-        }
-        done += (size_t)w;
-    }
-    o->len = 0;
-    return 0;
-}
-
 static int nplm_fout_grow(nplm_fout *o, size_t need) {
     size_t cap = o->cap ? o->cap : 65536;
     while (cap < o->len + need) cap *= 2;
@@ -198,9 +184,33 @@ static int nplm_fout_grow(nplm_fout *o, size_t need) {
     return 0;
 }
 
+static int nplm_fout_write(nplm_fout *o, const char *s, size_t n) {
+    while (n) {
+        ssize_t w = write(o->fd, s, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            o->err = errno;
+            return -1;
+        }
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int nplm_fout_flush(nplm_fout *o) {
+    if (nplm_fout_write(o, o->buf, o->len)) return -1;
+    o->len = 0;
+    return 0;
+}
+
 static inline int nplm_fout_put(nplm_fout *o, const char *s, size_t n) {
     if (o->len + n > o->cap) {
-        if (!o->memory && o->len && nplm_fout_flush(o)) return -1;
+        if (!o->memory) {
+            if (o->len && nplm_fout_flush(o)) return -1;
+            /* a piece larger than the buffer goes straight to the file */
+            if (n >= o->cap && o->cap) return nplm_fout_write(o, s, n);
+        }
         if (o->len + n > o->cap && nplm_fout_grow(o, n)) return -1;
     }
     memcpy(o->buf + o->len, s, n);
@@ -232,10 +242,17 @@ enum {
     NPLM_FE_END, NPLM_FE_TRAILING, NPLM_FE_ORDERS
 };
 
+struct nplm_fhalf;
+
 typedef struct {
     const char *data;
     size_t size;
     int arpa, mode, context;
+    int threads;               /* 2 or more: a second thread filters the input's second part */
+    double split_at;           /* where that part starts, as a fraction of the n-gram lines' bytes */
+    size_t split_min;          /* the least input worth a second thread */
+    size_t split;              /* where that part starts (SIZE_MAX: none, or given up) */
+    struct nplm_fhalf *half;
     const nplm_fvocab *v;
     nplm_fout *outs;
     uint32_t nout;
@@ -472,8 +489,141 @@ static int nplm_fheader(nplm_filter *f) {
     return 0;
 }
 
+/* ---- the second thread.  With one output (copy, single, union), a second thread
+   filters the lines from a line start M half way through the input, as if every
+   line with a tab were an n-gram line, into memory, and notes each line without a
+   tab (a section's header, a blank line, \end\) with what it had kept before it.
+   The first thread reads from the start as KenLM does; when it reaches M inside a
+   section it takes the second thread's lines in whole runs (from one noted line to
+   the next) while each run fits the section's count, and otherwise (a file laid out
+   differently: a run longer than the section, a blank line with a tab) reads on by
+   itself from there, which is always right. */
+typedef struct {
+    size_t pos, end;           /* the noted line: its start and the position after it */
+    uint64_t plain, kept;      /* lines with a tab before it, and those kept */
+    size_t out;                /* bytes of output before it */
+} nplm_fnote;
+
+typedef struct nplm_fhalf {
+    nplm_filter f;             /* the second thread's own state, reading from M */
+    nplm_fout out;
+    nplm_fnote *notes;
+    size_t count, cap, next;
+    size_t start;              /* M */
+    pthread_t thread;
+    int running, failed;
+} nplm_fhalf;
+
+static int nplm_fnote_add(nplm_fhalf *h, size_t pos, size_t end, uint64_t plain) {
+    if (h->count == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 64;
+        nplm_fnote *a = realloc(h->notes, cap * sizeof(*a));
+        if (!a) return -1;
+        h->notes = a;
+        h->cap = cap;
+    }
+    nplm_fnote *note = &h->notes[h->count++];
+    note->pos = pos; note->end = end; note->plain = plain; note->kept = h->out.lines; note->out = h->out.len;
+    return 0;
+}
+
+static void *nplm_fhalf_run(void *arg) {
+    nplm_fhalf *h = arg;
+    nplm_filter *f = &h->f;
+    const char *s; size_t n; int nl;
+    uint64_t plain = 0;
+    for (;;) {
+        size_t at = f->pos;
+        if (!nplm_fread_line(f, &s, &n, &nl)) break;
+        const char *e = s + n, *t = memchr(s, '\t', n);
+        if (!f->arpa) {
+            ++plain;
+            if (nplm_fline(f, s, n, nl, s, t ? t : e)) { h->failed = 1; return NULL; }
+            continue;
+        }
+        if (!t) {
+            if (nplm_fnote_add(h, at, f->pos, plain)) { h->failed = 1; return NULL; }
+            continue;
+        }
+        ++plain;
+        ++t;
+        const char *t2 = memchr(t, '\t', (size_t)(e - t));
+        if (nplm_fline(f, s, n, nl, t, t2 ? t2 : e)) { h->failed = 1; return NULL; }
+    }
+    if (nplm_fnote_add(h, f->size, f->size, plain)) h->failed = 1;
+    return NULL;
+}
+
+static void nplm_fhalf_free(nplm_filter *f) {
+    nplm_fhalf *h = f->half;
+    if (!h) return;
+    if (h->running) pthread_join(h->thread, NULL);
+    free(h->out.buf); free(h->notes); free((void *)h->f.sets); free(h->f.set_n);
+    free(h);
+    f->half = NULL;
+}
+
+/* Start the second thread at the first line start from ``from`` + split_at of the rest. */
+static void nplm_fhalf_start(nplm_filter *f, size_t from) {
+    f->split = SIZE_MAX;
+    if (f->threads < 2 || f->nout != 1 || f->mode == NPLM_F_MULTIPLE || f->size - from < f->split_min ||
+        !(f->split_at > 0 && f->split_at < 1))
+        return;
+    const char *mid = f->data + from + (size_t)((double)(f->size - from) * f->split_at);
+    const char *nl = memchr(mid, '\n', (size_t)(f->data + f->size - mid));
+    if (!nl || nl + 1 >= f->data + f->size) return;
+    nplm_fhalf *h = calloc(1, sizeof(*h));
+    if (!h) return;
+    h->f = *f;
+    h->f.sets = NULL; h->f.set_n = NULL; h->f.set_cap = 0; h->f.half = NULL;
+    h->f.pos = h->start = (size_t)(nl + 1 - f->data);
+    h->out.memory = 1;
+    h->out.fd = -1;
+    h->f.outs = &h->out;
+    h->f.nout = 1;
+    if (nplm_fout_grow(&h->out, (f->size - h->start) / 4 * 3 + 1)) { free(h); return; }
+    if (pthread_create(&h->thread, NULL, nplm_fhalf_run, h)) { free(h->out.buf); free(h); return; }
+    h->running = 1;
+    f->half = h;
+    f->split = h->start;
+}
+
+/* Wait for the second thread; 0 when its work can be used. */
+static int nplm_fhalf_join(nplm_filter *f) {
+    nplm_fhalf *h = f->half;
+    if (h->running) { pthread_join(h->thread, NULL); h->running = 0; }
+    if (h->failed) { f->split = SIZE_MAX; return -1; }
+    return 0;
+}
+
+/* At f->pos >= M with *left lines of the section to read: take the second thread's
+   next run of lines when it fits.  1: taken, 0: read the next line yourself, -1: a
+   write failed. */
+static int nplm_fhalf_take(nplm_filter *f, uint64_t *left) {
+    nplm_fhalf *h = f->half;
+    if (nplm_fhalf_join(f)) return 0;
+    while (h->next < h->count && h->notes[h->next].pos < f->pos) ++h->next;
+    if (h->next == h->count) { f->split = SIZE_MAX; return 0; }
+    const nplm_fnote *to = &h->notes[h->next];
+    if (to->pos == f->pos) return 0;      /* the next line is a noted one */
+    nplm_fnote zero = {h->start, h->start, 0, 0, 0};
+    const nplm_fnote *from = h->next ? &h->notes[h->next - 1] : &zero;
+    if (from->end != f->pos) { f->split = SIZE_MAX; return 0; }
+    uint64_t lines = to->plain - from->plain;
+    if (!lines) return 0;
+    if (lines > *left) { f->split = SIZE_MAX; return 0; }
+    nplm_fout *out = &f->outs[0];
+    if (nplm_fout_put(out, h->out.buf + from->out, to->out - from->out)) { f->err_out = 0; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
+    out->lines += to->kept - from->kept;
+    *left -= lines;
+    f->line_no += lines;
+    f->pos = to->pos;
+    return 1;
+}
+
 static int nplm_farpa(nplm_filter *f) {
     if (nplm_fheader(f)) return -1;
+    nplm_fhalf_start(f, f->pos);
     for (uint32_t o = 0; o < f->nout; ++o) {
         nplm_fout *out = &f->outs[o];
         for (size_t i = 0; i < f->reserve; ++i) if (nplm_fout_put(out, "\n", 1)) { f->err_out = o; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
@@ -491,6 +641,12 @@ static int nplm_farpa(nplm_filter *f) {
         if (nplm_fput_all(f, expect, (size_t)en + 1)) return -1;
         for (uint32_t o = 0; o < f->nout; ++o) f->outs[o].lines = 0;
         for (uint64_t i = f->counts[order - 1]; i; --i) {
+            if (f->pos >= f->split) {
+                int r;
+                while ((r = nplm_fhalf_take(f, &i)) > 0 && i) {}
+                if (r < 0) return -1;
+                if (!i) break;
+            }
             if (!nplm_fread_line(f, &s, &n, &nl)) return nplm_ffail(f, NPLM_FE_EOF, NULL, 0);
             const char *e = s + n;
             const char *t = memchr(s, '\t', n);
@@ -513,7 +669,15 @@ static int nplm_farpa(nplm_filter *f) {
 
 static int nplm_fraw(nplm_filter *f) {
     const char *s; size_t n; int nl;
-    while (nplm_fread_line(f, &s, &n, &nl)) {
+    nplm_fhalf_start(f, 0);
+    for (;;) {
+        if (f->pos >= f->split && nplm_fhalf_join(f) == 0) {
+            nplm_fhalf *h = f->half;
+            if (nplm_fout_put(&f->outs[0], h->out.buf, h->out.len)) { f->err_out = 0; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
+            f->line_no += h->notes[h->count - 1].plain;
+            f->pos = f->size;
+        }
+        if (!nplm_fread_line(f, &s, &n, &nl)) break;
         const char *t = memchr(s, '\t', n);
         if (nplm_fline(f, s, n, nl, s, t ? t : s + n)) return -1;
     }
@@ -526,7 +690,11 @@ static int nplm_frun(nplm_filter *f) {
     f->pos = 0;
     f->line_no = 0;
     f->err = NPLM_FE_OK;
+    f->split = SIZE_MAX;
+    f->half = NULL;
+    if (f->nout == 1 && !f->outs[0].cap) nplm_fout_grow(&f->outs[0], (size_t)1 << 20);
     int r = f->arpa ? nplm_farpa(f) : nplm_fraw(f);
+    nplm_fhalf_free(f);
     if (r) return r;
     for (uint32_t o = 0; o < f->nout; ++o) {
         nplm_fout *out = &f->outs[o];

@@ -42,10 +42,11 @@ MODES = ("copy", "single", "multiple", "union")
 
 
 def parse(argv):
-    """(mode, context, raw, input spec, output) as filter_main.cc reads them."""
+    """(mode, context, raw, threads, input spec, output) as filter_main.cc reads them
+    (threads: as many as there are cores unless threads:m says)."""
     if len(argv) < 3:
         raise fail(USAGE)
-    mode, context, phrase, raw = None, False, False, False
+    mode, context, phrase, raw, threads = None, False, False, False, os.cpu_count() or 1
     for word in argv[:-2]:
         if word in MODES:
             mode = word
@@ -59,6 +60,8 @@ def parse(argv):
             if int(value) == 0:
                 raise fail("Specify at least one thread." if word.startswith("threads") else
                            "Batch size must be at least one and should probably be >= 5000")
+            if word.startswith("threads:"):
+                threads = int(value)
         else:
             raise fail(USAGE)
     if mode is None:
@@ -68,7 +71,7 @@ def parse(argv):
                    "for single, put everything on one line and use union.")
     if phrase:
         raise fail("filter: the phrase constraint is not supported by nplm's filter")
-    return mode, context, raw, argv[-2], argv[-1]
+    return mode, context, raw, threads, argv[-2], argv[-1]
 
 
 ERRORS = {    # the kernel's error codes (nplm/src/kenlm_filter.h) as KenLM's messages word them
@@ -156,7 +159,7 @@ def _read_all(fd):
 @program("filter")
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    mode, context, raw, given, out = parse(argv)
+    mode, context, raw, threads, given, out = parse(argv)
     model_file = not given.startswith("vocab:")
     if given.startswith(("vocab:", "model:")):
         given = given[6:]
@@ -186,7 +189,7 @@ def main(argv=None):
     names = [f"{out}{i}" for i in range(vocab.sentences)] if mode == "multiple" else [out]
     outputs = Outputs(names)
     try:
-        error = _filter.run(model, vocab, mode, context, not raw, outputs.fds, outputs.memory)
+        error = _filter.run(model, vocab, mode, context, not raw, outputs.fds, outputs.memory, threads)
         if error is not None:
             _raise(error, source, names)
         outputs.commit()
