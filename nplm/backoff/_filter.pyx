@@ -50,8 +50,9 @@ cdef extern from "kenlm_filter.h" nogil:
         size_t size
         int arpa, mode, context
         int threads
-        double split_at
+        size_t chunk
         size_t split_min
+        int wait_second
         const nplm_fvocab *v
         nplm_fout *outs
         uint32_t nout
@@ -156,14 +157,15 @@ cdef class Input:
 
 
 def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, memory, int threads=1,
-        double split_at=0.42, size_t split_min=4 << 20):
+        size_t chunk=0, size_t split_min=4 << 20, bint wait_second=False):
     """Filter ``data`` into the file descriptors ``fds`` (one, or one per sentence in
     multiple mode); ``memory[i]`` holds output i in memory until the end (a stream
     that cannot seek, where the ARPA header is written first).  Returns None, or
     (error code, line number, the line's bytes, output index, errno, order) for the caller
-    to word.  ``threads`` 2 or more lets a second thread filter the input from
-    ``split_at`` (a fraction of the n-gram lines' bytes) on, with one output and at
-    least ``split_min`` bytes of input."""
+    to word.  ``threads`` 2 or more lets a second thread filter chunks of the input
+    (``chunk`` bytes each; 0: a 64th of it) from its end backwards, with one output
+    and at least ``split_min`` bytes of input; ``wait_second`` (for tests) has it
+    filter them all before the first thread starts."""
     cdef nplm_filter f
     cdef uint32_t i, n = len(fds)
     cdef int r
@@ -177,7 +179,7 @@ def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, me
             f.outs[i].memory = bool(memory[i])
         f.data, f.size = data.data, data.size
         f.arpa, f.mode, f.context, f.threads = arpa, MODES[mode], context, threads
-        f.split_at, f.split_min = split_at, split_min
+        f.chunk, f.split_min, f.wait_second = chunk, split_min, wait_second
         f.v = &vocab.v if vocab is not None else NULL
         f.nout = n
         with nogil:

@@ -165,10 +165,17 @@ static int nplm_fvocab_build(nplm_fvocab *v, const char *text, size_t size) {
 
 /* ---- outputs: a file descriptor behind a buffer; an ARPA output keeps its counts */
 typedef struct {
+    const char *s;
+    size_t n;
+} nplm_frange;
+
+typedef struct {
     int fd;
     int memory;                /* keep everything in buf (a stream that cannot seek) */
     char *buf;
     size_t len, cap;
+    int ranges;                /* no bytes: the kept lines as ranges of the input (runs) */
+    nplm_frange *runs;         /* runs[0:len] (cap of them); the last still grows */
     uint64_t counts[256];
     uint64_t lines;            /* lines of the current order */
     int err;                   /* errno of a failed write */
@@ -218,10 +225,32 @@ static inline int nplm_fout_put(nplm_fout *o, const char *s, size_t n) {
     return 0;
 }
 
+static int nplm_fout_range(nplm_fout *o, const char *s, size_t n) {
+    if (o->len == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 1024;
+        nplm_frange *a = realloc(o->runs, cap * sizeof(*a));
+        if (!a) { o->err = ENOMEM; return -1; }
+        o->runs = a;
+        o->cap = cap;
+    }
+    o->runs[o->len].s = s;
+    o->runs[o->len].n = n;
+    ++o->len;
+    return 0;
+}
+
 /* A kept line: its bytes and a newline.  ``nl`` says the input has a newline right
-   after the line, which is then copied with it. */
+   after the line, which is then copied with it (or joins the run before it). */
 static inline int nplm_fout_line(nplm_fout *o, const char *s, size_t n, int nl) {
     ++o->lines;
+    if (o->ranges) {
+        if (nl && o->len && o->runs[o->len - 1].s + o->runs[o->len - 1].n == s) {
+            o->runs[o->len - 1].n += n + 1;
+            return 0;
+        }
+        if (nplm_fout_range(o, s, nl ? n + 1 : n)) return -1;
+        return nl ? 0 : nplm_fout_range(o, "\n", 1);
+    }
     if (nl) return nplm_fout_put(o, s, n + 1);
     if (nplm_fout_put(o, s, n)) return -1;
     return nplm_fout_put(o, "\n", 1);
@@ -248,10 +277,11 @@ typedef struct {
     const char *data;
     size_t size;
     int arpa, mode, context;
-    int threads;               /* 2 or more: a second thread filters the input's second part */
-    double split_at;           /* where that part starts, as a fraction of the n-gram lines' bytes */
+    int threads;               /* 2 or more: a second thread filters chunks of the input */
+    size_t chunk;              /* bytes of a chunk for it (0: a 64th of the n-gram lines) */
     size_t split_min;          /* the least input worth a second thread */
-    size_t split;              /* where that part starts (SIZE_MAX: none, or given up) */
+    int wait_second;           /* the first thread starts once the second has done all (tests) */
+    size_t split;              /* where the first thread next looks at the chunks (SIZE_MAX: never) */
     struct nplm_fhalf *half;
     const nplm_fvocab *v;
     nplm_fout *outs;
@@ -489,135 +519,227 @@ static int nplm_fheader(nplm_filter *f) {
     return 0;
 }
 
-/* ---- the second thread.  With one output (copy, single, union), a second thread
-   filters the lines from a line start M half way through the input, as if every
-   line with a tab were an n-gram line, into memory, and notes each line without a
-   tab (a section's header, a blank line, \end\) with what it had kept before it.
-   The first thread reads from the start as KenLM does; when it reaches M inside a
-   section it takes the second thread's lines in whole runs (from one noted line to
-   the next) while each run fits the section's count, and otherwise (a file laid out
-   differently: a run longer than the section, a blank line with a tab) reads on by
-   itself from there, which is always right. */
+/* ---- the second thread.  With one output (copy, single, union), the n-gram lines
+   are cut into chunks of whole lines.  A second thread filters chunks from the last
+   one backwards, each into memory, as if every line with a tab were an n-gram line,
+   and notes each line without a tab (a section's header, a blank line, \end\) with
+   what it had kept before it.  The first thread reads from the start as KenLM does;
+   on entering a chunk it claims it and reads it itself, unless the second thread
+   has it, and then (waiting for it to finish) takes the chunk's lines in whole runs,
+   from one noted line to the next, while each run fits the section's count; where
+   one does not (a file laid out differently: a run longer than the section, a blank
+   line with a tab) it reads the rest of that chunk itself, which is always right.
+   The threads meet where they meet: on a busy machine the first does more. */
+enum { NPLM_FC_FREE, NPLM_FC_FIRST, NPLM_FC_BUSY, NPLM_FC_DONE };
+
 typedef struct {
     size_t pos, end;           /* the noted line: its start and the position after it */
-    uint64_t plain, kept;      /* lines with a tab before it, and those kept */
-    size_t out;                /* bytes of output before it */
+    uint64_t plain, kept;      /* lines with a tab in the chunk before it, and those kept */
+    size_t out;                /* runs of the chunk's output before it */
 } nplm_fnote;
 
-typedef struct nplm_fhalf {
-    nplm_filter f;             /* the second thread's own state, reading from M */
-    nplm_fout out;
+typedef struct {
+    size_t start, end;         /* whole lines */
+    int state, failed, dropped;/* dropped: the first thread reads the rest itself */
+    nplm_frange *runs;
     nplm_fnote *notes;
-    size_t count, cap, next;
-    size_t start;              /* M */
+    size_t count, cap;
+} nplm_fchunk;
+
+typedef struct nplm_fhalf {
+    nplm_filter f;             /* the second thread's own state */
+    nplm_fout out;
+    nplm_fchunk *chunks;
+    size_t n;
+    size_t cur, next;          /* the first thread's chunk, and its next note there */
+    pthread_mutex_t lock;
+    pthread_cond_t done;
     pthread_t thread;
-    int running, failed;
+    int running;
 } nplm_fhalf;
 
-static int nplm_fnote_add(nplm_fhalf *h, size_t pos, size_t end, uint64_t plain) {
-    if (h->count == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        nplm_fnote *a = realloc(h->notes, cap * sizeof(*a));
+static int nplm_fout_runs(nplm_fout *o, const nplm_frange *r, size_t count) {
+    for (size_t i = 0; i < count; ++i) if (nplm_fout_put(o, r[i].s, r[i].n)) return -1;
+    return 0;
+}
+
+static int nplm_fnote_add(nplm_fhalf *h, nplm_fchunk *c, size_t pos, size_t end, uint64_t plain) {
+    if (c->count == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 8;
+        nplm_fnote *a = realloc(c->notes, cap * sizeof(*a));
         if (!a) return -1;
-        h->notes = a;
-        h->cap = cap;
+        c->notes = a;
+        c->cap = cap;
     }
-    nplm_fnote *note = &h->notes[h->count++];
+    nplm_fnote *note = &c->notes[c->count++];
     note->pos = pos; note->end = end; note->plain = plain; note->kept = h->out.lines; note->out = h->out.len;
     return 0;
 }
 
-static void *nplm_fhalf_run(void *arg) {
-    nplm_fhalf *h = arg;
+static int nplm_fchunk_lines(nplm_fhalf *h, nplm_fchunk *c, uint64_t *count) {
     nplm_filter *f = &h->f;
     const char *s; size_t n; int nl;
     uint64_t plain = 0;
-    for (;;) {
+    f->pos = c->start;
+    while (f->pos < c->end) {
         size_t at = f->pos;
         if (!nplm_fread_line(f, &s, &n, &nl)) break;
-        const char *e = s + n, *t = memchr(s, '\t', n);
+        const char *e = s + n;
         if (!f->arpa) {
             ++plain;
-            if (nplm_fline(f, s, n, nl, s, t ? t : e)) { h->failed = 1; return NULL; }
+            const char *t = memchr(s, '\t', n);
+            if (nplm_fline(f, s, n, nl, s, t ? t : e)) return -1;
             continue;
         }
+        const char *t = memchr(s, '\t', n);
         if (!t) {
-            if (nplm_fnote_add(h, at, f->pos, plain)) { h->failed = 1; return NULL; }
+            if (nplm_fnote_add(h, c, at, f->pos, plain)) return -1;
             continue;
         }
         ++plain;
         ++t;
         const char *t2 = memchr(t, '\t', (size_t)(e - t));
-        if (nplm_fline(f, s, n, nl, t, t2 ? t2 : e)) { h->failed = 1; return NULL; }
+        if (nplm_fline(f, s, n, nl, t, t2 ? t2 : e)) return -1;
     }
-    if (nplm_fnote_add(h, f->size, f->size, plain)) h->failed = 1;
+    *count = plain;
+    return 0;
+}
+
+/* Filter one chunk into runs of the input; -1 out of memory. */
+static int nplm_fchunk_run(nplm_fhalf *h, nplm_fchunk *c) {
+    uint64_t plain = 0;
+    h->out.runs = NULL;
+    h->out.cap = 0;
+    h->out.len = 0;
+    h->out.lines = 0;
+    int r = nplm_fchunk_lines(h, c, &plain);
+    c->runs = h->out.runs;
+    return r ? r : nplm_fnote_add(h, c, c->end, c->end, plain);
+}
+
+static void *nplm_fhalf_run(void *arg) {
+    nplm_fhalf *h = arg;
+    for (size_t i = h->n; i-- > 0;) {
+        nplm_fchunk *c = &h->chunks[i];
+        pthread_mutex_lock(&h->lock);
+        int mine = c->state == NPLM_FC_FREE;
+        if (mine) c->state = NPLM_FC_BUSY;
+        pthread_mutex_unlock(&h->lock);
+        if (!mine) break;
+        int failed = nplm_fchunk_run(h, c) != 0;
+        pthread_mutex_lock(&h->lock);
+        c->failed = failed;
+        c->state = NPLM_FC_DONE;
+        pthread_cond_broadcast(&h->done);
+        pthread_mutex_unlock(&h->lock);
+    }
     return NULL;
 }
 
 static void nplm_fhalf_free(nplm_filter *f) {
     nplm_fhalf *h = f->half;
     if (!h) return;
-    if (h->running) pthread_join(h->thread, NULL);
-    free(h->out.buf); free(h->notes); free((void *)h->f.sets); free(h->f.set_n);
+    if (h->running) {
+        /* claim every chunk left, so that the second thread stops at its next one */
+        pthread_mutex_lock(&h->lock);
+        for (size_t i = 0; i < h->n; ++i) if (h->chunks[i].state == NPLM_FC_FREE) h->chunks[i].state = NPLM_FC_FIRST;
+        pthread_mutex_unlock(&h->lock);
+        pthread_join(h->thread, NULL);
+    }
+    for (size_t i = 0; i < h->n; ++i) { free(h->chunks[i].runs); free(h->chunks[i].notes); }
+    free(h->chunks);
+    free((void *)h->f.sets); free(h->f.set_n);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->done);
     free(h);
     f->half = NULL;
 }
 
-/* Start the second thread at the first line start from ``from`` + split_at of the rest. */
+/* Cut data[from:] into chunks of about f->chunk bytes and start the second thread;
+   with f->wait_second the first waits for it to finish them all (tests). */
 static void nplm_fhalf_start(nplm_filter *f, size_t from) {
     f->split = SIZE_MAX;
     if (f->threads < 2 || f->nout != 1 || f->mode == NPLM_F_MULTIPLE || f->size - from < f->split_min ||
-        !(f->split_at > 0 && f->split_at < 1))
+        f->size <= from)
         return;
-    const char *mid = f->data + from + (size_t)((double)(f->size - from) * f->split_at);
-    const char *nl = memchr(mid, '\n', (size_t)(f->data + f->size - mid));
-    if (!nl || nl + 1 >= f->data + f->size) return;
+    size_t step = f->chunk ? f->chunk : (f->size - from) / 64 + 1;
+    if (step < 4096 && !f->chunk) step = 4096;
     nplm_fhalf *h = calloc(1, sizeof(*h));
     if (!h) return;
+    size_t cap = (f->size - from) / step + 2;
+    h->chunks = calloc(cap, sizeof(nplm_fchunk));
+    if (!h->chunks) { free(h); return; }
+    for (size_t at = from; at < f->size && h->n < cap;) {
+        size_t end = at + step < f->size ? at + step : f->size;
+        if (end < f->size) {
+            const char *nl = memchr(f->data + end - 1, '\n', f->size - (end - 1));
+            end = nl ? (size_t)(nl + 1 - f->data) : f->size;
+        }
+        h->chunks[h->n].start = at;
+        h->chunks[h->n].end = end;
+        ++h->n;
+        at = end;
+    }
+    h->chunks[h->n - 1].end = f->size;
     h->f = *f;
     h->f.sets = NULL; h->f.set_n = NULL; h->f.set_cap = 0; h->f.half = NULL;
-    h->f.pos = h->start = (size_t)(nl + 1 - f->data);
-    h->out.memory = 1;
+    h->out.ranges = 1;
     h->out.fd = -1;
     h->f.outs = &h->out;
     h->f.nout = 1;
-    if (nplm_fout_grow(&h->out, (f->size - h->start) / 4 * 3 + 1)) { free(h); return; }
-    if (pthread_create(&h->thread, NULL, nplm_fhalf_run, h)) { free(h->out.buf); free(h); return; }
-    h->running = 1;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->done, NULL);
     f->half = h;
-    f->split = h->start;
+    if (pthread_create(&h->thread, NULL, nplm_fhalf_run, h)) { nplm_fhalf_free(f); return; }
+    h->running = 1;
+    if (f->wait_second) { pthread_join(h->thread, NULL); h->running = 0; }
+    h->cur = 0;
+    f->split = h->chunks[0].start;
 }
 
-/* Wait for the second thread; 0 when its work can be used. */
-static int nplm_fhalf_join(nplm_filter *f) {
+/* Enter the chunk that holds f->pos: claim it, or wait for the second thread's. */
+static void nplm_fchunk_enter(nplm_filter *f) {
     nplm_fhalf *h = f->half;
-    if (h->running) { pthread_join(h->thread, NULL); h->running = 0; }
-    if (h->failed) { f->split = SIZE_MAX; return -1; }
-    return 0;
+    pthread_mutex_lock(&h->lock);
+    /* chunks passed over (read as headers and blank lines) are the first thread's too */
+    for (; h->cur < h->n && h->chunks[h->cur].end <= f->pos; ++h->cur)
+        if (h->chunks[h->cur].state == NPLM_FC_FREE) h->chunks[h->cur].state = NPLM_FC_FIRST;
+    if (h->cur == h->n) { pthread_mutex_unlock(&h->lock); f->split = SIZE_MAX; return; }
+    nplm_fchunk *c = &h->chunks[h->cur];
+    if (c->state == NPLM_FC_FREE) c->state = NPLM_FC_FIRST;
+    while (c->state == NPLM_FC_BUSY) pthread_cond_wait(&h->done, &h->lock);
+    pthread_mutex_unlock(&h->lock);
+    if (c->state == NPLM_FC_DONE && c->failed) c->dropped = 1;
+    h->next = 0;
 }
 
-/* At f->pos >= M with *left lines of the section to read: take the second thread's
-   next run of lines when it fits.  1: taken, 0: read the next line yourself, -1: a
-   write failed. */
+/* At f->pos >= f->split with *left lines of the section to read: take the second
+   thread's next run of lines when it fits.  1: taken, 0: read the next line
+   yourself, -1: a write failed. */
 static int nplm_fhalf_take(nplm_filter *f, uint64_t *left) {
     nplm_fhalf *h = f->half;
-    if (nplm_fhalf_join(f)) return 0;
-    while (h->next < h->count && h->notes[h->next].pos < f->pos) ++h->next;
-    if (h->next == h->count) { f->split = SIZE_MAX; return 0; }
-    const nplm_fnote *to = &h->notes[h->next];
-    if (to->pos == f->pos) return 0;      /* the next line is a noted one */
-    nplm_fnote zero = {h->start, h->start, 0, 0, 0};
-    const nplm_fnote *from = h->next ? &h->notes[h->next - 1] : &zero;
-    if (from->end != f->pos) { f->split = SIZE_MAX; return 0; }
+    if (h->cur >= h->n || f->pos >= h->chunks[h->cur].end || f->pos < h->chunks[h->cur].start ||
+        f->split == h->chunks[h->cur].start) {
+        nplm_fchunk_enter(f);
+        if (f->split == SIZE_MAX) return 0;
+    }
+    nplm_fchunk *c = &h->chunks[h->cur];
+    if (c->state != NPLM_FC_DONE || c->dropped) { f->split = c->end; return 0; }
+    f->split = 0;       /* come back at the next line */
+    while (h->next < c->count && c->notes[h->next].pos < f->pos) ++h->next;
+    const nplm_fnote *to = &c->notes[h->next];     /* (the last note is at the chunk's end) */
+    if (to->pos == f->pos) return 0;                /* the next line is a noted one */
+    nplm_fnote zero = {c->start, c->start, 0, 0, 0};
+    const nplm_fnote *from = h->next ? &c->notes[h->next - 1] : &zero;
     uint64_t lines = to->plain - from->plain;
-    if (!lines) return 0;
-    if (lines > *left) { f->split = SIZE_MAX; return 0; }
+    if (from->end != f->pos || lines > *left) { c->dropped = 1; f->split = c->end; return 0; }
     nplm_fout *out = &f->outs[0];
-    if (nplm_fout_put(out, h->out.buf + from->out, to->out - from->out)) { f->err_out = 0; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
+    if (nplm_fout_runs(out, c->runs + from->out, to->out - from->out)) { f->err_out = 0; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
     out->lines += to->kept - from->kept;
     *left -= lines;
     f->line_no += lines;
     f->pos = to->pos;
+    if (f->pos == c->end) f->split = c->end;
     return 1;
 }
 
@@ -671,11 +793,16 @@ static int nplm_fraw(nplm_filter *f) {
     const char *s; size_t n; int nl;
     nplm_fhalf_start(f, 0);
     for (;;) {
-        if (f->pos >= f->split && nplm_fhalf_join(f) == 0) {
-            nplm_fhalf *h = f->half;
-            if (nplm_fout_put(&f->outs[0], h->out.buf, h->out.len)) { f->err_out = 0; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
-            f->line_no += h->notes[h->count - 1].plain;
-            f->pos = f->size;
+        while (f->pos >= f->split) {
+            /* a chunk the second thread filtered is taken whole */
+            nplm_fchunk_enter(f);
+            if (f->split == SIZE_MAX) break;
+            nplm_fchunk *c = &f->half->chunks[f->half->cur];
+            f->split = c->end;
+            if (c->state != NPLM_FC_DONE || c->dropped) break;
+            if (nplm_fout_runs(&f->outs[0], c->runs, c->notes[c->count - 1].out)) { f->err_out = 0; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
+            f->line_no += c->notes[c->count - 1].plain;
+            f->pos = c->end;
         }
         if (!nplm_fread_line(f, &s, &n, &nl)) break;
         const char *t = memchr(s, '\t', n);

@@ -144,53 +144,46 @@ def test_broken_arpa_fails_as_kenlms(tmp_path, case):
     assert b" line " in ours.stderr and not (tmp_path / "ours" / "out.arpa").exists()
 
 
-@pytest.mark.parametrize("layout", ["plain", "crlf", "blank and tab lines between sections", "no newline at the end"])
-@pytest.mark.parametrize("mode", ["single", "union", "single context"])
-def test_second_thread_from_any_line_is_kenlms(tmp_path, layout, mode):
-    """The kernel's second thread, started at every line of the file in turn: the
-    output is KenLM's whether the first thread takes its runs or reads on itself."""
+def _kernel_outputs(tmp_path, data, mode, arpa, runs):
+    """The kernel's output of ``data`` for each keyword set of ``runs`` (the vocabulary
+    of VOCABS["lines"])."""
     from nplm.backoff import _filter
 
-    data = ARPA.read_bytes() if layout == "plain" else LAYOUTS[layout]
-    (tmp_path / "v.txt").write_text(VOCABS["lines"])
-    _, theirs = both(tmp_path, mode.split() + [f"vocab:{tmp_path / 'v.txt'}", "out.arpa"], data, ["out.arpa"])
-    (tmp_path / "m.arpa").write_bytes(data)
-    fd = os.open(tmp_path / "m.arpa", os.O_RDONLY)
+    (tmp_path / "m").write_bytes(data)
+    fd = os.open(tmp_path / "m", os.O_RDONLY)
     model = _filter.Input(fd)
     os.close(fd)
     vocab = _filter.Vocabulary(VOCABS["lines"].encode())
-    seen = set()
-    for i in range(1, 1500):
-        out = tmp_path / "k.arpa"
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    for kw in runs:
+        fd = os.open(tmp_path / "k", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
-            assert _filter.run(model, vocab, mode.split()[0], "context" in mode, True, [fd], [False], threads=2,
-                               split_at=i / 1500, split_min=0) is None
+            assert _filter.run(model, vocab, mode.split()[0], "context" in mode, arpa, [fd], [False], threads=2,
+                               split_min=0, **kw) is None
         finally:
             os.close(fd)
-        got = out.read_bytes()
-        assert got == theirs[1][0], f"second thread from {i / 1500:.4f} of the n-gram lines"
-        seen.add(got)
-    assert len(seen) == 1
+        yield kw, (tmp_path / "k").read_bytes()
+
+
+@pytest.mark.parametrize("layout", ["plain", "crlf", "blank and tab lines between sections", "no newline at the end"])
+@pytest.mark.parametrize("mode", ["single", "union", "single context", "copy"])
+def test_second_thread_is_kenlms_wherever_the_chunks_fall(tmp_path, layout, mode):
+    """The kernel's second thread with chunks of every size from one line to many,
+    done before the first thread starts (so that the first takes every run it can)
+    or alongside it: the output is KenLM's whether the first thread takes the
+    second's runs or reads on by itself."""
+    data = ARPA.read_bytes() if layout == "plain" else LAYOUTS[layout]
+    (tmp_path / "v.txt").write_text(VOCABS["lines"])
+    _, theirs = both(tmp_path, mode.split() + [f"vocab:{tmp_path / 'v.txt'}", "out.arpa"], data, ["out.arpa"])
+    runs = [{"chunk": c, "wait_second": True} for c in range(1, 400, 3)] + [{"chunk": c} for c in (1, 50, 1000)]
+    for kw, got in _kernel_outputs(tmp_path, data, mode, True, runs):
+        assert got == theirs[1][0], kw
 
 
 def test_raw_second_thread_is_kenlms(tmp_path):
-    from nplm.backoff import _filter
-
     data = RAW * 50
     (tmp_path / "v.txt").write_text(VOCABS["lines"])
     _, theirs = both(tmp_path, ["single", "raw", "threads:1", f"vocab:{tmp_path / 'v.txt'}", "out.txt"], data,
                      ["out.txt"])
-    (tmp_path / "m.txt").write_bytes(data)
-    fd = os.open(tmp_path / "m.txt", os.O_RDONLY)
-    model = _filter.Input(fd)
-    os.close(fd)
-    vocab = _filter.Vocabulary(VOCABS["lines"].encode())
-    for i in range(1, 200):
-        fd = os.open(tmp_path / "k.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        try:
-            assert _filter.run(model, vocab, "single", False, False, [fd], [False], threads=2, split_at=i / 200,
-                               split_min=0) is None
-        finally:
-            os.close(fd)
-        assert (tmp_path / "k.txt").read_bytes() == theirs[1][0]
+    runs = [{"chunk": c, "wait_second": True} for c in range(1, 200, 7)] + [{"chunk": 10}]
+    for kw, got in _kernel_outputs(tmp_path, data, "single", False, runs):
+        assert got == theirs[1][0], kw
