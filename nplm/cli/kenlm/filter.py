@@ -3,10 +3,17 @@ ARPA file (or of raw n-gram lines) whose words a vocabulary allows, byte for byt
 KenLM writes them: every kept line copied as it was, and in ARPA output a header of the
 new counts written over the room the input's header took (the rest of that room stays
 newlines).  Modes copy, single, multiple (one output per vocabulary line, named by
-appending the line's number) and union; ``context`` checks all but the last word;
-``threads:`` and ``batch_size:`` are accepted (the work is one streaming pass)."""
+appending the line's number) and union; ``context`` checks all but the last word.
+
+The pass is C without the GIL (nplm.backoff._filter, nplm/src/kenlm_filter.h): the
+model mapped (or read whole from a pipe), the vocabulary's hash set built from its
+bytes, the kept lines written through buffers to the outputs' file descriptors, a
+regular output through a temporary file renamed over it at the end.  ``threads:m``
+(default: the cores) lets a second thread filter chunks of the model with one
+output; ``batch_size:`` is accepted and checked as KenLM checks it."""
 
 import os
+import signal
 import sys
 
 from nplm.cli.kenlm._program import fail, in_place, program
@@ -187,6 +194,8 @@ def main(argv=None):
         if named is not None:
             os.close(named)
     names = [f"{out}{i}" for i in range(vocab.sentences)] if mode == "multiple" else [out]
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)     # so that the temporary files go
     outputs = Outputs(names)
     try:
         error = _filter.run(model, vocab, mode, context, not raw, outputs.fds, outputs.memory, threads)
@@ -197,6 +206,10 @@ def main(argv=None):
         outputs.discard()
         raise
     return 0
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _raise(error, source, names):
