@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "hash.h"
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* ---- the vocabulary: an open-addressing set of words over the vocabulary's text,
    each with the sorted sentence numbers (lines) that hold it.  A slot holds a word's
@@ -66,10 +68,32 @@ static inline uint64_t nplm_fkey(const char *s, size_t n, const char *limit) {
     return n >= 8 ? x : x & ((1ULL << (8 * n)) - 1);
 }
 
-/* Fibonacci hashing of the first 8 bytes; a longer word mixes in the rest. */
+/* Fibonacci hashing of the first 8 bytes; a longer word mixes in its last 8 (the
+   bytes between go unhashed: words that differ only there share a slot's probe
+   sequence, and the comparison tells them apart). */
 static inline uint64_t nplm_fhash(uint64_t key, const char *s, size_t n) {
-    if (n > 8) key ^= nplm_hash_bytes(s + 8, (ptrdiff_t)(n - 8));
+    if (n > 8) {
+        uint64_t last;
+        memcpy(&last, s + n - 8, 8);
+        key ^= ((last << 29) | (last >> 35)) ^ (n * 0xff51afd7ed558ccdULL);
+    }
     return key * 0x9e3779b97f4a7c15ULL;
+}
+
+/* Whether bytes 8 to n of a and b (both n > 8 bytes long) are equal, 8 at a time;
+   the last 8 overlap the ones before. */
+static inline int nplm_fsame_tail(const char *a, const char *b, size_t n) {
+    uint64_t x, y;
+    size_t i = 8;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&x, a + i, 8); memcpy(&y, b + i, 8);
+        if (x != y) return 0;
+    }
+    if (i < n) {
+        memcpy(&x, a + n - 8, 8); memcpy(&y, b + n - 8, 8);
+        if (x != y) return 0;
+    }
+    return 1;
 }
 
 static inline int64_t nplm_fvocab_lookup(const nplm_fvocab *v, const char *w, size_t n, uint64_t key) {
@@ -77,7 +101,7 @@ static inline int64_t nplm_fvocab_lookup(const nplm_fvocab *v, const char *w, si
         const nplm_fslot *sl = &v->slots[i];
         if (!sl->id) return -1;
         if (sl->key == key && sl->len == n &&
-            (n <= 8 || memcmp(v->text + v->start[sl->id - 1] + 8, w + 8, n - 8) == 0)) return sl->id - 1;
+            (n <= 8 || nplm_fsame_tail(v->text + v->start[sl->id - 1], w, n))) return sl->id - 1;
     }
 }
 
@@ -123,7 +147,7 @@ static int nplm_fvocab_build(nplm_fvocab *v, const char *text, size_t size) {
     v->sentences = sentence + (uint32_t)used;
     uint64_t slots = 16;
     int bits = 4;
-    while (slots < 2 * (uint64_t)occ + 2) { slots *= 2; ++bits; }
+    while (slots < 8 * (uint64_t)occ + 2) { slots *= 2; ++bits; }
     v->mask = slots - 1;
     v->shift = 64 - bits;
     size_t n = occ ? occ : 1;
@@ -325,6 +349,57 @@ static inline int nplm_fread_line(nplm_filter *f, const char **s, size_t *n, int
     return 1;
 }
 
+/* The first tab or newline of p[0:end-p], 16 bytes at a time; NULL when none. */
+static inline const char *nplm_ftab_nl(const char *p, const char *end) {
+#ifdef __SSE2__
+    const __m128i tab = _mm_set1_epi8('\t'), nl = _mm_set1_epi8('\n');
+    for (; p + 16 <= end; p += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        int m = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, tab), _mm_cmpeq_epi8(x, nl)));
+        if (m) return p + __builtin_ctz((unsigned)m);
+    }
+#endif
+    for (; p < end; ++p) if (*p == '\t' || *p == '\n') return p;
+    return NULL;
+}
+
+/* The next line as nplm_fread_line reads it, and its ARPA n-gram found in the same
+   pass (the n-gram's end is the line's where no tab follows it): *t the n-gram's
+   start (NULL: the line has no tab), *e its end. */
+static inline int nplm_fread_ngram(nplm_filter *f, const char **s, size_t *n, int *nl, const char **t,
+                                   const char **e) {
+    if (f->pos >= f->size) return 0;
+    const char *p = f->data + f->pos, *end = f->data + f->size, *line_end;
+    ++f->line_no;
+    const char *q = nplm_ftab_nl(p, end);
+    if (!q || *q == '\n') {
+        *t = NULL;
+        line_end = q ? q : end;
+    } else {
+        *t = q + 1;
+        const char *r = nplm_ftab_nl(q + 1, end);
+        if (!r || *r == '\n') {
+            line_end = *e = r ? r : end;
+        } else {
+            *e = r;
+            line_end = memchr(r, '\n', (size_t)(end - r));
+            if (!line_end) line_end = end;
+        }
+    }
+    *s = p;
+    if (line_end == end) {
+        *n = (size_t)(end - p); *nl = 0;
+        f->pos = f->size;
+    } else {
+        size_t len = (size_t)(line_end - p);
+        f->pos += len + 1;
+        if (len && p[len - 1] == '\r') { *n = len - 1; *nl = 0; }
+        else { *n = len; *nl = 1; }
+    }
+    if (*t && *e > p + *n) *e = p + *n;     /* (a carriage return stripped) */
+    return 1;
+}
+
 static int nplm_white(const char *s, size_t n) {
     for (size_t i = 0; i < n; ++i) if (!isspace((unsigned char)s[i])) return 0;
     return 1;
@@ -415,7 +490,7 @@ static inline int nplm_fsingle(const nplm_fvocab *v, const char *s, const char *
                 const nplm_fslot *sl = &v->slots[i];
                 if (!sl->id) return 0;
                 if (sl->key == key[j] && sl->len == n[j] &&
-                    (n[j] <= 8 || memcmp(v->text + v->start[sl->id - 1] + 8, w[j] + 8, n[j] - 8) == 0)) break;
+                    (n[j] <= 8 || nplm_fsame_tail(v->text + v->start[sl->id - 1], w[j], n[j]))) break;
             }
         }
         if (k < BATCH) return 1;
@@ -583,23 +658,21 @@ static int nplm_fchunk_lines(nplm_fhalf *h, nplm_fchunk *c, uint64_t *count) {
     f->pos = c->start;
     while (f->pos < c->end) {
         size_t at = f->pos;
-        if (!nplm_fread_line(f, &s, &n, &nl)) break;
-        const char *e = s + n;
+        const char *t, *e;
         if (!f->arpa) {
+            if (!nplm_fread_line(f, &s, &n, &nl)) break;
             ++plain;
-            const char *t = memchr(s, '\t', n);
-            if (nplm_fline(f, s, n, nl, s, t ? t : e)) return -1;
+            t = memchr(s, '\t', n);
+            if (nplm_fline(f, s, n, nl, s, t ? t : s + n)) return -1;
             continue;
         }
-        const char *t = memchr(s, '\t', n);
+        if (!nplm_fread_ngram(f, &s, &n, &nl, &t, &e)) break;
         if (!t) {
             if (nplm_fnote_add(h, c, at, f->pos, plain)) return -1;
             continue;
         }
         ++plain;
-        ++t;
-        const char *t2 = memchr(t, '\t', (size_t)(e - t));
-        if (nplm_fline(f, s, n, nl, t, t2 ? t2 : e)) return -1;
+        if (nplm_fline(f, s, n, nl, t, e)) return -1;
     }
     *count = plain;
     return 0;
@@ -769,13 +842,10 @@ static int nplm_farpa(nplm_filter *f) {
                 if (r < 0) return -1;
                 if (!i) break;
             }
-            if (!nplm_fread_line(f, &s, &n, &nl)) return nplm_ffail(f, NPLM_FE_EOF, NULL, 0);
-            const char *e = s + n;
-            const char *t = memchr(s, '\t', n);
+            const char *t, *e;
+            if (!nplm_fread_ngram(f, &s, &n, &nl, &t, &e)) return nplm_ffail(f, NPLM_FE_EOF, NULL, 0);
             if (!t) return nplm_ffail(f, NPLM_FE_NO_TAB, s, n);
-            ++t;
-            const char *t2 = memchr(t, '\t', (size_t)(e - t));
-            if (nplm_fline(f, s, n, nl, t, t2 ? t2 : e)) return -1;
+            if (nplm_fline(f, s, n, nl, t, e)) return -1;
         }
         if (nplm_fput_all(f, "\n", 1)) return -1;
         for (uint32_t o = 0; o < f->nout; ++o) f->outs[o].counts[order - 1] = f->outs[o].lines;
