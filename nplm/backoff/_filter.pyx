@@ -5,7 +5,7 @@
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport realloc, calloc, free
 from libc.string cimport memset
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 
 cdef extern from "<sys/mman.h>" nogil:
@@ -44,6 +44,7 @@ cdef extern from "kenlm_filter.h" nogil:
         int fd
         int memory
         char *buf
+        size_t len
         int err
     ctypedef struct nplm_filter:
         const char *data
@@ -53,6 +54,10 @@ cdef extern from "kenlm_filter.h" nogil:
         size_t chunk
         size_t split_min
         int wait_second
+        nplm_fout *collect
+        const uint32_t *dec_at
+        const uint32_t *dec_out
+        uint64_t dec_lines
         const nplm_fvocab *v
         nplm_fout *outs
         uint32_t nout
@@ -66,7 +71,7 @@ cdef extern from "kenlm_filter.h" nogil:
         int order
     int nplm_frun(nplm_filter *f)
 
-MODES = {"copy": 0, "single": 1, "union": 2, "multiple": 3}
+MODES = {"copy": 0, "single": 1, "union": 2, "multiple": 3, "collect": 4, "decided": 5}
 
 
 cdef class Vocabulary:
@@ -157,7 +162,7 @@ cdef class Input:
 
 
 def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, memory, int threads=1,
-        size_t chunk=0, size_t split_min=4 << 20, bint wait_second=False):
+        size_t chunk=0, size_t split_min=4 << 20, bint wait_second=False, decisions=None):
     """Filter ``data`` into the file descriptors ``fds`` (one, or one per sentence in
     multiple mode); ``memory[i]`` holds output i in memory until the end (a stream
     that cannot seek, where the ARPA header is written first).  Returns None, or
@@ -165,11 +170,26 @@ def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, me
     to word.  ``threads`` 2 or more lets a second thread filter chunks of the input
     (``chunk`` bytes each; 0: a 64th of it) from its end backwards, with one output
     and at least ``split_min`` bytes of input; ``wait_second`` (for tests) has it
-    filter them all before the first thread starts."""
+    filter them all before the first thread starts.  Mode "collect" returns the
+    model's n-grams (context cut), a line each; mode "decided" writes n-gram line i
+    to the outputs ``outs[at[i]:at[i + 1]]`` of ``decisions`` = (at, outs), arrays of
+    unsigned int."""
     cdef nplm_filter f
+    cdef nplm_fout collect
+    cdef const unsigned int[::1] at, outs
     cdef uint32_t i, n = len(fds)
     cdef int r
     memset(&f, 0, sizeof(f))
+    memset(&collect, 0, sizeof(collect))
+    collect.memory = 1
+    f.collect = &collect
+    if decisions is not None:
+        at, outs = decisions
+        if len(at) == 0 or at[len(at) - 1] != len(outs) or any(o >= n for o in outs):
+            raise ValueError("decisions that do not fit the outputs")
+        f.dec_at = &at[0]
+        f.dec_out = &outs[0] if len(outs) else NULL
+        f.dec_lines = len(at) - 1
     f.outs = <nplm_fout *>calloc(max(n, 1), sizeof(nplm_fout))
     if f.outs == NULL:
         raise MemoryError()
@@ -185,7 +205,7 @@ def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, me
         with nogil:
             r = nplm_frun(&f)
         if r == 0:
-            return None
+            return PyBytes_FromStringAndSize(collect.buf, collect.len) if f.mode == 4 else None
         line = f.err_at[:f.err_len] if f.err_at != NULL else b""
         err_no = f.outs[f.err_out].err if f.err_out < n else 0
         return f.err, f.line_no, line, f.err_out, err_no, f.order
@@ -193,5 +213,6 @@ def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, me
         for i in range(n):
             free(f.outs[i].buf)
         free(f.outs)
+        free(collect.buf)
         free(f.sets)
         free(f.set_n)

@@ -288,11 +288,15 @@ static size_t nplm_counts_header(char *out, const uint64_t *counts, int orders) 
 }
 
 /* ---- the pass */
-enum { NPLM_F_COPY = 0, NPLM_F_SINGLE = 1, NPLM_F_UNION = 2, NPLM_F_MULTIPLE = 3 };
+/* COLLECT writes every n-gram (context cut) and a newline to f->collect, for a test
+   made outside (filter's phrase constraint); DECIDED then writes n-gram line i to
+   the outputs dec_out[dec_at[i]:dec_at[i + 1]]. */
+enum { NPLM_F_COPY = 0, NPLM_F_SINGLE = 1, NPLM_F_UNION = 2, NPLM_F_MULTIPLE = 3, NPLM_F_COLLECT = 4,
+       NPLM_F_DECIDED = 5 };
 enum {
     NPLM_FE_OK = 0, NPLM_FE_WRITE, NPLM_FE_MEMORY, NPLM_FE_EOF, NPLM_FE_FIRST, NPLM_FE_COUNT_LINE,
     NPLM_FE_COUNT_ORDER, NPLM_FE_COUNT_EQUALS, NPLM_FE_BAD_COUNT, NPLM_FE_HEADER, NPLM_FE_NO_TAB,
-    NPLM_FE_END, NPLM_FE_TRAILING, NPLM_FE_ORDERS
+    NPLM_FE_END, NPLM_FE_TRAILING, NPLM_FE_ORDERS, NPLM_FE_DECISIONS
 };
 
 struct nplm_fhalf;
@@ -325,6 +329,10 @@ typedef struct {
     const char *err_at;
     size_t err_len;
     uint32_t err_out;
+    /* COLLECT's output; DECIDED's outputs of each line, and the lines done */
+    nplm_fout *collect;
+    const uint32_t *dec_at, *dec_out;
+    uint64_t dec_lines, dec_line;
     /* read position */
     size_t pos;
 } nplm_filter;
@@ -518,6 +526,20 @@ static inline int nplm_fline(nplm_filter *f, const char *line, size_t n, int nl,
     switch (f->mode) {
     case NPLM_F_COPY:
         break;
+    case NPLM_F_COLLECT:
+        if (nplm_fout_put(f->collect, s, (size_t)(e - s)) || nplm_fout_put(f->collect, "\n", 1))
+            return nplm_ffail(f, NPLM_FE_MEMORY, NULL, 0);
+        return 0;
+    case NPLM_F_DECIDED: {
+        if (f->dec_line >= f->dec_lines) return nplm_ffail(f, NPLM_FE_DECISIONS, NULL, 0);
+        uint64_t i = f->dec_line++;
+        for (uint32_t k = f->dec_at[i]; k < f->dec_at[i + 1]; ++k)
+            if (nplm_fout_line(&f->outs[f->dec_out[k]], line, n, nl)) {
+                f->err_out = f->dec_out[k];
+                return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0);
+            }
+        return 0;
+    }
     case NPLM_F_SINGLE:
         if (!nplm_fsingle(f->v, s, e, f->data + f->size)) return 0;
         break;
@@ -732,7 +754,7 @@ static void nplm_fhalf_free(nplm_filter *f) {
    with f->wait_second the first waits for it to finish them all (tests). */
 static void nplm_fhalf_start(nplm_filter *f, size_t from) {
     f->split = SIZE_MAX;
-    if (f->threads < 2 || f->nout != 1 || f->mode == NPLM_F_MULTIPLE || f->size - from < f->split_min ||
+    if (f->threads < 2 || f->nout != 1 || f->mode > NPLM_F_UNION || f->size - from < f->split_min ||
         f->size <= from)
         return;
     size_t step = f->chunk ? f->chunk : (f->size - from) / 64 + 1;

@@ -1,5 +1,5 @@
 """The filter program against KenLM's own filter, byte for byte: every mode (copy,
-single, multiple, union) with and without context, the vocabulary from a file or the
+single, multiple, union, phrase) with and without context, the vocabulary from a file or the
 model from a file with the other on stdin, ARPA and raw outputs, and its usage errors."""
 import os
 import subprocess
@@ -187,3 +187,19 @@ def test_raw_second_thread_is_kenlms(tmp_path):
     runs = [{"chunk": c, "wait_second": True} for c in range(1, 200, 7)] + [{"chunk": 10}]
     for kw, got in _kernel_outputs(tmp_path, data, "single", False, runs):
         assert got == theirs[1][0], kw
+
+
+# phrase: tabs and \v end phrases, \r and other white space end a sentence
+PHRASES = b"the cat sat\ton the mat\n\n  a dog\x0bplayed in\tthe log\r the cat\n<s> the\tsat on\nmat\n"
+
+
+@pytest.mark.parametrize("mode", ["union phrase", "multiple phrase", "union phrase context",
+                                  "multiple context phrase"])
+@pytest.mark.parametrize("fmt", ["arpa", "raw"])
+def test_phrase_is_kenlms(tmp_path, mode, fmt):
+    (tmp_path / "v.txt").write_bytes(PHRASES)
+    model = ARPA.read_bytes() if fmt == "arpa" else RAW
+    names = [f"out{i}" for i in range(6)] if "multiple" in mode else ["out"]
+    extra = ["raw", "threads:1"] if fmt == "raw" else []
+    ours, theirs = both(tmp_path, mode.split() + extra + [f"vocab:{tmp_path / 'v.txt'}", "out"], model, names)
+    assert ours == theirs and ours[0] == 0 and ours[1][0]

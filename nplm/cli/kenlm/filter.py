@@ -3,7 +3,9 @@ ARPA file (or of raw n-gram lines) whose words a vocabulary allows, byte for byt
 KenLM writes them: every kept line copied as it was, and in ARPA output a header of the
 new counts written over the room the input's header took (the rest of that room stays
 newlines).  Modes copy, single, multiple (one output per vocabulary line, named by
-appending the line's number) and union; ``context`` checks all but the last word.
+appending the line's number) and union; ``context`` checks all but the last word;
+``phrase`` (union, multiple) tests the n-grams against each vocabulary line's
+tab-separated phrases (nplm.backoff.filter_phrase).
 
 The pass is C without the GIL (nplm.backoff._filter, nplm/src/kenlm_filter.h): the
 model mapped (or read whole from a pipe), the vocabulary's hash set built from its
@@ -49,7 +51,7 @@ MODES = ("copy", "single", "multiple", "union")
 
 
 def parse(argv):
-    """(mode, context, raw, threads, input spec, output) as filter_main.cc reads them
+    """(mode, context, phrase, raw, threads, input spec, output) as filter_main.cc reads them
     (threads: as many as there are cores unless threads:m says)."""
     if len(argv) < 3:
         raise fail(USAGE)
@@ -76,9 +78,7 @@ def parse(argv):
     if phrase and mode not in ("union", "multiple"):
         raise fail("Phrase constraint currently only works in multiple or union mode.  If you really need it "
                    "for single, put everything on one line and use union.")
-    if phrase:
-        raise fail("filter: the phrase constraint is not supported by nplm's filter")
-    return mode, context, raw, threads, argv[-2], argv[-1]
+    return mode, context, phrase, raw, threads, argv[-2], argv[-1]
 
 
 ERRORS = {    # the kernel's error codes (nplm/src/kenlm_filter.h) as KenLM's messages word them
@@ -93,6 +93,7 @@ ERRORS = {    # the kernel's error codes (nplm/src/kenlm_filter.h) as KenLM's me
     11: "Expected \\end\\ but the ARPA file has {line}",
     12: "Trailing line {line}",
     13: "too many orders in {line}",
+    14: "the n-grams changed between two readings",
 }
 
 
@@ -166,7 +167,7 @@ def _read_all(fd):
 @program("filter")
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    mode, context, raw, threads, given, out = parse(argv)
+    mode, context, phrase, raw, threads, given, out = parse(argv)
     model_file = not given.startswith("vocab:")
     if given.startswith(("vocab:", "model:")):
         given = given[6:]
@@ -184,7 +185,8 @@ def main(argv=None):
             vocab_fd, model_fd, source = 0, named, given
         else:
             vocab_fd, model_fd, source = named, 0, "the model on stdin"
-        vocab = _filter.Vocabulary(_read_all(vocab_fd)) if mode != "copy" else None
+        text = _read_all(vocab_fd) if mode != "copy" else None
+        vocab = _filter.Vocabulary(text) if text is not None and not phrase else None
         model = _filter.Input(model_fd)
     except OSError as e:
         if e.filename is None and given:
@@ -193,12 +195,18 @@ def main(argv=None):
     finally:
         if named is not None:
             os.close(named)
-    names = [f"{out}{i}" for i in range(vocab.sentences)] if mode == "multiple" else [out]
+    decided = None
+    if phrase:
+        decided, sentences = _phrase_decisions(model, text, mode, context, raw, source)
+    else:
+        sentences = vocab.sentences if vocab is not None else 1
+    names = [f"{out}{i}" for i in range(sentences)] if mode == "multiple" else [out]
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)     # so that the temporary files go
     outputs = Outputs(names)
     try:
-        error = _filter.run(model, vocab, mode, context, not raw, outputs.fds, outputs.memory, threads)
+        error = _filter.run(model, vocab, "decided" if phrase else mode, context, not raw, outputs.fds, outputs.memory,
+                            threads, decisions=decided)
         if error is not None:
             _raise(error, source, names)
         outputs.commit()
@@ -206,6 +214,19 @@ def main(argv=None):
         outputs.discard()
         raise
     return 0
+
+
+def _phrase_decisions(model, text, mode, context, raw, source):
+    """phrase (union, multiple): the model's n-grams read by the kernel, tested
+    against the vocabulary's phrases (nplm.backoff.filter_phrase); the outputs of
+    each line, and the number of sentences."""
+    from nplm.backoff import _filter, filter_phrase
+
+    table, sentences = filter_phrase.read_phrases(text)
+    ngrams = _filter.run(model, None, "collect", context, not raw, [], [])
+    if not isinstance(ngrams, bytes):
+        _raise(ngrams, source, [])
+    return filter_phrase.decisions(table, ngrams, sentences, mode == "multiple"), sentences
 
 
 def _terminated(signum, frame):
