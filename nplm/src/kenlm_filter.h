@@ -198,6 +198,8 @@ typedef struct {
     int memory;                /* keep everything in buf (a stream that cannot seek) */
     char *buf;
     size_t len, cap;
+    const char *pend;          /* kept lines not yet copied: a run of the input */
+    size_t pend_n;
     int ranges;                /* no bytes: the kept lines as ranges of the input (runs) */
     nplm_frange *runs;         /* runs[0:len] (cap of them); the last still grows */
     uint64_t counts[256];
@@ -229,16 +231,16 @@ static int nplm_fout_write(nplm_fout *o, const char *s, size_t n) {
     return 0;
 }
 
-static int nplm_fout_flush(nplm_fout *o) {
+static int nplm_fout_drain(nplm_fout *o) {
     if (nplm_fout_write(o, o->buf, o->len)) return -1;
     o->len = 0;
     return 0;
 }
 
-static inline int nplm_fout_put(nplm_fout *o, const char *s, size_t n) {
+static inline int nplm_fout_raw(nplm_fout *o, const char *s, size_t n) {
     if (o->len + n > o->cap) {
         if (!o->memory) {
-            if (o->len && nplm_fout_flush(o)) return -1;
+            if (o->len && nplm_fout_drain(o)) return -1;
             /* a piece larger than the buffer goes straight to the file */
             if (n >= o->cap && o->cap) return nplm_fout_write(o, s, n);
         }
@@ -247,6 +249,24 @@ static inline int nplm_fout_put(nplm_fout *o, const char *s, size_t n) {
     memcpy(o->buf + o->len, s, n);
     o->len += n;
     return 0;
+}
+
+/* The pending run into the buffer (a long one straight to the file). */
+static int nplm_fout_settle(nplm_fout *o) {
+    if (!o->pend_n) return 0;
+    size_t n = o->pend_n;
+    o->pend_n = 0;
+    return nplm_fout_raw(o, o->pend, n);
+}
+
+static inline int nplm_fout_put(nplm_fout *o, const char *s, size_t n) {
+    if (o->pend_n && nplm_fout_settle(o)) return -1;
+    return nplm_fout_raw(o, s, n);
+}
+
+static int nplm_fout_flush(nplm_fout *o) {
+    if (nplm_fout_settle(o)) return -1;
+    return nplm_fout_drain(o);
 }
 
 static int nplm_fout_range(nplm_fout *o, const char *s, size_t n) {
@@ -264,7 +284,8 @@ static int nplm_fout_range(nplm_fout *o, const char *s, size_t n) {
 }
 
 /* A kept line: its bytes and a newline.  ``nl`` says the input has a newline right
-   after the line, which is then copied with it (or joins the run before it). */
+   after the line, which is then copied with it, and kept lines that follow one
+   another in the input are copied as one run. */
 static inline int nplm_fout_line(nplm_fout *o, const char *s, size_t n, int nl) {
     ++o->lines;
     if (o->ranges) {
@@ -275,9 +296,18 @@ static inline int nplm_fout_line(nplm_fout *o, const char *s, size_t n, int nl) 
         if (nplm_fout_range(o, s, nl ? n + 1 : n)) return -1;
         return nl ? 0 : nplm_fout_range(o, "\n", 1);
     }
-    if (nl) return nplm_fout_put(o, s, n + 1);
+    if (nl) {
+        if (o->pend_n && o->pend + o->pend_n == s) {
+            o->pend_n += n + 1;
+            return 0;
+        }
+        if (o->pend_n && nplm_fout_settle(o)) return -1;
+        o->pend = s;
+        o->pend_n = n + 1;
+        return 0;
+    }
     if (nplm_fout_put(o, s, n)) return -1;
-    return nplm_fout_put(o, "\n", 1);
+    return nplm_fout_raw(o, "\n", 1);
 }
 
 static size_t nplm_counts_header(char *out, const uint64_t *counts, int orders) {
@@ -917,6 +947,7 @@ static int nplm_frun(nplm_filter *f) {
     if (r) return r;
     for (uint32_t o = 0; o < f->nout; ++o) {
         nplm_fout *out = &f->outs[o];
+        if (nplm_fout_settle(out)) { f->err_out = o; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
         if (out->memory && f->arpa) {
             char head[256 * 48];
             size_t h = nplm_counts_header(head, out->counts, f->orders);
