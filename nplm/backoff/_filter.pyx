@@ -1,7 +1,8 @@
 # The pass of KenLM's filter program (nplm/cli/kenlm/filter.py) in C without the GIL
-# (nplm/src/kenlm_filter.h): the input mapped (a regular file) or read whole (a pipe),
-# the vocabulary's hash set built from its bytes, the kept lines written through
-# buffers to the outputs' file descriptors.  No numpy: the program starts without it.
+# (nplm/src/kenlm_filter.h, kenlm_filter_run.h): the input mapped (a regular file) or
+# read whole (a pipe), the vocabulary's hash set built from its bytes, the kept lines
+# written through buffers to the outputs' file descriptors.  No numpy: the program
+# starts without it.
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport realloc, calloc, free
 from libc.string cimport memset
@@ -34,7 +35,7 @@ cdef extern from "<errno.h>" nogil:
     int errno
     int EINTR
 
-cdef extern from "kenlm_filter.h" nogil:
+cdef extern from "kenlm_filter_run.h" nogil:
     ctypedef struct nplm_fvocab:
         uint32_t words
         uint32_t sentences
@@ -123,7 +124,9 @@ cdef class Input:
             if at >= 0 and st.st_size > at:
                 # a mapping must start at a page; an input read part way is rare
                 if at == 0:
-                    self.data = <char *>mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0)
+                    # pages read in up front, unless the file may not fit in memory
+                    self.data = <char *>mmap(NULL, st.st_size, PROT_READ,
+                                             MAP_PRIVATE | (MAP_POPULATE if st.st_size < (1 << 30) else 0), fd, 0)
                     if self.data == <char *>MAP_FAILED:
                         self.data = NULL
                     else:

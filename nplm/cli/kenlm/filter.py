@@ -7,7 +7,7 @@ appending the line's number) and union; ``context`` checks all but the last word
 ``phrase`` (union, multiple) tests the n-grams against each vocabulary line's
 tab-separated phrases (nplm.backoff.filter_phrase).
 
-The pass is C without the GIL (nplm.backoff._filter, nplm/src/kenlm_filter.h): the
+The pass is C without the GIL (nplm.backoff._filter, nplm/src/kenlm_filter*.h): the
 model mapped (or read whole from a pipe), the vocabulary's hash set built from its
 bytes, the kept lines written through buffers to the outputs' file descriptors, a
 regular output through a temporary file renamed over it at the end.  ``threads:m``
