@@ -10,12 +10,11 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import sys
 import threading
 import time
 
-import numpy as np
+from nplm.io.places import TMP_PREFIX, written_in_place
 
 
 def check_output(path):
@@ -28,20 +27,6 @@ def check_output(path):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(errno.ENOENT, "No such directory for the output", directory)
-
-
-def written_in_place(path):
-    """Whether an output path names something other than a regular file to replace:
-    a device, FIFO or socket, or a path in or a link into /dev or /proc (/dev/stdout)."""
-    path = os.fspath(path)
-    if os.path.abspath(path).startswith(("/dev/", "/proc/")) or \
-            os.path.islink(path) and os.path.realpath(path).startswith(("/proc/", "/dev/")):
-        return True
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 class atomic_write:
@@ -162,7 +147,6 @@ _LIVE = set()       # temporary files of atomic_write blocks not yet renamed or 
 # A write that fails for want of room (disk full, quota, file size limit) is named
 # after the output, not left as "[Errno 28] No space left on device".
 _WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-TMP_PREFIX = ".nplm-tmp-"
 STALE_SECONDS = 24 * 3600
 
 
@@ -280,6 +264,9 @@ class temp_folder:
         free = shutil.disk_usage(self.path).free
         if need > free:
             raise self.full(need - free)
+        # numpy here, not at the top: the programs that only write text start without it
+        import numpy as np
+
         held = _block_signals()     # (a signal between open and with would leave it unclosed)
         try:
             with open(path, "wb") as f:
@@ -302,6 +289,8 @@ class temp_folder:
 
     def write(self, f, array):
         """Write the bytes of ``array`` to the open file ``f`` in the folder."""
+        import numpy as np
+
         try:
             if array.nbytes:
                 f.write(memoryview(np.ascontiguousarray(array).reshape(-1)).cast("B"))
@@ -316,6 +305,8 @@ class temp_folder:
                        self.parent)
 
     def load(self, name, mmap=True):
+        import numpy as np
+
         return np.load(self.file(name + ".npy"), mmap_mode="r" if mmap else None)
 
     def delete(self, name):

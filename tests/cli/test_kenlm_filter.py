@@ -1,6 +1,7 @@
 """The filter program against KenLM's own filter, byte for byte: every mode (copy,
-single, multiple, union) with and without context, the vocabulary from a file or the
+single, multiple, union, phrase) with and without context, the vocabulary from a file or the
 model from a file with the other on stdin, ARPA and raw outputs, and its usage errors."""
+import os
 import subprocess
 import sys
 
@@ -87,3 +88,118 @@ def test_a_kn5_model_filtered_to_a_vocabulary(tmp_path):
     ours, theirs = both(tmp_path, ["single", f"vocab:{tmp_path / 'v.txt'}", "out.arpa"], arpa.read_bytes(),
                         ["out.arpa"])
     assert ours == theirs
+
+
+def _layouts():
+    """toy.arpa laid out as KenLM's reader also accepts it."""
+    text = ARPA.read_bytes()
+    body = text[:text.rindex(b"\\end\\")]
+    return {
+        "crlf": text.replace(b"\n", b"\r\n"),
+        "comments and blank lines first": b"\n# a comment\n  \n" + text,
+        "blank and tab lines between sections": text.replace(b"\n\n\\", b"\n \n\t\n\n\\"),
+        "no newline at the end": text.rstrip(b"\n"),
+        "blank lines after the end": text + b"\n\t\n\n",
+        "spaces between words": body.replace(b"the cat", b"the  cat") + b"\\end\\\n",
+    }
+
+
+LAYOUTS = _layouts()
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("mode", ["single", "union context", "copy"])
+def test_layouts_are_kenlms(tmp_path, layout, mode):
+    (tmp_path / "v.txt").write_text(VOCABS["lines"])
+    ours, theirs = both(tmp_path, mode.split() + [f"vocab:{tmp_path / 'v.txt'}", "out.arpa"], LAYOUTS[layout],
+                        ["out.arpa"])
+    assert ours == theirs and ours[0] == 0
+
+
+def _broken():
+    text = ARPA.read_bytes()
+    return {
+        "count too high": text.replace(b"ngram 3=197", b"ngram 3=198"),
+        "count too low": text.replace(b"ngram 2=151", b"ngram 2=150"),
+        "a line without a tab": text.replace(b"\tthe cat\t", b" the cat ", 1),
+        "a blank line in a section": text.replace(b"\n\\3-grams:", b"\\3-grams:").replace(b"ngram 2=151",
+                                                                                          b"ngram 2=152"),
+        "no end": text[:text.rindex(b"\\end\\")],
+        "a line after the end": text + b"more\n",
+        "no data": text[7:],
+        "orders not consecutive": text.replace(b"ngram 2=", b"ngram 4="),
+    }
+
+
+@pytest.mark.parametrize("case", list(_broken()))
+def test_broken_arpa_fails_as_kenlms(tmp_path, case):
+    """Both refuse; nplm names the line and leaves no output file (KenLM leaves what
+    it wrote before the error)."""
+    (tmp_path / "v.txt").write_text(VOCABS["lines"])
+    args = ["single", f"vocab:{tmp_path / 'v.txt'}", "out.arpa"]
+    (tmp_path / "ours").mkdir()
+    ours = run(OURS, args, _broken()[case], tmp_path / "ours")
+    theirs = run([kenlm_program("filter")], args, _broken()[case], tmp_path)
+    assert ours.returncode == theirs.returncode == 1
+    assert b" line " in ours.stderr and not (tmp_path / "ours" / "out.arpa").exists()
+
+
+def _kernel_outputs(tmp_path, data, mode, arpa, runs):
+    """The kernel's output of ``data`` for each keyword set of ``runs`` (the vocabulary
+    of VOCABS["lines"])."""
+    from nplm.backoff import _filter
+
+    (tmp_path / "m").write_bytes(data)
+    fd = os.open(tmp_path / "m", os.O_RDONLY)
+    model = _filter.Input(fd)
+    os.close(fd)
+    vocab = _filter.Vocabulary(VOCABS["lines"].encode())
+    for kw in runs:
+        fd = os.open(tmp_path / "k", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            assert _filter.run(model, vocab, mode.split()[0], "context" in mode, arpa, [fd], [False], threads=2,
+                               split_min=0, **kw) is None
+        finally:
+            os.close(fd)
+        yield kw, (tmp_path / "k").read_bytes()
+
+
+@pytest.mark.parametrize("layout", ["plain", "crlf", "blank and tab lines between sections", "no newline at the end"])
+@pytest.mark.parametrize("mode", ["single", "union", "single context", "copy"])
+def test_second_thread_is_kenlms_wherever_the_chunks_fall(tmp_path, layout, mode):
+    """The kernel's second thread with chunks of every size from one line to many,
+    done before the first thread starts (so that the first takes every run it can)
+    or alongside it: the output is KenLM's whether the first thread takes the
+    second's runs or reads on by itself."""
+    data = ARPA.read_bytes() if layout == "plain" else LAYOUTS[layout]
+    (tmp_path / "v.txt").write_text(VOCABS["lines"])
+    _, theirs = both(tmp_path, mode.split() + [f"vocab:{tmp_path / 'v.txt'}", "out.arpa"], data, ["out.arpa"])
+    runs = [{"chunk": c, "wait_second": True} for c in range(1, 400, 3)] + [{"chunk": c} for c in (1, 50, 1000)]
+    for kw, got in _kernel_outputs(tmp_path, data, mode, True, runs):
+        assert got == theirs[1][0], kw
+
+
+def test_raw_second_thread_is_kenlms(tmp_path):
+    data = RAW * 50
+    (tmp_path / "v.txt").write_text(VOCABS["lines"])
+    _, theirs = both(tmp_path, ["single", "raw", "threads:1", f"vocab:{tmp_path / 'v.txt'}", "out.txt"], data,
+                     ["out.txt"])
+    runs = [{"chunk": c, "wait_second": True} for c in range(1, 200, 7)] + [{"chunk": 10}]
+    for kw, got in _kernel_outputs(tmp_path, data, "single", False, runs):
+        assert got == theirs[1][0], kw
+
+
+# phrase: tabs and \v end phrases, \r and other white space end a sentence
+PHRASES = b"the cat sat\ton the mat\n\n  a dog\x0bplayed in\tthe log\r the cat\n<s> the\tsat on\nmat\n"
+
+
+@pytest.mark.parametrize("mode", ["union phrase", "multiple phrase", "union phrase context",
+                                  "multiple context phrase"])
+@pytest.mark.parametrize("fmt", ["arpa", "raw"])
+def test_phrase_is_kenlms(tmp_path, mode, fmt):
+    (tmp_path / "v.txt").write_bytes(PHRASES)
+    model = ARPA.read_bytes() if fmt == "arpa" else RAW
+    names = [f"out{i}" for i in range(6)] if "multiple" in mode else ["out"]
+    extra = ["raw", "threads:1"] if fmt == "raw" else []
+    ours, theirs = both(tmp_path, mode.split() + extra + [f"vocab:{tmp_path / 'v.txt'}", "out"], model, names)
+    assert ours == theirs and ours[0] == 0 and ours[1][0]

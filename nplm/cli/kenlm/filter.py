@@ -4,11 +4,19 @@ KenLM writes them: every kept line copied as it was, and in ARPA output a header
 new counts written over the room the input's header took (the rest of that room stays
 newlines).  Modes copy, single, multiple (one output per vocabulary line, named by
 appending the line's number) and union; ``context`` checks all but the last word;
-``threads:`` and ``batch_size:`` are accepted (the work is one streaming pass)."""
+``phrase`` (union, multiple) tests the n-grams against each vocabulary line's
+tab-separated phrases (nplm.backoff.filter_phrase).
+
+The pass is C without the GIL (nplm.backoff._filter, nplm/src/kenlm_filter*.h): the
+model mapped (or read whole from a pipe), the vocabulary's hash set built from its
+bytes, the kept lines written through buffers to the outputs' file descriptors, a
+regular output through a temporary file renamed over it at the end.  ``threads:m``
+(default: the cores) lets a second thread filter chunks of the model with one
+output; ``batch_size:`` is accepted and checked as KenLM checks it."""
 
 import os
+import signal
 import sys
-import tempfile
 
 from nplm.cli.kenlm._program import fail, in_place, program
 
@@ -40,14 +48,14 @@ USAGE = (
     "For ARPA format, the output must be seekable.  For raw format, it can be a\n"
     "    stream i.e. /dev/stdout")
 MODES = ("copy", "single", "multiple", "union")
-SPACE = b" \t\n\r\x0b\x0c"
 
 
 def parse(argv):
-    """(mode, context, raw, input spec, output) as filter_main.cc reads them."""
+    """(mode, context, phrase, raw, threads, input spec, output) as filter_main.cc reads them
+    (threads: as many as there are cores unless threads:m says)."""
     if len(argv) < 3:
         raise fail(USAGE)
-    mode, context, phrase, raw = None, False, False, False
+    mode, context, phrase, raw, threads = None, False, False, False, os.cpu_count() or 1
     for word in argv[:-2]:
         if word in MODES:
             mode = word
@@ -61,6 +69,8 @@ def parse(argv):
             if int(value) == 0:
                 raise fail("Specify at least one thread." if word.startswith("threads") else
                            "Batch size must be at least one and should probably be >= 5000")
+            if word.startswith("threads:"):
+                threads = int(value)
         else:
             raise fail(USAGE)
     if mode is None:
@@ -68,162 +78,96 @@ def parse(argv):
     if phrase and mode not in ("union", "multiple"):
         raise fail("Phrase constraint currently only works in multiple or union mode.  If you really need it "
                    "for single, put everything on one line and use union.")
-    if phrase:
-        raise fail("filter: the phrase constraint is not supported by nplm's filter")
-    return mode, context, raw, argv[-2], argv[-1]
+    return mode, context, phrase, raw, threads, argv[-2], argv[-1]
 
 
-def read_vocabulary(stream, mode):
-    """single: the set of words; union/multiple: word -> the sentence numbers (lines)
-    that hold it, and the number of sentences (vocab::ReadMultiple)."""
-    if mode == "single":
-        return set(stream.read().split()), 1
-    words, sentence = {}, 0
-    for line in stream:
-        tokens = line.split()
-        if not tokens:
-            continue
-        for w in tokens:
-            posting = words.setdefault(w, [])
-            if not posting or posting[-1] != sentence:
-                posting.append(sentence)
-        sentence += 1
-    return words, sentence
+ERRORS = {    # the kernel's error codes (nplm/src/kenlm_filter.h) as KenLM's messages word them
+    3: "Unexpected end of file",
+    4: 'first non-empty line was "{line}" not \\data\\.',
+    5: 'count line "{line}"doesn\'t begin with "ngram "',
+    6: "ngram count lengths should be consecutive starting with 1: {line}",
+    7: "Expected = immediately following the first number in the count line {line}",
+    8: "Bad count in {line}",
+    9: "Was expecting n-gram header \\{order}-grams: but got {line} instead",
+    10: "no tab in line {line}",
+    11: "Expected \\end\\ but the ARPA file has {line}",
+    12: "Trailing line {line}",
+    13: "too many orders in {line}",
+    14: "the n-grams changed between two readings",
+}
 
 
-def _is_tag(word):
-    return word[:1] == b"<" and word[-1:] == b">"
+class Outputs:
+    """The output files, opened as file descriptors: a path that must be written in
+    place (a device, a pipe, a link such as /dev/stdout) opened as KenLM opens it,
+    any other through a temporary file in its folder, renamed over it by ``commit``
+    and removed by ``discard``.  ``memory`` says which cannot seek (an ARPA output is
+    then held until its header is known)."""
+
+    def __init__(self, names):
+        from nplm.io.places import TMP_PREFIX
+
+        self.names, self.fds, self.tmps, self.memory = names, [], [], []
+        try:
+            for name in names:
+                tmp = None
+                if name == "-" or in_place(name):
+                    fd = os.open("/dev/stdout" if name == "-" else name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                else:
+                    folder = os.path.dirname(os.path.abspath(name))
+                    tmp = os.path.join(folder, f"{TMP_PREFIX}{os.urandom(6).hex()}-{os.path.basename(name)}")
+                    try:
+                        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                    except OSError as e:
+                        raise type(e)(e.errno, e.strerror, name) from None
+                self.fds.append(fd)
+                self.tmps.append(tmp)
+                try:
+                    os.lseek(fd, 0, os.SEEK_CUR)
+                    self.memory.append(False)
+                except OSError:
+                    self.memory.append(True)
+        except BaseException:
+            self.discard()
+            raise
+
+    def _close(self):
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
+
+    def commit(self):
+        self._close()
+        for tmp, name in zip(self.tmps, self.names):
+            if tmp is not None:
+                os.replace(tmp, name)
+
+    def discard(self):
+        try:
+            self._close()
+        except OSError:
+            pass
+        for tmp in self.tmps:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
 
 
-def make_filter(mode, vocab, sentences, context):
-    """A function of an n-gram's words: the sentences (as a list) it passes for, or
-    True/False where there is one output."""
-    def checked(words):
-        return [w for w in (words[:-1] if context else words) if not _is_tag(w)]
-
-    if mode == "single":
-        return lambda words: all(w in vocab for w in checked(words))
-    if mode == "union":
-        def passes(words):
-            sets = [vocab.get(w) for w in checked(words)]
-            if any(s is None for s in sets):
-                return False
-            return not sets or bool(set(sets[0]).intersection(*sets[1:]))
-        return passes
-
-    def which(words):
-        sets = [vocab.get(w) for w in checked(words)]
-        if any(s is None for s in sets):
-            return []
-        return list(range(sentences)) if not sets else sorted(set(sets[0]).intersection(*sets[1:]))
-    return which
-
-
-class ArpaOut:
-    """An ARPA output as KenLM's ARPAOutput writes it: room for the input's header,
-    the kept lines, then the new counts written over the start of that room."""
-
-    def __init__(self, path, reserve):
-        self.path, self.counts, self.n = path, [], 0
-        self.chunks = [b"\n" * reserve]
-
-    def begin(self, order):
-        self.chunks.append(b"\\%d-grams:\n" % order)
-        self.n = 0
-
-    def add(self, line):
-        self.chunks.append(line)
-        self.n += 1
-
-    def end(self, order):
-        self.chunks.append(b"\n")
-        self.counts += [0] * (order - len(self.counts))
-        self.counts[order - 1] = self.n
-
-    def finish(self):
-        self.chunks.append(b"\\end\\\n")
-        header = _counts_header(self.counts)
-        self.chunks[0] = header + self.chunks[0][len(header):]
-        write_file(self.path, self.chunks)
-
-
-def _counts_header(counts):
-    return b"\n\\data\\\n" + b"".join(b"ngram %d=%d\n" % (i + 1, c) for i, c in enumerate(counts)) + b"\n"
-
-
-def write_file(path, chunks):
-    """Write in place where the path is a device, pipe or link to one (/dev/stdout);
-    a regular file through a temporary file and a rename."""
-    if path == "-" or in_place(path):
-        with open(path if path != "-" else "/dev/stdout", "wb") as f:
-            f.writelines(chunks)
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".filter-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.writelines(chunks)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def filter_arpa(stream, outputs, choose, allowed=None):
-    """An ARPA file's n-gram sections (the rest of ``stream`` after the header) into
-    ``outputs`` (ArpaOut), each n-gram line to the outputs ``choose(words)`` names.
-    ``allowed``, a set of words, is the fast test of single mode: a line passes when
-    every word of it is in the set (the file's tags added)."""
-    data = stream.read()
-    end = data.rfind(b"\\end\\")
-    if end < 0:
-        raise fail("Reached end of file before \\end\\")
-    for section in data[:end].split(b"\n\\")[0 if data.startswith(b"\\") else 1:]:
-        head, _, body = section.lstrip(b"\\").partition(b"\n")
-        if not (head.endswith(b"-grams:") and head[:-7].isdigit()):
-            raise fail(f"Expected an n-gram section header, not {head[:60].decode(errors='replace')}")
-        order = int(head[:-7])
-        lines = [line for line in body.split(b"\n") if line.strip(SPACE)]
-        for out in outputs:
-            out.begin(order)
-        if allowed is not None and all(b"\t" in line for line in lines):
-            if order == 1:
-                allowed |= {w for w in (line.split(b"\t")[1] for line in lines) if _is_tag(w)}
-            kept = [line + b"\n" for line in lines if allowed.issuperset(line.split(b"\t")[1].split(b" "))]
-            outputs[0].chunks += kept
-            outputs[0].n += len(kept)
-        else:
-            for line in lines:
-                for i in choose(_words(line, order)):
-                    outputs[i].add(line + b"\n")
-        for out in outputs:
-            out.end(order)
-
-
-def _words(line, order):
-    """An ARPA line's words: the field after the first tab, or (a file laid out with
-    spaces) the order's words after the probability."""
-    fields = line.split(b"\t")
-    return fields[1].split() if len(fields) > 1 else line.split()[1:1 + order]
-
-
-def header_counts(lines):
-    """The counts of an ARPA header, reading up to the blank line after them."""
-    counts = []
-    for raw in lines:
-        line = raw.strip()
-        if line.startswith(b"ngram "):
-            counts.append(int(line.split(b"=", 1)[1]))
-        elif counts and not line:
-            return counts
-    raise fail("Reached end of file before the ARPA header's counts")
+def _read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 @program("filter")
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    mode, context, raw, given, out = parse(argv)
+    mode, context, phrase, raw, threads, given, out = parse(argv)
     model_file = not given.startswith("vocab:")
     if given.startswith(("vocab:", "model:")):
         given = given[6:]
@@ -231,42 +175,73 @@ def main(argv=None):
         raise fail(f"Specify vocab: or model: before the input file name, not {given}")
     else:
         print(f"Assuming that {given} is a model file", file=sys.stderr)
-    with open(given, "rb") as named:
-        model_in, vocab_in = (named, sys.stdin.buffer) if model_file else (sys.stdin.buffer, named)
+    from nplm.backoff import _filter
+
+    named = os.open(given, os.O_RDONLY) if given else None
+    try:
         if model_file:
             print(f"Reading {given}\n----5---10---15---20---25---30---35---40---45---50---55---60---65---70---75"
                   "---80---85---90---95--100\n" + "*" * 100, file=sys.stderr)
-        vocab, sentences = read_vocabulary(vocab_in, mode) if mode != "copy" else (None, 1)
-        check = (lambda words: True) if mode == "copy" else make_filter(mode, vocab, sentences, context)
-        if raw:
-            return _filter_raw(model_in, out, mode, check, sentences)
-        counts = header_counts(model_in)
-        reserve = len(_counts_header(counts))
-        names = [f"{out}{i}" for i in range(sentences)] if mode == "multiple" else [out]
-        outputs = [ArpaOut(name, reserve) for name in names]
-        choose = check if mode == "multiple" else (lambda words: (0,) if check(words) else ())
-        fast = set(vocab) if mode == "single" and not context else None
-        filter_arpa(model_in, outputs, choose, fast)
-    for o in outputs:
-        o.finish()
-    return 0
-
-
-def _filter_raw(lines, out, mode, check, sentences):
-    """Raw n-gram lines ('w1 w2<TAB>anything'): the kept lines, no header."""
+            vocab_fd, model_fd, source = 0, named, given
+        else:
+            vocab_fd, model_fd, source = named, 0, "the model on stdin"
+        text = _read_all(vocab_fd) if mode != "copy" else None
+        vocab = _filter.Vocabulary(text) if text is not None and not phrase else None
+        model = _filter.Input(model_fd)
+    except OSError as e:
+        if e.filename is None and given:
+            raise type(e)(e.errno, e.strerror, given) from None
+        raise
+    finally:
+        if named is not None:
+            os.close(named)
+    decided = None
+    if phrase:
+        decided, sentences = _phrase_decisions(model, text, mode, context, raw, source)
+    else:
+        sentences = vocab.sentences if vocab is not None else 1
     names = [f"{out}{i}" for i in range(sentences)] if mode == "multiple" else [out]
-    kept = [[] for _ in names]
-    for raw in lines:
-        words = raw.split(b"\t", 1)[0].split()
-        if not words:
-            continue
-        line = raw if raw.endswith(b"\n") else raw + b"\n"
-        chosen = check(words) if mode == "multiple" else ((0,) if check(words) else ())
-        for i in chosen:
-            kept[i].append(line)
-    for name, chunks in zip(names, kept):
-        write_file(name, chunks)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)     # so that the temporary files go
+    outputs = Outputs(names)
+    try:
+        error = _filter.run(model, vocab, "decided" if phrase else mode, context, not raw, outputs.fds, outputs.memory,
+                            threads, decisions=decided)
+        if error is not None:
+            _raise(error, source, names)
+        outputs.commit()
+    except BaseException:
+        outputs.discard()
+        raise
     return 0
+
+
+def _phrase_decisions(model, text, mode, context, raw, source):
+    """phrase (union, multiple): the model's n-grams read by the kernel, tested
+    against the vocabulary's phrases (nplm.backoff.filter_phrase); the outputs of
+    each line, and the number of sentences."""
+    from nplm.backoff import _filter, filter_phrase
+
+    table, sentences = filter_phrase.read_phrases(text)
+    ngrams = _filter.run(model, None, "collect", context, not raw, [], [])
+    if not isinstance(ngrams, bytes):
+        _raise(ngrams, source, [])
+    return filter_phrase.decisions(table, ngrams, sentences, mode == "multiple"), sentences
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _raise(error, source, names):
+    """The kernel's error as an exception naming the file and line."""
+    code, line_no, line, out, err, order = error
+    if code == 1:
+        raise OSError(err, os.strerror(err), names[out])
+    if code == 2:
+        raise MemoryError()
+    message = ERRORS.get(code, "bad ARPA file").format(line=line.decode("utf-8", "replace"), order=order)
+    raise fail(f"{source} line {line_no}: {message}")
 
 
 if __name__ == "__main__":
