@@ -5,6 +5,7 @@ import atexit
 import contextlib
 import errno
 import gzip
+import importlib
 import io
 import os
 import shutil
@@ -264,8 +265,8 @@ class temp_folder:
         free = shutil.disk_usage(self.path).free
         if need > free:
             raise self.full(need - free)
-        # numpy here, not at the top: the programs that only write text start without it
-        import numpy as np
+        # numpy on first use: the programs that only write text start without it
+        np = importlib.import_module("numpy")
 
         held = _block_signals()     # (a signal between open and with would leave it unclosed)
         try:
@@ -289,7 +290,7 @@ class temp_folder:
 
     def write(self, f, array):
         """Write the bytes of ``array`` to the open file ``f`` in the folder."""
-        import numpy as np
+        np = importlib.import_module("numpy")
 
         try:
             if array.nbytes:
@@ -305,7 +306,7 @@ class temp_folder:
                        self.parent)
 
     def load(self, name, mmap=True):
-        import numpy as np
+        np = importlib.import_module("numpy")
 
         return np.load(self.file(name + ".npy"), mmap_mode="r" if mmap else None)
 

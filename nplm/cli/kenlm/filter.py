@@ -7,7 +7,7 @@ appending the line's number) and union; ``context`` checks all but the last word
 ``phrase`` (union, multiple) tests the n-grams against each vocabulary line's
 tab-separated phrases (nplm.backoff.filter_phrase).
 
-The pass is C without the GIL (nplm.backoff._filter, nplm/src/kenlm_filter*.h): the
+The pass is C without the GIL (nplm.backoff.arpa_filter, nplm/src/kenlm_filter*.h): the
 model mapped (or read whole from a pipe), the vocabulary's hash set built from its
 bytes, the kept lines written through buffers to the outputs' file descriptors, a
 regular output through a temporary file renamed over it at the end.  ``threads:m``
@@ -18,7 +18,9 @@ import os
 import signal
 import sys
 
+from nplm.backoff import arpa_filter
 from nplm.cli.kenlm._program import fail, in_place, program
+from nplm.io.places import TMP_PREFIX
 
 USAGE = (
     "Usage: filter mode [context] [phrase] [raw|arpa] [threads:m] [batch_size:m] (vocab|model):input_file output_file\n\n"
@@ -105,8 +107,6 @@ class Outputs:
     then held until its header is known)."""
 
     def __init__(self, names):
-        from nplm.io.places import TMP_PREFIX
-
         self.names, self.fds, self.tmps, self.memory = names, [], [], []
         try:
             for name in names:
@@ -175,8 +175,6 @@ def main(argv=None):
         raise fail(f"Specify vocab: or model: before the input file name, not {given}")
     else:
         print(f"Assuming that {given} is a model file", file=sys.stderr)
-    from nplm.backoff import _filter
-
     named = os.open(given, os.O_RDONLY) if given else None
     try:
         if model_file:
@@ -186,8 +184,8 @@ def main(argv=None):
         else:
             vocab_fd, model_fd, source = named, 0, "the model on stdin"
         text = _read_all(vocab_fd) if mode != "copy" else None
-        vocab = _filter.Vocabulary(text) if text is not None and not phrase else None
-        model = _filter.Input(model_fd)
+        vocab = arpa_filter.Vocabulary(text) if text is not None and not phrase else None
+        model = arpa_filter.Input(model_fd)
     except OSError as e:
         if e.filename is None and given:
             raise type(e)(e.errno, e.strerror, given) from None
@@ -205,7 +203,7 @@ def main(argv=None):
         signal.signal(signal.SIGTERM, _terminated)     # so that the temporary files go
     outputs = Outputs(names)
     try:
-        error = _filter.run(model, vocab, "decided" if phrase else mode, context, not raw, outputs.fds, outputs.memory,
+        error = arpa_filter.run(model, vocab, "decided" if phrase else mode, context, not raw, outputs.fds, outputs.memory,
                             threads, decisions=decided)
         if error is not None:
             _raise(error, source, names)
@@ -217,16 +215,11 @@ def main(argv=None):
 
 
 def _phrase_decisions(model, text, mode, context, raw, source):
-    """phrase (union, multiple): the model's n-grams read by the kernel, tested
-    against the vocabulary's phrases (nplm.backoff.filter_phrase); the outputs of
-    each line, and the number of sentences."""
-    from nplm.backoff import _filter, filter_phrase
-
-    table, sentences = filter_phrase.read_phrases(text)
-    ngrams = _filter.run(model, None, "collect", context, not raw, [], [])
-    if not isinstance(ngrams, bytes):
-        _raise(ngrams, source, [])
-    return filter_phrase.decisions(table, ngrams, sentences, mode == "multiple"), sentences
+    """phrase (union, multiple): the outputs of each line, and the number of sentences."""
+    got = arpa_filter.phrase_decisions(model, text, context, not raw, mode == "multiple")
+    if len(got) != 2:
+        _raise(got, source, [])
+    return got
 
 
 def _terminated(signum, frame):

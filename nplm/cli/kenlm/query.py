@@ -5,7 +5,7 @@ two edge cases: a last line without a newline is scored word by word but gets no
 and no Total line (its words count as tokens only), and ``-n`` prints a bare Total line
 for an empty line.
 
-A KenLM binary is queried by one kernel loop (nplm.backoff.kenlm._query_text) that
+A KenLM binary is queried by one kernel loop (nplm.backoff.kenlm.query_text) that
 this module reaches without importing numpy or nplm's model kernels: KenLM's query of
 a test set takes a few hundredths of a second in all, about what importing numpy
 alone takes.  Every other model goes through nplm.Model (_query_model)."""
@@ -16,9 +16,8 @@ import resource
 import sys
 import time
 
-from nplm.backoff.kenlm import reader
+from nplm.backoff.kenlm import query_text, reader
 from nplm.cli.kenlm._program import fail, program
-from nplm.errors import FormatError
 from nplm.query_summary import CorpusStats
 
 MAX_ORDER = 6       # as the PyPI kenlm build reports it in the usage text
@@ -70,23 +69,13 @@ def parse(argv):
 
 def score_kenlm_binary(path, load, levels, context, flush):
     """Score standard input with the KenLM binary ``path`` in one kernel loop that
-    reads, scores and prints (nplm.backoff.kenlm._query_text); the CorpusStats."""
-    kernel = importlib.import_module("nplm.backoff.kenlm._query_text")
-    header, layout, _ = reader.read_layout(path, kernel.MAX_ORDER)
+    reads, scores and prints (nplm.backoff.kenlm.query_text); the CorpusStats."""
+    header, layout, _ = query_text.read_layout(path)
     print(f"This binary file contains {header.model_name}.", file=sys.stderr)
-    mem = reader.map_file(path, layout.end, load)
-    try:
-        query = kernel.TextQuery(mem, reader.tables(mem, header, layout, path), path)
-        # what a LAZY load checks (the unigrams, the quantisation tables); every
-        # score is checked as it is printed
-        reader.check_values(mem, layout, None, path, records=False)
-    except ValueError as e:
-        if isinstance(e, FormatError):
-            raise
-        raise FormatError(f"corrupt KenLM binary ({e})", path) from None
+    query = query_text.open_query(path, header, layout, load)
     sys.stdout.flush()
     totals = query.run(sys.stdin.fileno(), sys.stdout.fileno(), "word" in levels, "sentence" in levels,
-                       context, flush, importlib.import_module("nplm._threads").cpu_count())
+                       context, flush, query_text.cpu_count())
     return CorpusStats(*totals)
 
 
