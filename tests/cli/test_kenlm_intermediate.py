@@ -69,6 +69,10 @@ CASES = [
     ("tiny.txt", 3, ["--discount_fallback"]),
     ("tiny.txt", 4, ["--discount_fallback", "0.3", "0.9"]),
     ("other.txt", 4, ["--discount_fallback", "--prune", "0", "1"]),
+    ("big.txt", 1, ["--collapse_values"]),
+    ("big.txt", 3, ["--collapse_values"]),
+    ("big.txt", 5, ["--collapse_values", "--prune", "0", "1", "1"]),
+    ("tiny.txt", 4, ["--collapse_values", "--discount_fallback", "0.2"]),
 ]
 
 
@@ -105,6 +109,20 @@ def test_renumbered_arpa_is_kenlms(texts, extra):
     assert plain.stdout != n.stdout and sorted(plain.stdout.split(b"\n")) == sorted(n.stdout.split(b"\n"))
 
 
+@pytest.mark.parametrize("extra", [
+    ["-o", "2"], ["-o", "4", "--prune", "0", "0", "1"], ["-o", "3", "--interpolate_unigrams", "0"],
+    ["-o", "5", "--vocab_pad", "30000", "--renumber"]], ids=lambda a: " ".join(a))
+def test_collapsed_arpa_is_kenlms(texts, extra):
+    """--collapse_values: q for the probability, 0 for every back-off."""
+    args = ["--collapse_values"] + extra
+    with open(texts / "big.txt", "rb") as f:
+        k = theirs("lmplz", args, texts, stdin=f)
+    with open(texts / "big.txt", "rb") as f:
+        n = ours("lmplz", args, texts, stdin=f)
+    assert k.returncode == 0 and b"\\data\\" in k.stdout
+    assert (n.returncode, n.stdout) == (0, k.stdout), n.stderr.decode()[-800:]
+
+
 def test_spilled_estimate_writes_the_same_files(texts, tmp_path):
     """nplm's part-by-part estimation (a budget the counts outgrow) gives the files too."""
     args = ["-o", "4", "--text", str(texts / "big.txt"), "--intermediate", "m"]
@@ -115,6 +133,10 @@ def test_spilled_estimate_writes_the_same_files(texts, tmp_path):
     assert n.returncode == 0, n.stderr.decode()[-800:]
     assert files(tmp_path / "n", "m", 4) == files(tmp_path / "k", "m", 4)
     assert sorted(os.listdir(tmp_path)) == ["k", "n"]       # no temporary left
+    # q needs the whole model in memory at once
+    n = ours("lmplz", args + ["-S", "1M", "-T", str(tmp_path), "--collapse_values"], tmp_path / "n")
+    assert n.returncode == 1 and b"collapse_values needs the model estimated in memory" in n.stderr
+    assert sorted(os.listdir(tmp_path)) == ["k", "n"]
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +171,17 @@ def test_read_gives_back_what_was_written(both, tmp_path):
     intermediate.write(tmp_path / "again", tables)
     for name, data in files(both / "n", "b3", 3).items():
         assert (tmp_path / name.replace("b3", "again")).read_bytes() == data
+
+
+def test_interpolate_refuses_q(both, tmp_path):
+    """(KenLM's interpolate reads q as a probability and prints NaN back-offs)"""
+    tiny = tmp_path / "t.txt"
+    tiny.write_text("a b c\nb c a\n")
+    r = ours("lmplz", ["-o", "2", "--discount_fallback", "--text", str(tiny), "--collapse_values",
+                       "--intermediate", "q"], tmp_path)
+    assert r.returncode == 0 and (tmp_path / "q.kenlm_intermediate").read_bytes().endswith(b"Payload q\n")
+    n = ours("interpolate", ["-m", "q", str(both / "n" / "b2"), "-w", "0.5", "0.5"], tmp_path)
+    assert n.returncode == 1 and b"payload q" in n.stderr and not n.stdout
 
 
 def test_errors_name_the_flag_or_file(texts, tmp_path):

@@ -31,6 +31,13 @@ def _creatable(path):
         raise fail(f"No such file or directory while creating {path}")
 
 
+def _resolved(path):
+    """``path`` through its links where that names a regular file (not a pipe's
+    /dev/stdin, which is read by its own name)."""
+    real = os.path.realpath(path)
+    return real if os.path.isfile(real) else path
+
+
 def run_estimate(s):
     text = s.pop("text")
     arpa = s.pop("arpa")
@@ -47,7 +54,9 @@ def run_estimate(s):
     order = s.pop("order")
     if order < 1:
         raise fail(f"the order must be at least 1, not {order}")
-    text = stdin_named() if text is None else text
+    # (named as KenLM names its input, by the path its descriptor resolves to: the
+    # verbose header's "Input file")
+    text = stdin_named() if text is None else _resolved(text)
     try:
         if not renumber:
             estimate(text, order, arpa=arpa, refuse_unk=True, **s)
@@ -56,7 +65,7 @@ def run_estimate(s):
         # follow it, and the intermediate files hold it
         model = intermediate.renumbered(estimate(text, order, refuse_unk=True, **s))
         if base is not None:
-            intermediate.write(base, model)
+            intermediate.write(base, model, b"q" if s["collapse_values"] else b"pb")
         if arpa == "-":
             write_arpa(model, sys.stdout.buffer)
         elif arpa is not None:

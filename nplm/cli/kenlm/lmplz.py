@@ -151,9 +151,6 @@ def settings(p, argv):
         po.parse_size(v[name])
     if v["vocab_pad"] and not v["interpolate_unigrams"]:
         raise fail("--vocab_pad requires --interpolate_unigrams be on")
-    if "collapse_values" in given:
-        raise fail("--collapse_values is not supported: nplm writes probabilities and back-offs "
-                   "(drop --collapse_values)")
     # (KenLM's lmplz forces --renumber on for --intermediate)
     renumber = v["renumber"] or "intermediate" in given
     if renumber and v["limit_vocab_file"]:
@@ -168,7 +165,8 @@ def settings(p, argv):
                 interpolate_unigrams=v["interpolate_unigrams"], skip_symbols=v["skip_symbols"],
                 verbose_header=v["verbose_header"], vocab_pad=v["vocab_pad"],
                 limit_vocab_file=v["limit_vocab_file"] or None,
-                text=v["text"], arpa=v["arpa"], intermediate=v["intermediate"], renumber=renumber)
+                text=v["text"], arpa=v["arpa"], intermediate=v["intermediate"], renumber=renumber,
+                collapse_values=v["collapse_values"])
 
 
 @program("lmplz")
