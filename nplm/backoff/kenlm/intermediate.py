@@ -107,15 +107,22 @@ def hash_order(words):
     return np.concatenate([[0], 1 + np.argsort(hashes, kind="stable")]).astype(np.int64)
 
 
-def suffix_order(ids):
-    """The permutation that puts the rows of ``ids`` (count, n) in suffix order."""
+def suffix_order(ids, vocab_size):
+    """The permutation that puts the rows of ``ids`` (count, n; distinct n-grams of
+    word ids below ``vocab_size``) in suffix order.  The columns are packed into as
+    few uint64 keys as their bits fit, the last word most significant."""
     n = ids.shape[1]
-    if n == 1:
-        return np.argsort(ids[:, 0], kind="stable")
-    if n <= 2:      # one uint64 key: last word high, first word low
-        key = (ids[:, 1].astype(np.uint64) << np.uint64(32)) | ids[:, 0].astype(np.uint64)
-        return np.argsort(key, kind="stable")
-    return np.lexsort([ids[:, k] for k in range(n)])
+    bits = max(1, int(vocab_size - 1).bit_length())
+    per_key = max(1, 64 // bits)
+    keys = []           # most significant first
+    for top in range(n - 1, -1, -per_key):
+        key = np.zeros(len(ids), dtype=np.uint64)
+        for col in range(top, max(top - per_key, -1), -1):
+            key = (key << np.uint64(bits)) | ids[:, col].astype(np.uint64)
+        keys.append(key)
+    if len(keys) == 1:
+        return np.argsort(keys[0])      # (distinct keys: any sort is stable)
+    return np.lexsort(keys[::-1])
 
 
 def renumbered(tables):
@@ -132,7 +139,7 @@ def renumbered(tables):
     backoff = [tables.backoff[0][old]]
     for k in range(1, len(tables.ids)):
         w = new[tables.ids[k]]
-        perm = suffix_order(w)
+        perm = suffix_order(w, len(old))
         ids.append(np.ascontiguousarray(w[perm]))
         logprob.append(tables.logprob[k][perm])
         backoff.append(tables.backoff[k][perm])
