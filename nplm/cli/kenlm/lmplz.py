@@ -154,8 +154,9 @@ def settings(p, argv):
     # (KenLM's lmplz forces --renumber on for --intermediate)
     renumber = v["renumber"] or "intermediate" in given
     if renumber and v["limit_vocab_file"]:
-        raise fail(f"--limit_vocab_file cannot be combined with --{'intermediate' if 'intermediate' in given else 'renumber'}"
-                   ": KenLM's lmplz fails on it (\"Detected n-gram without matching suffix\")")
+        flag = "intermediate" if "intermediate" in given else "renumber"
+        raise fail(f"--limit_vocab_file cannot be combined with --{flag}: KenLM's lmplz aborts on it "
+                   "(\"Detected n-gram without matching suffix\") or writes a model without </s>")
     ignored = [f"--{n}" for n in SPEED_ONLY if n in given]
     if ignored:
         print(f"lmplz: {', '.join(ignored)} only tune KenLM's buffers; ignored here", file=sys.stderr)
