@@ -11,16 +11,15 @@ import sys as _sys
 # must be set before the first kernel loads the OpenMP runtime.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# scipy's BLAS, which only the neural kernels use, loads with the first neural model
-# or training run (nplm.neural._blas), not here: importing it would take most of the
-# start-up time of ``import nplm`` and of every ``nplm`` command.
-# Only what querying a model needs is imported here; estimation, interpolation,
-# rescoring and the binary writers load on first use (``nplm.estimate`` etc.), so a
-# worker process that scores with one KenLM binary holds little beyond numpy.
+# ``import nplm`` imports nothing heavy: the kenlm API's names (Model, State, ...)
+# import nplm.model and the query kernels (and with them numpy) on first use, and
+# estimation, interpolation, rescoring and the writers likewise.  A worker process
+# that scores with one KenLM binary holds the query path only; KenLM's query program
+# under its own name (nplm.cli.kenlm.query) scores a KenLM binary with neither numpy
+# nor the kernels, as its whole run must be as short as KenLM's.  scipy's BLAS loads
+# with the first neural model or training run (nplm.neural._blas).
 from nplm import _compat
-from nplm._kernels import FullScoreReturn, State, Vocab
 from nplm.errors import FormatError, ModelLoadError
-from nplm.model import ARPALoadComplain, Config, LanguageModel, LoadMethod, Model, register_file_kind
 
 __version__ = "0.1.0"
 
@@ -29,18 +28,13 @@ __all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "Load
            "interpolate", "InterpolatedModel", "rescore", "install_as_kenlm"]
 
 
-def _load_spec(path, config, stream):
-    # interpolation specs load with nplm.compose.interpolate, imported at the first one
-    return importlib.import_module("nplm.compose.interpolate").load_spec(path, config, stream)
-
-
-register_file_kind("spec", _load_spec)
-
 # The flat layout's module names (nplm.corpus, nplm.arpa, ...) keep working, deprecated.
 _compat.install()
 
 
-_LAZY = {"estimate": "nplm.backoff.kneser_ney", "interpolate": "nplm.compose.interpolate",
+_LAZY = {"Model": "nplm.model", "LanguageModel": "nplm.model", "Config": "nplm.model", "LoadMethod": "nplm.model",
+         "ARPALoadComplain": "nplm.model", "State": "nplm._kernels", "FullScoreReturn": "nplm._kernels",
+         "Vocab": "nplm._kernels", "estimate": "nplm.backoff.kneser_ney", "interpolate": "nplm.compose.interpolate",
          "InterpolatedModel": "nplm.compose.interpolate", "rescore": "nplm.compose.rescore"}
 
 

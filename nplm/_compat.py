@@ -5,8 +5,7 @@ DeprecationWarning naming the new module; the old names are proxies that forward
 attribute access to the module(s) that now hold them.
 """
 import importlib
-import importlib.abc
-import importlib.util
+import importlib.machinery
 import sys
 import types
 import warnings
@@ -59,7 +58,9 @@ class _Proxy(types.ModuleType):
         return sorted({n for t in self._targets for n in dir(importlib.import_module(t))})
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
+    # (the loader and finder protocols, without importlib.abc, which costs
+    # milliseconds of every program's start-up)
     def create_module(self, spec):
         old = spec.name[len("nplm."):]
         _warn(old, " / ".join(MOVED[old]))
@@ -72,11 +73,10 @@ class _Loader(importlib.abc.Loader):
         pass
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     def find_spec(self, fullname, path=None, target=None):
         if fullname.startswith("nplm.") and fullname[len("nplm."):] in MOVED:
-            return importlib.util.spec_from_loader(fullname, _Loader(),
-                                                   is_package=fullname == "nplm.formats")
+            return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=fullname == "nplm.formats")
         return None
 
 
@@ -89,6 +89,8 @@ def moved_attribute(package, name, targets):
     """``package.name``: a submodule of ``package`` (imported on first use), or a name
     the flat layout's module of that name held and that moved into one of ``targets``
     (a package's module-level __getattr__ calls this)."""
+    import importlib.util
+
     if importlib.util.find_spec(f"{package}.{name}") is not None:
         return importlib.import_module(f"{package}.{name}")
     for target in targets:

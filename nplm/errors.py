@@ -1,5 +1,4 @@
 """Exception types.  Every reader raises one of these, naming the file and line."""
-import contextlib
 import contextvars
 
 
@@ -58,11 +57,13 @@ def quoted(raw, limit=60):
     return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
 
 
-@contextlib.contextmanager
-def content_hidden():
-    """Inside the block, error messages do not quote what the files read contain."""
-    token = _QUOTE_CONTENT.set(False)
-    try:
-        yield
-    finally:
-        _QUOTE_CONTENT.reset(token)
+class content_hidden:  # noqa: N801 (used as a function: ``with content_hidden():``)
+    """Inside the block, error messages do not quote what the files read contain.
+    (A class rather than contextlib.contextmanager: contextlib's imports would be most
+    of the query program's start-up cost of this module.)"""
+
+    def __enter__(self):
+        self._token = _QUOTE_CONTENT.set(False)
+
+    def __exit__(self, *exc):
+        _QUOTE_CONTENT.reset(self._token)

@@ -1,65 +1,13 @@
 """Corpus-level evaluation: what KenLM's ``query`` prints, for any model kind,
 computed through the batched kernels (Python work is per batch, not per token)."""
-import decimal
 import itertools
-import math
-from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 import numpy as np
 
 from nplm._kernels import segment_sums
 from nplm.backoff._arpa import format_floats
-
-
-@dataclass
-class CorpusStats:
-    """Totals over a corpus, as in KenLM's query summary.  ``tokens`` counts one
-    </s> per line when sentence context is on; log10 totals are float64 sums."""
-    log10_prob: float = 0.0
-    log10_prob_oov: float = 0.0
-    tokens: int = 0
-    oovs: int = 0
-    sentences: int = 0
-
-    @property
-    def perplexity(self):
-        """Perplexity including OOVs: 10 ** (-total / tokens)."""
-        return 10.0 ** (-self.log10_prob / self.tokens) if self.tokens else float("nan")
-
-    @property
-    def perplexity_excluding_oovs(self):
-        """Perplexity with OOV tokens dropped from both sums (KenLM's second line)."""
-        n = self.tokens - self.oovs
-        return 10.0 ** (-(self.log10_prob - self.log10_prob_oov) / n) if n else float("nan")
-
-    def summary(self):
-        return (f"Perplexity including OOVs:\t{kenlm_double(self.perplexity)}\n"
-                f"Perplexity excluding OOVs:\t{kenlm_double(self.perplexity_excluding_oovs)}\n"
-                f"OOVs:\t{self.oovs}\nTokens:\t{self.tokens}\n")
-
-
-def kenlm_double(x):
-    """``x`` as KenLM's query prints a double (double-conversion's shortest digits,
-    util/float_to_string.cc): plain decimals for exponents -6 to 20, else ``1.5e-7``;
-    ``NaN`` and ``inf`` (an empty text's perplexity is NaN there too)."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    sign, digits, exp = decimal.Decimal(repr(x)).normalize().as_tuple()
-    d = "".join(map(str, digits))
-    point = len(d) + exp            # the decimal point's place after d's first digit
-    if -6 <= point - 1 < 21:
-        if point <= 0:
-            body = "0." + "0" * -point + d
-        elif point >= len(d):
-            body = d + "0" * (point - len(d))
-        else:
-            body = d[:point] + "." + d[point:]
-    else:
-        body = d[0] + ("." + d[1:] if len(d) > 1 else "") + f"e{point - 1}"
-    return ("-" if sign else "") + body
+from nplm.query_summary import CorpusStats, kenlm_double  # noqa: F401 (part of this module's API)
 
 
 def kenlm_floats(values):

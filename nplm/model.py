@@ -178,6 +178,14 @@ def register_file_kind(kind, load):
     _FILE_KINDS[kind] = load
 
 
+def _load_spec(path, config, stream):
+    # interpolation specs load with nplm.compose.interpolate, imported at the first one
+    return importlib.import_module("nplm.compose.interpolate").load_spec(path, config, stream)
+
+
+register_file_kind("spec", _load_spec)
+
+
 def _load(path, config, normalization=None, cache_size=None):
     """The BackoffData (or other model data) of a file, opened once (a pipe or
     /dev/stdin can be read only once)."""

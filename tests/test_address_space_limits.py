@@ -36,7 +36,7 @@ def test_neural_load_under_a_limit_too_small_for_a_blas_buffer(tmp_path):
     path = tmp_path / "net.nplm"
     make_net("softmax-full-2").save(str(path))
     r = run_python(f"""
-import resource, nplm
+import resource, nplm, nplm.model      # (the query path, numpy with it, loads before the limit)
 vm = {VM}
 resource.setrlimit(resource.RLIMIT_AS, (vm + (40 << 20), vm + (40 << 20)))
 try:

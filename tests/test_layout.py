@@ -16,7 +16,7 @@ LAYERS = [
     [("nplm._kernels", "nplm._hashing", "nplm._threads", "nplm.errors", "nplm._compat")],
     [("nplm.io",)],
     [("nplm.backoff",), ("nplm.neural",)],
-    [("nplm.model", "nplm.evaluate")],
+    [("nplm.model", "nplm.evaluate", "nplm.query_summary")],
     [("nplm.compose",)],
     [("nplm", "nplm.convert", "nplm.verify", "nplm.kenlm_shim")],
     [("nplm.recipes",)],

@@ -18,9 +18,10 @@ import compileall
 import filecmp
 import os
 import platform
+import site
 import subprocess
-import sys
 import time
+import venv
 
 from _bench_common import CACHE, ROOT, ptb_lines, ptb_train_unk
 
@@ -36,9 +37,36 @@ def kenlm_bin():
 def timed(argv, stdin=None, stdout=None):
     with open(stdin or os.devnull, "rb") as f, open(stdout or os.devnull, "wb") as g:
         t = time.perf_counter()
-        subprocess.run(argv, stdin=f, stdout=g, stderr=subprocess.DEVNULL, check=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        subprocess.run(argv, stdin=f, stdout=g, stderr=subprocess.DEVNULL, check=True, cwd=ROOT)
         return time.perf_counter() - t
+
+
+SCRIPT = """#!{python}
+# -*- coding: utf-8 -*-
+import re
+import sys
+from nplm.cli.kenlm.{program} import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+
+def installed_programs():
+    """A folder of nplm's programs as a regular install has them (see the docstring)."""
+    env = CACHE / "installed-venv"
+    python = env / "bin" / "python"
+    if not python.exists():
+        venv.create(env, with_pip=False)
+    paths = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(paths, "nplm-source.pth"), "w") as f:
+        f.write("\n".join([str(ROOT), *site.getsitepackages()]) + "\n")
+    for program in ("lmplz", "build_binary", "query", "filter", "interpolate"):
+        script = env / "bin" / program
+        script.write_text(SCRIPT.format(python=python, program=program))
+        script.chmod(0o755)
+    return env / "bin"
 
 
 def intermediate(text, order, folder):
@@ -78,9 +106,9 @@ def cases(text, order, folder):
     ]
 
 
-def run_case(case, folder, repeat):
+def run_case(case, folder, ours, repeat):
     name, program, args, stdin, stdout = case
-    argv = {"kenlm": [os.path.join(folder, program)], "nplm": [sys.executable, "-m", f"nplm.cli.kenlm.{program}"]}
+    argv = {"kenlm": [os.path.join(folder, program)], "nplm": [str(ours / program)]}
     best = {"kenlm": float("inf"), "nplm": float("inf")}
     outputs = {}
     for _ in range(repeat):
@@ -112,7 +140,8 @@ def main():
     compileall.compile_dir(str(ROOT / "nplm"), quiet=1)     # no run compiles nplm's sources
     CACHE.mkdir(parents=True, exist_ok=True)
     text = ptb_train_unk()
-    start = timed([sys.executable, "-c", "import nplm.cli.kenlm.lmplz, nplm.backoff.estimate"])
+    ours = installed_programs()
+    start = timed([str(ours / "python"), "-c", "import nplm.cli.kenlm.lmplz, nplm.backoff.estimate"])
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, {platform.processor() or ''} "
@@ -122,8 +151,8 @@ def main():
     for case in cases(text, args.order, args.kenlm_bin):
         if args.only and case[1] not in args.only:
             continue
-        name, k, n, same = run_case(case, args.kenlm_bin, args.repeat)
-        print(f"| {name} | {k:.2f} | {n:.2f} | {k / n:.2f} | {'identical' if same else 'DIFFERENT'} |", flush=True)
+        name, k, n, same = run_case(case, args.kenlm_bin, ours, args.repeat)
+        print(f"| {name} | {k:.3f} | {n:.3f} | {k / n:.2f} | {'identical' if same else 'DIFFERENT'} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

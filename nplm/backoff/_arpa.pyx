@@ -17,7 +17,6 @@ from libc.string cimport memcpy, memcmp, memset
 from nplm._hashing cimport fmix64
 from libc.math cimport ceil, floor, fabs, isfinite, isinf, ldexp, INFINITY
 
-import numpy as np
 
 cdef extern from "<locale.h>" nogil:
     ctypedef void* locale_t
@@ -473,6 +472,8 @@ def format_floats(const float[::1] values):  # IN
 
 def parse_floats(list tokens):
     """parse_float on each bytes token: (float32 array, list of error codes) (tests)."""
+    import numpy as np      # (the module imports without it: the query program's path)
+
     cdef Py_ssize_t i
     cdef bytes t
     cdef const unsigned char* end

@@ -36,6 +36,38 @@ static inline int klm_fail(klm_fault *f, int order, uint64_t record, const char 
     return 1;
 }
 
+/* The first unsound value among n unigram records of `stride` bytes (a float32
+ * probability at 0, a back-off at 4 and, with rest costs, a rest probability at 8):
+ * its record, or -1, and what it is in *what.  `flagged`: the probability's sign bit
+ * is a flag (probing), set before the test.  Probabilities are tested first, then
+ * back-offs, then rest probabilities, each over every record. */
+static inline int64_t klm_check_unigrams(const uint8_t *u, uint64_t n, uint32_t stride, int flagged, int rest,
+                                         const char **what) {
+    uint64_t i;
+    for (i = 0; i < n; i++) {
+        float p = klm_load_float(u + i * stride);
+        if (klm_bad_prob(flagged ? klm_set_sign(p) : p)) { *what = "a probability no model holds"; return (int64_t)i; }
+    }
+    for (i = 0; i < n; i++)
+        if (klm_bad_backoff(klm_load_float(u + i * stride + 4))) { *what = "a back-off no model holds"; return (int64_t)i; }
+    for (i = 0; rest && i < n; i++)
+        if (klm_bad_prob(klm_load_float(u + i * stride + 8))) { *what = "a probability no model holds"; return (int64_t)i; }
+    return -1;
+}
+
+/* A quantisation table of n bins: 0 when sound, 1 when it holds a value no model
+ * holds, 2 when its bins are out of order.  Back-off tables (`backoff`) start with
+ * the two bins -0.0 and +0.0, and KenLM fills the bins a small model leaves unused
+ * with -inf. */
+static inline int klm_check_quant(const float *v, uint64_t n, int backoff) {
+    uint64_t i;
+    for (i = 0; i < n; i++)
+        if (backoff ? (klm_bad_backoff(v[i]) && !(isinf(v[i]) && v[i] < 0)) : klm_bad_prob(v[i])) return 1;
+    for (i = backoff ? 3 : 1; i < n; i++)
+        if (v[i] < v[i - 1]) return 2;
+    return 0;
+}
+
 /* Reads the child pointers of one level (0: the unigrams, k: middle order k + 1)
  * in increasing record order, as stored (unclamped). */
 typedef struct {

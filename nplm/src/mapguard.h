@@ -32,7 +32,7 @@ static uintptr_t nplm_guard_page = 4096;
 static int nplm_guard_installed = 0;
 
 /* Register [lo, hi); the slot, or -1 when all are taken. */
-static int nplm_guard_add(uintptr_t lo, uintptr_t hi) {
+static inline int nplm_guard_add(uintptr_t lo, uintptr_t hi) {
     for (int i = 0; i < NPLM_GUARD_SLOTS; i++) {
         uintptr_t free_slot = 0;
         if (__atomic_load_n(&nplm_guard_hi[i], __ATOMIC_ACQUIRE) == 0 &&
@@ -47,22 +47,22 @@ static int nplm_guard_add(uintptr_t lo, uintptr_t hi) {
     return -1;
 }
 
-static void nplm_guard_remove(int slot, uintptr_t lo) {
+static inline void nplm_guard_remove(int slot, uintptr_t lo) {
     if (slot >= 0 && slot < NPLM_GUARD_SLOTS && nplm_guard_lo[slot] == lo)
         __atomic_store_n(&nplm_guard_hi[slot], 0, __ATOMIC_RELEASE);
 }
 
 /* Whether the mapping registered as (slot, lo) lost a page that was read. */
-static int nplm_guard_damaged(int slot, uintptr_t lo) {
+static inline int nplm_guard_damaged(int slot, uintptr_t lo) {
     return slot >= 0 && slot < NPLM_GUARD_SLOTS && nplm_guard_lo[slot] == lo &&
            __atomic_load_n(&nplm_guard_hi[slot], __ATOMIC_ACQUIRE) > 1 && nplm_guard_damage[slot];
 }
 
-static uint64_t nplm_guard_faults(void) {
+static inline uint64_t nplm_guard_faults(void) {
     return __atomic_load_n(&nplm_guard_fault_count, __ATOMIC_ACQUIRE);
 }
 
-static int nplm_guard_slot_of(uintptr_t a) {
+static inline int nplm_guard_slot_of(uintptr_t a) {
     for (int i = 0; i < NPLM_GUARD_SLOTS; i++) {
         uintptr_t hi = __atomic_load_n(&nplm_guard_hi[i], __ATOMIC_ACQUIRE);
         if (hi > 1 && nplm_guard_lo[i] <= a && a < hi)
@@ -96,7 +96,7 @@ static void nplm_guard_handler(int sig, siginfo_t *info, void *context) {
 }
 
 /* Put the handler in front of the disposition found now (once); 0 on success. */
-static int nplm_guard_install(void) {
+static inline int nplm_guard_install(void) {
     if (__atomic_load_n(&nplm_guard_installed, __ATOMIC_ACQUIRE))
         return 0;
     struct sigaction sa;

@@ -2,7 +2,12 @@
 level with and without -n, on an ARPA file, KenLM's probing, trie and quantised trie
 files and an nplm binary, over text with KenLM's edge cases (an empty line, a last line
 without a newline, Latin-1 bytes, vertical tabs and other bytes that are or are not
-white space to KenLM)."""
+white space to KenLM).  KenLM binaries take the kernel loop of _query_text, which
+starts without numpy and shares large inputs among threads; its threads, its refusal
+of damaged files and a file truncated under it are tested here too."""
+import random
+import shutil
+import struct
 import subprocess
 import sys
 
@@ -16,7 +21,8 @@ TEXT = (b"the cat sat on the mat\n\nzzz qqq the\n caf\xe9  na\xefve\tthe\x0bcat 
         b"the dog\x85 sat \xff\xfe on the log\nno newline at the end")
 FLAGS = [[], ["-v", "sentence"], ["-v", "word"], ["-v", "summary", "-v", "word"], ["-n", "-v", "2"], ["-n"],
          ["-v", "0"], ["-b", "-v", "1"], ["-v", "word", "-n"], ["-l", "lazy"], ["-l", "read", "-v", "2"]]
-KINDS = {"arpa": None, "probing": ["probing"], "trie": ["trie"], "trie-q8b8": ["-q", "8", "-b", "8", "trie"]}
+KINDS = {"arpa": None, "probing": ["probing"], "trie": ["trie"], "trie-q8b8": ["-q", "8", "-b", "8", "trie"],
+         "trie-q8b8-a": ["-q", "8", "-b", "8", "-a", "22", "trie"]}
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +80,94 @@ def test_a_missing_model_is_one_line_and_exit_1(tmp_path):
     a = ours([str(tmp_path / "absent.arpa")])
     assert a.returncode == theirs([str(tmp_path / "absent.arpa")]).returncode == 1
     assert a.stdout == b"" and b"Traceback" not in a.stderr and b"absent.arpa" in a.stderr
+
+
+def test_a_kenlm_binary_is_queried_without_numpy_or_the_kernels(models):
+    code = ("import sys\nfrom nplm.cli.kenlm.query import main\nmain(sys.argv[1:])\n"
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code, models["probing"]], input=TEXT, capture_output=True, cwd=ROOT)
+    assert r.stdout == theirs([models["probing"]]).stdout
+    imported = set(r.stderr.splitlines()[-1].decode().split())
+    assert "nplm.backoff.kenlm._query_text" in imported
+    assert not {m for m in imported if m.split(".")[0] == "numpy" or m in ("nplm._kernels", "nplm.model")}
+
+
+def _text(lines, seed=0):
+    """Lines of the toy model's words, unknown words and stray white space."""
+    rng = random.Random(seed)
+    words = ["the", "cat", "sat", "on", "mat", "dog", "zzz", "caf\xe9", "</s>", "<s>", "<unk>"]
+    return b"".join((" ".join(rng.choice(words) for _ in range(rng.randrange(0, 12))) + rng.choice(["", " ", "\t"])
+                     ).encode("latin-1") + b"\n" for _ in range(lines))
+
+
+@pytest.mark.parametrize("flags", [[], ["-n", "-v", "2"]], ids=["default", "-n"])
+def test_a_large_input_shared_among_threads_prints_what_one_thread_does(models, flags, tmp_path):
+    from nplm.backoff.kenlm import reader
+    from nplm.backoff.kenlm._query_text import TextQuery
+
+    text = tmp_path / "text"
+    text.write_bytes(_text(60000) + b"no newline")
+    header, layout, _ = reader.read_layout(models["trie"])
+    mem = reader.map_file(models["trie"], layout.end, reader.LAZY)
+    query = TextQuery(mem, reader.tables(mem, header, layout, models["trie"]), models["trie"])
+    outputs = []
+    for threads in (1, 3):
+        out = tmp_path / f"out{threads}"
+        with open(text, "rb") as f, open(out, "wb") as g:
+            totals = query.run(f.fileno(), g.fileno(), True, True, "-n" not in flags, False, threads)
+        outputs.append((out.read_bytes(), totals))
+    assert outputs[0] == outputs[1]
+    kenlm = theirs(flags + [models["trie"]], text.read_bytes()).stdout
+    assert outputs[0][0] == kenlm.split(b"Perplexity including")[0]
+
+
+def _damage_first_unigram(path):
+    from nplm.backoff.kenlm import reader
+
+    _, layout, _ = reader.read_layout(path)
+    with open(path, "r+b") as f:
+        f.seek(layout.unigram.offset)
+        f.write(struct.pack("<f", float("nan")))
+
+
+@pytest.mark.parametrize("kind", ["probing", "trie"])
+def test_a_damaged_unigram_is_refused_as_a_model_load_refuses_it(models, kind, tmp_path):
+    import nplm
+
+    path = str(tmp_path / kind)
+    shutil.copy(models[kind], path)
+    _damage_first_unigram(path)
+    a = ours([path])
+    assert a.returncode == 1 and a.stdout == b"" and b"Traceback" not in a.stderr
+    config = nplm.Config()
+    config.load_method = nplm.LoadMethod.LAZY
+    with pytest.raises(nplm.FormatError) as e:
+        nplm.Model(path, config)
+    said = a.stderr.decode().splitlines()[-1]
+    assert said in str(e.value) and "a probability no model holds in its unigrams (record" in said
+
+
+def test_a_file_truncated_under_the_query_is_an_error_not_sigbus(models, tmp_path):
+    path = tmp_path / "model"
+    shutil.copy(models["probing"], path)
+    code = f"""
+import os, sys
+from nplm.backoff.kenlm import reader
+from nplm.backoff.kenlm._query_text import TextQuery
+from nplm.errors import MappedFileChanged
+path = {str(path)!r}
+header, layout, _ = reader.read_layout(path)
+mem = reader.map_file(path, layout.end, reader.LAZY)
+query = TextQuery(mem, reader.tables(mem, header, layout, path), path)
+os.truncate(path, 0)
+r, w = os.pipe()
+os.write(w, b"the cat sat on the mat\\n" * 100)
+os.close(w)
+try:
+    query.run(r, os.open(os.devnull, os.O_WRONLY), True, True, True, False)
+except MappedFileChanged as e:
+    print("refused:", e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith(b"refused:") and str(path).encode() in r.stdout

@@ -17,79 +17,12 @@ from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId, MAX_ORDER
 
 cnp.import_array()
 
-cdef extern from "kenlm_query.h" nogil:
-    """
-    #if KLM_MAX_ORDER != 16
-    #error "kenlm_query.h's KLM_MAX_ORDER must equal _kernels.pxd's MAX_ORDER"
-    #endif
-    """
-    ctypedef struct klm_state:
-        pass
-    ctypedef struct klm_ret:
-        pass
-    ctypedef struct klm_hash_table:
-        const uint8_t *table
-        uint64_t buckets
-    ctypedef struct klm_probing:
-        int order
-        uint64_t n_unigram
-        const uint8_t *unigram
-        uint32_t unigram_stride
-        uint32_t middle_stride
-        klm_hash_table middle[16]
-        klm_hash_table longest
-    ctypedef struct klm_bitpacked:
-        const uint8_t *base
-        uint64_t entries
-        uint64_t max_vocab
-        uint8_t word_bits
-        uint8_t total_bits
-        uint8_t next_bits
-        uint64_t word_mask
-        uint64_t next_mask
-        uint8_t prob_bits
-        uint8_t backoff_bits
-        uint32_t prob_mask
-        uint32_t backoff_mask
-        const float *prob_table
-        const float *backoff_table
-        const uint64_t *array
-        uint64_t array_count
-        double array_scale
-        uint64_t next_entries
-    ctypedef struct klm_trie:
-        int order
-        uint64_t n_unigram
-        const uint8_t *unigram
-        uint64_t first_entries
-        klm_bitpacked middle[16]
-        klm_bitpacked longest
-    uint64_t klm_hash_word(const char *s, size_t n)
-    uint32_t klm_probing_vocab_index(const uint8_t *table, uint64_t buckets, uint64_t h)
-    uint32_t klm_sorted_vocab_index(const uint64_t *sorted, uint64_t n, uint64_t key)
-    void klm_probing_score(const klm_probing *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
-    int klm_probing_keys(const klm_probing *m, const klm_state *ins, uint32_t w, uint64_t *keys, uint64_t *first)
-    void klm_probing_probe(const klm_probing *m, const klm_state *ins, uint32_t w, const uint64_t *keys,
-                           const uint64_t *first, int n_ctx, klm_state *out, klm_ret *ret)
-    void klm_probing_context(const klm_probing *m, const uint32_t *words, int n, klm_state *out)
-    void klm_trie_score(const klm_trie *m, const klm_state *ins, uint32_t w, klm_state *out, klm_ret *ret)
-    void klm_trie_context(const klm_trie *m, const uint32_t *words, int n, klm_state *out)
-    void klm_probing_score_run(const klm_probing *m, const klm_state *ins, const uint32_t *words, int n,
-                               klm_state *out, klm_ret *rets)
-    void klm_trie_score_run(const klm_trie *m, const klm_state *ins, const uint32_t *words, int n,
-                            klm_state *out, klm_ret *rets)
+from nplm.backoff.kenlm._klm_tables cimport (
+    bytes_at, klm_hash_table, klm_hash_word, klm_probing, klm_probing_context, klm_probing_keys, klm_probing_probe,
+    klm_probing_score, klm_probing_score_run, klm_probing_vocab_index, klm_ret, klm_sorted_vocab_index,
+    klm_state, klm_trie, klm_trie_context, klm_trie_score, klm_trie_score_run, set_probing, set_trie)
 
 assert sizeof(NState) == sizeof(klm_state) and sizeof(Ret) == sizeof(klm_ret)
-
-
-cdef inline const uint8_t *_bytes_at(mem, Py_ssize_t offset, Py_ssize_t size) except NULL:
-    """Pointer to mem[offset:offset + size] (a uint8 array over the file)."""
-    cdef const uint8_t[::1] view = mem
-    if offset < 0 or size < 0 or offset + size > view.shape[0]:
-        raise ValueError(f"bytes {offset}..{offset + size} outside the {view.shape[0]}-byte file")
-    if view.shape[0] == 0:
-        raise ValueError("empty file")
-    return &view[0] + offset
 
 
 def hash_word(word):
@@ -131,7 +64,7 @@ cdef class KenlmVocab(Vocab):
         self._mem = mem
         self._sorted = sorted_hashes
         self._entries = entries
-        self._table = _bytes_at(mem, offset, entries * (8 if sorted_hashes else 12))
+        self._table = bytes_at(mem, offset, entries * (8 if sorted_hashes else 12))
         if not sorted_hashes and entries == 0:
             raise ValueError("empty vocabulary hash table")
         self.size = size
@@ -215,25 +148,9 @@ cdef class KenlmProbingCore(LMCore):
     def __init__(self, mem, int order, unigram, list middle, longest, bint rest, WordId bos_id,
                  WordId eos_id):
         """unigram: (offset, entries); middle/longest: (offset, buckets) in mem."""
-        cdef int k
-        if not 2 <= order <= MAX_ORDER or len(middle) != order - 2:
-            raise ValueError(f"order {order} outside 2..{MAX_ORDER}")
         self._mem = mem
         self.order = order
-        self.m.order = order
-        self.m.unigram_stride = 12 if rest else 8
-        self.m.middle_stride = 20 if rest else 16
-        self.m.n_unigram = unigram[1]
-        self.m.unigram = _bytes_at(mem, unigram[0], unigram[1] * self.m.unigram_stride)
-        for k in range(order - 2):
-            if middle[k][1] < 1:
-                raise ValueError(f"empty {k + 2}-gram hash table")
-            self.m.middle[k].table = _bytes_at(mem, middle[k][0], middle[k][1] * self.m.middle_stride)
-            self.m.middle[k].buckets = middle[k][1]
-        if longest[1] < 1:
-            raise ValueError(f"empty {order}-gram hash table")
-        self.m.longest.table = _bytes_at(mem, longest[0], longest[1] * 12)
-        self.m.longest.buckets = longest[1]
+        set_probing(&self.m, mem, order, unigram, middle, longest, rest)
         if bos_id >= self.m.n_unigram or eos_id >= self.m.n_unigram:
             raise ValueError("<s> or </s> outside the unigrams")
         self.bos_id = bos_id
@@ -287,59 +204,13 @@ cdef class KenlmTrieCore(LMCore):
         BitPacked fields (base, entries, max_vocab, word_bits, value_bits, next_bits,
         array, array_count) and, quantised, prob_bits, backoff_bits, prob_table,
         backoff_table (offsets)."""
-        cdef int k
-        if not 2 <= order <= MAX_ORDER or len(orders) != order - 1:
-            raise ValueError(f"order {order} outside 2..{MAX_ORDER}")
         self._mem = mem
         self.order = order
-        self.m.order = order
-        self.m.n_unigram = unigram[1]
-        if self.m.n_unigram < 2:
-            raise ValueError("no unigrams")
-        self.m.unigram = _bytes_at(mem, unigram[0], unigram[1] * 16)
-        self.m.first_entries = orders[0]["entries"]
-        for k in range(order - 2):
-            self._fill(&self.m.middle[k], mem, orders[k], orders[k + 1]["entries"])
-        self._fill(&self.m.longest, mem, orders[order - 2], 0)
+        set_trie(&self.m, mem, order, unigram, orders)
         if bos_id + 1 >= self.m.n_unigram or eos_id + 1 >= self.m.n_unigram:
             raise ValueError("<s> or </s> outside the unigrams")
         self.bos_id = bos_id
         self.eos_id = eos_id
-
-    cdef int _fill(self, klm_bitpacked *t, mem, dict d, uint64_t next_entries) except -1:
-        cdef uint64_t total = d["word_bits"] + d["value_bits"] + d["next_bits"]
-        if d["word_bits"] > 57 or d["next_bits"] > 57 or total > 255 or total == 0:
-            raise ValueError("impossible record width")
-        t.entries = d["entries"]
-        t.base = _bytes_at(mem, d["base"], ((t.entries + 1) * total + 7) // 8 + 8)
-        t.max_vocab = d["max_vocab"]
-        t.word_bits = d["word_bits"]
-        t.total_bits = total
-        t.next_bits = d["next_bits"]
-        t.word_mask = (1ULL << t.word_bits) - 1
-        t.next_mask = (1ULL << t.next_bits) - 1
-        t.next_entries = next_entries
-        t.prob_table = NULL
-        t.backoff_table = NULL
-        t.prob_bits = 0
-        t.backoff_bits = 0
-        if d.get("prob_table") is not None:
-            t.prob_bits = d["prob_bits"]
-            t.prob_mask = (1 << t.prob_bits) - 1
-            t.prob_table = <const float *>_bytes_at(mem, d["prob_table"], 4 << t.prob_bits)
-            if d.get("backoff_table") is not None:
-                t.backoff_bits = d["backoff_bits"]
-                t.backoff_mask = (1 << t.backoff_bits) - 1
-                t.backoff_table = <const float *>_bytes_at(mem, d["backoff_table"], 4 << t.backoff_bits)
-        t.array = NULL
-        t.array_count = 0
-        if d.get("array") is not None:
-            t.array_count = d["array_count"]
-            if t.array_count < 1:
-                raise ValueError("empty pointer array")
-            t.array = <const uint64_t *>_bytes_at(mem, d["array"], 8 * t.array_count)
-            t.array_scale = <double>t.array_count / <double>(t.entries + 1)
-        return 0
 
     def check(self):
         """None when every record is sound (kenlm_check.h), else (order, record, what)."""

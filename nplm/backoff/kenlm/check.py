@@ -8,22 +8,15 @@ a trie's child pointers cover the next order in order and its word ids increase
 under each parent; quantisation tables are sorted.  The loads that read the whole
 file anyway (POPULATE, READ) check every record, in one pass (kenlm_check.h);
 LAZY, which reads only what queries touch, checks the unigrams and the
-quantisation tables, and ``nplm verify`` the rest.
+quantisation tables (kenlm_check.h through _check, without numpy, which only the
+probing records' check imports), and ``nplm verify`` the rest.
 """
-import numpy as np
+import importlib
 
+from nplm.backoff.kenlm import _check
 from nplm.errors import FormatError
 
 LIMIT = 10000.0
-_SIGN = np.uint32(0x80000000)
-
-
-def _bad_prob(p):
-    return np.isnan(p) | (p > 0) | ((p < -LIMIT) & ~np.isinf(p))
-
-
-def _bad_backoff(b):
-    return ~((b >= -LIMIT) & (b <= LIMIT))
 
 
 def _refuse(what, n, index, path):
@@ -37,27 +30,32 @@ def _ngrams(n):
 
 def _column(mem, table, at):
     """The float32 at byte ``at`` of each entry of ``table`` (a view, no copy)."""
+    np = importlib.import_module("numpy")
     rows = mem[table.offset:table.offset + table.buckets * table.entry].reshape(table.buckets, table.entry)
     return rows[:, at:at + 4].view(np.float32)[:, 0]
 
 
 def _values(n, prob, backoff, path, signed=True):
     """Refuse the first unsound value (prob with its sign forced on when ``signed``)."""
+    np = importlib.import_module("numpy")
     if signed:
-        prob = (prob.view(np.uint32) | _SIGN).view(np.float32)
-    for what, bad in (("a probability no model holds", _bad_prob(prob)),
-                      ("a back-off no model holds", _bad_backoff(backoff) if backoff is not None else None)):
+        prob = (prob.view(np.uint32) | np.uint32(0x80000000)).view(np.float32)
+    bad_prob = np.isnan(prob) | (prob > 0) | ((prob < -LIMIT) & ~np.isinf(prob))     # (kenlm_check.h's tests)
+    bad_backoff = None if backoff is None else ~((backoff >= -LIMIT) & (backoff <= LIMIT))
+    for what, bad in (("a probability no model holds", bad_prob), ("a back-off no model holds", bad_backoff)):
         if bad is not None and bad.any():
             _refuse(what, n, np.flatnonzero(bad)[0], path)
 
 
+def _unigrams(mem, uni, records, flagged, rest, path):
+    fault = _check.unigram_fault(mem, uni.offset, records, uni.entry, flagged, rest)
+    if fault is not None:
+        _refuse(fault[1], 1, fault[0], path)
+
+
 def check_probing(mem, layout, path, records=True):
     uni = layout.unigram
-    stride = uni.entry // 4
-    floats = mem[uni.offset:uni.end].view(np.float32).reshape(-1, stride)
-    _values(1, floats[:, 0], floats[:, 1], path)
-    if stride == 3:
-        _values(1, floats[:, 2], None, path, signed=False)      # rest costs
+    _unigrams(mem, uni, uni.buckets, True, uni.entry == 12, path)     # (12 bytes: rest costs)
     if not records:
         return
     for n, table in enumerate(layout.middle, 2):
@@ -77,21 +75,16 @@ def check_trie(mem, layout, core, path, records=True):
             order, record, what = fault
             _refuse(what, order, record, path)
         return
-    uni = layout.unigram
-    floats = mem[uni.offset:uni.end].view(np.float32).reshape(-1, 4)[:layout.header.counts[0]]
-    _values(1, floats[:, 0], floats[:, 1], path, signed=False)
+    _unigrams(mem, layout.unigram, layout.header.counts[0], False, False, path)
 
 
 def _check_quant(mem, quant, order, path):
-    size = 1 << quant.prob_bits
-    tables = [(n, mem[p:p + 4 * size].view(np.float32), mem[b:b + (4 << quant.backoff_bits)].view(np.float32))
-              for n, (p, b) in enumerate(quant.middle, 2)]
-    tables.append((order, mem[quant.longest:quant.longest + 4 * size].view(np.float32), None))
+    tables = [(n, p, b) for n, (p, b) in enumerate(quant.middle, 2)] + [(order, quant.longest, None)]
     for n, probs, backoffs in tables:
         what = f"quantisation table of the {_ngrams(n)}"
-        # (KenLM fills the bins a small model leaves unused with -inf)
-        if _bad_prob(probs).any() or (backoffs is not None and (_bad_backoff(backoffs) & ~np.isneginf(backoffs)).any()):
+        fault = max(_check.quant_fault(mem, probs, 1 << quant.prob_bits, False),
+                    _check.quant_fault(mem, backoffs, 1 << quant.backoff_bits, True) if backoffs is not None else 0)
+        if fault == 1:
             raise FormatError(f"corrupt KenLM binary: a value no model holds in the {what}", path)
-        # the bins are sorted (back-offs after the two bins of -0.0 and +0.0)
-        if (np.diff(probs) < 0).any() or (backoffs is not None and (np.diff(backoffs[2:]) < 0).any()):
+        if fault == 2:
             raise FormatError(f"corrupt KenLM binary: the {what} is out of order", path)

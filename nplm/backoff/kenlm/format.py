@@ -21,14 +21,9 @@ are never in the lookup: a miss is id 0.  Every size below follows the C++ code
 exactly (including float arithmetic where KenLM uses floats), since the offsets of
 the later sections depend on them.
 """
+import importlib
 import math
 import struct
-from dataclasses import dataclass
-from typing import Optional, Tuple
-
-import numpy as np
-
-from nplm.io.text import word_bytes
 
 # --- the header ----------------------------------------------------------------------
 
@@ -76,15 +71,46 @@ def header_size(order):
     return align8(SANITY_SIZE + FIXED.size + 8 * order)
 
 
-@dataclass(frozen=True)
-class Header:
+class _Record:
+    """An immutable record of the named ``__slots__`` (positional or keyword
+    arguments, trailing ``_defaults``), compared and shown as a tuple of its fields.
+    Plain classes: namedtuples and dataclasses compile code for each class, which
+    would cost the query program's start-up milliseconds."""
+    __slots__ = ()
+    _defaults = ()
+
+    def __init__(self, *args, **kw):
+        names = type(self).__slots__
+        defaults = dict(zip(names[len(names) - len(self._defaults):], self._defaults))
+        values = dict(zip(names, args))
+        for n in names[len(args):]:
+            values[n] = kw.pop(n) if n in kw else defaults.get(n, kw)
+        if kw or len(args) > len(names) or any(v is kw for v in values.values()):
+            raise TypeError(f"{type(self).__name__} takes the fields {names}")
+        for n in names:
+            object.__setattr__(self, n, values[n])
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _tuple(self):
+        return tuple(getattr(self, n) for n in type(self).__slots__)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._tuple() == other._tuple()
+
+    def __hash__(self):
+        return hash(self._tuple())
+
+    def __repr__(self):
+        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in type(self).__slots__) + ")"
+
+
+class Header(_Record):
     """FixedWidthParameters and the counts of a KenLM binary."""
-    order: int
-    probing_multiplier: float        # the float32 value, widened
-    model_type: int
-    has_vocabulary: bool
-    search_version: int
-    counts: Tuple[int, ...]          # n-grams of each order; [0] is the vocabulary size
+    __slots__ = ("order", "probing_multiplier", "model_type", "has_vocabulary", "search_version", "counts")
+    # probing_multiplier: the float32 value, widened
+    # counts: n-grams of each order; [0] is the vocabulary size
 
     @property
     def size(self):
@@ -192,10 +218,16 @@ def required_bits(max_value):
     return int(max_value).bit_length()
 
 
+def _float32(x):
+    """``x`` rounded to float32 (the product of two float32 values is exact in a
+    double, so rounding it is float32 multiplication)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
 def probing_buckets(entries, multiplier):
     """Buckets of a util::ProbingHashTable for ``entries`` at ``multiplier``: KenLM
     multiplies in float32 and truncates."""
-    scaled = int(np.float32(multiplier) * np.float32(entries))
+    scaled = int(_float32(_float32(multiplier) * _float32(entries)))
     return max(entries + 1, scaled)
 
 
@@ -210,14 +242,11 @@ TRIE_UNIGRAM = 16           # {float prob, float backoff, uint64 next}
 PROBING_VOCAB_HEADER = 8    # {uint32 version, uint32 bound}
 
 
-@dataclass(frozen=True)
-class Table:
+class Table(_Record):
     """A region of the file: ``offset`` (absolute) and ``size`` in bytes; for hash
     tables ``buckets`` of ``entry`` bytes each."""
-    offset: int
-    size: int
-    buckets: int = 0
-    entry: int = 0
+    __slots__ = ("offset", "size", "buckets", "entry")
+    _defaults = (0, 0)
 
     @property
     def end(self):
@@ -226,15 +255,14 @@ class Table:
 
 # --- probing ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class ProbingLayout:
-    header: Header
-    vocab_header: Table       # ProbingVocabularyHeader {version, bound}
-    vocab: Table              # hash table of VOCAB_ENTRY
-    unigram: Table            # (counts[0] + 1) weights indexed by word id
-    middle: Tuple[Table, ...]  # orders 2..N-1, hash tables keyed by n-gram hash
-    longest: Table            # order N
-    end: int                  # where the vocabulary strings begin
+class ProbingLayout(_Record):
+    __slots__ = ("header", "vocab_header", "vocab", "unigram", "middle", "longest", "end")
+    # vocab_header: ProbingVocabularyHeader {version, bound}
+    # vocab: hash table of VOCAB_ENTRY
+    # unigram: (counts[0] + 1) weights indexed by word id
+    # middle: orders 2..N-1, hash tables keyed by n-gram hash
+    # longest: order N
+    # end: where the vocabulary strings begin
 
     @property
     def rest(self):
@@ -267,17 +295,14 @@ def probing_layout(header):
 
 # --- trie ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Quantization:
+class Quantization(_Record):
     """SeparatelyQuantize: per middle order a table of 2**prob_bits probabilities
     and one of 2**backoff_bits back-offs (bins 0 and 1 of the back-offs are -0.0 and
     +0.0, "no extension" and "extension"), then the longest order's probabilities."""
-    offset: int               # of the 8-byte {version, prob_bits, backoff_bits} header
-    prob_bits: int
-    backoff_bits: int
-    middle: Tuple[Tuple[int, int], ...]   # (prob table offset, backoff table offset)
-    longest: int              # longest order's prob table offset
-    size: int
+    __slots__ = ("offset", "prob_bits", "backoff_bits", "middle", "longest", "size")
+    # offset: of the 8-byte {version, prob_bits, backoff_bits} header
+    # middle: (prob table offset, backoff table offset)
+    # longest: longest order's prob table offset
 
     @property
     def middle_bits(self):
@@ -327,23 +352,17 @@ def bit_packed_size(entries, max_vocab, remaining_bits):
     return ((1 + entries) * total_bits + 7) // 8 + 8
 
 
-@dataclass(frozen=True)
-class BitPacked:
+class BitPacked(_Record):
     """One order of the trie: ``entries`` records of ``total_bits`` bits from byte
     ``base``: the word id (``word_bits``), the quantised or raw values
     (``value_bits``), and (middle orders) the low ``next_bits`` bits of the index of
     the first child in the next order.  With array pointer compression the high bits
     of that index are found in ``array`` (``array_count`` sorted uint64 record
     indices: the first record whose pointer has each high-bits value)."""
-    offset: int               # start of the section (the bhiksha header, if any)
-    base: int                 # start of the records
-    entries: int
-    word_bits: int
-    value_bits: int
-    next_bits: int
-    size: int
-    array: Optional[int] = None
-    array_count: int = 0
+    __slots__ = ("offset", "base", "entries", "word_bits", "value_bits", "next_bits", "size", "array", "array_count")
+    _defaults = (None, 0)
+    # offset: start of the section (the bhiksha header, if any)
+    # base: start of the records
 
     @property
     def total_bits(self):
@@ -354,16 +373,11 @@ class BitPacked:
         return self.offset + self.size
 
 
-@dataclass(frozen=True)
-class TrieLayout:
-    header: Header
-    vocab: Table              # uint64 count, then the sorted word hashes (ids 1..)
-    quant: Optional[Quantization]
-    unigram: Table            # counts[0] + 2 records of TRIE_UNIGRAM
-    middle: Tuple[BitPacked, ...]
-    longest: BitPacked
-    end: int
-    pointer_bits: int         # build_binary -a (only meaningful with array pointers)
+class TrieLayout(_Record):
+    __slots__ = ("header", "vocab", "quant", "unigram", "middle", "longest", "end", "pointer_bits")
+    # vocab: uint64 count, then the sorted word hashes (ids 1..)
+    # unigram: counts[0] + 2 records of TRIE_UNIGRAM
+    # pointer_bits: build_binary -a (only meaningful with array pointers)
 
 
 def sorted_vocab_size(entries):
@@ -482,7 +496,8 @@ def murmur_hash64a(data, seed=0):
 
 def word_hash(word):
     """KenLM's hash of a word (str as word_bytes encodes it, or bytes)."""
-    return murmur_hash64a(word_bytes(word))
+    # (nplm.io.text and its imports stay off the query program's path)
+    return murmur_hash64a(importlib.import_module("nplm.io.text").word_bytes(word))
 
 
 def combine_word_hash(current, word_id):

@@ -6,17 +6,17 @@ with LoadMethod.READ, which reads it into memory as kenlm does); the query engin
 from it is checked against the file before anything is mapped, so a foreign,
 truncated or corrupt file is a FormatError naming it, never a crash.
 """
+import importlib
 import mmap
 import os
+import struct
 
-import numpy as np
-
-from nplm import _kernels
-from nplm.backoff.kenlm import check
 from nplm.backoff.kenlm import format as fmt
-from nplm.backoff.kenlm._klm import KenlmProbingCore, KenlmTrieCore, KenlmVocab
 from nplm.errors import FormatError
-from nplm.io._mapguard import guard
+
+# The header, the layout and the tables' description (``read_layout``, ``tables``)
+# need neither numpy nor the model kernels, so that the query program on a KenLM
+# binary (nplm.backoff.kenlm._query_text) starts without them; ``load`` imports them.
 
 # nplm's LoadMethod values (kenlm's util::LoadMethod).
 LAZY, POPULATE_OR_LAZY, POPULATE_OR_READ, READ, PARALLEL_READ = range(5)
@@ -44,8 +44,11 @@ class KenlmData:
         self.config = {"kenlm": header.model_name, "order": header.order, "counts": list(header.counts)}
 
 
-def read_layout(path):
-    """(Header, layout, file size) of a KenLM binary; FormatError naming ``path``."""
+def read_layout(path, max_order=None):
+    """(Header, layout, file size) of a KenLM binary; FormatError naming ``path``.
+    ``max_order``: the highest order accepted (default: the query kernels')."""
+    if max_order is None:
+        max_order = importlib.import_module("nplm._kernels").QUERY_MAX_ORDER
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(4096)
@@ -56,7 +59,7 @@ def read_layout(path):
                                            f"data at byte {offset + n})")
             return os.pread(f.fileno(), n, offset)
         try:
-            header = fmt.parse_header(head, size, _kernels.QUERY_MAX_ORDER)
+            header = fmt.parse_header(head, size, max_order)
             layout = fmt.layout(header, read)
         except fmt.KenlmFormatError as e:
             raise FormatError(str(e), path) from None
@@ -66,23 +69,32 @@ def read_layout(path):
     return header, layout, size
 
 
-def _map(path, length, load_method):
-    """The first ``length`` bytes of the file as a read-only uint8 array, loaded as
-    kenlm's ``load_method`` loads it."""
+def map_file(path, length, load_method):
+    """The first ``length`` bytes of the file loaded as kenlm's ``load_method`` loads
+    it: read into a bytearray (READ, PARALLEL_READ), else a read-only mmap."""
     with open(path, "rb") as f:
         if load_method in (READ, PARALLEL_READ):
-            buf = np.empty(length, dtype=np.uint8)
-            got = f.readinto(memoryview(buf))
+            buf = bytearray(length)
+            got = f.readinto(buf)
             if got != length:
                 raise FormatError(f"file shrank while being read ({got} of {length} bytes)", path)
-            buf.setflags(write=False)
             return buf
         flags = mmap.MAP_SHARED
         if load_method in (POPULATE_OR_LAZY, POPULATE_OR_READ) and hasattr(mmap, "MAP_POPULATE"):
             flags |= mmap.MAP_POPULATE
-        mm = mmap.mmap(f.fileno(), length, flags=flags, prot=mmap.PROT_READ)
-        guard(mm, path)     # truncating the file under it: an exception, not SIGBUS
-    return np.frombuffer(mm, dtype=np.uint8)
+        return mmap.mmap(f.fileno(), length, flags=flags, prot=mmap.PROT_READ)
+
+
+def _map(path, length, load_method):
+    """map_file's bytes as a read-only uint8 array, a mapping guarded against
+    truncation (an exception, not SIGBUS)."""
+    np = importlib.import_module("numpy")
+    mem = map_file(path, length, load_method)
+    if isinstance(mem, mmap.mmap):
+        importlib.import_module("nplm.io._mapguard").guard(mem, path)
+    arr = np.frombuffer(mem, dtype=np.uint8)
+    arr.setflags(write=False)
+    return arr
 
 
 def _strings_loader(path, header, layout, size):
@@ -126,10 +138,7 @@ def load(path, load_method=POPULATE_OR_READ):
         strings = lambda: held         # noqa: E731
     mem = _map(path, layout.end, load_method)
     try:
-        if header.is_trie:
-            vocab, core = _trie(mem, header, layout, strings, path)
-        else:
-            vocab, core = _probing(mem, header, layout, strings, path)
+        vocab, core = _model(mem, tables(mem, header, layout, path), strings, path)
         check_values(mem, layout, core, path, records=load_method != LAZY)
     except ValueError as e:
         if isinstance(e, FormatError):
@@ -141,6 +150,7 @@ def load(path, load_method=POPULATE_OR_READ):
 def check_values(mem, layout, core, path, records=True):
     """Refuse values no model holds and a trie's records out of order (check.py);
     ``records``: every n-gram's too, else the unigrams' and quantisation tables'."""
+    check = importlib.import_module("nplm.backoff.kenlm.check")
     if layout.header.is_trie:
         check.check_trie(mem, layout, core, path, records)
     else:
@@ -148,27 +158,35 @@ def check_values(mem, layout, core, path, records=True):
 
 
 def _u32(mem, offset):
-    return int(mem[offset:offset + 4].view(np.uint32)[0])
+    return struct.unpack_from("<I", mem, offset)[0]
 
 
 def _u64(mem, offset):
-    return int(mem[offset:offset + 8].view(np.uint64)[0])
+    return struct.unpack_from("<Q", mem, offset)[0]
 
 
-def _probing(mem, header, layout, strings, path):
+def tables(mem, header, layout, path):
+    """What the query kernels need to read the tables of the file mapped as ``mem``
+    (any byte buffer), after checking the vocabulary's header and the trie's first
+    pointers: a dict with ``trie``, ``order``, ``unigram`` (offset, entries),
+    ``vocab`` (offset, entries, sorted, words) and, for probing, ``middle``,
+    ``longest`` and ``rest``, for a trie ``orders`` (set_trie's dicts)."""
+    if header.is_trie:
+        return _trie_tables(mem, header, layout, path)
+    return _probing_tables(mem, header, layout, path)
+
+
+def _probing_tables(mem, header, layout, path):
     version, bound = _u32(mem, layout.vocab_header.offset), _u32(mem, layout.vocab_header.offset + 4)
     if version != fmt.PROBING_VOCAB_VERSION:
         raise FormatError(f"probing vocabulary version {version}; this reader reads "
                           f"{fmt.PROBING_VOCAB_VERSION}", path)
     if not 1 <= bound <= layout.unigram.buckets:
         raise FormatError(f"corrupt vocabulary header ({bound} words, {layout.unigram.buckets} unigrams)", path)
-    vocab = KenlmVocab(mem, False, layout.vocab.offset, layout.vocab.buckets, bound, strings, path)
-    bos, eos = vocab.id("<s>"), vocab.id("</s>")
-    core = KenlmProbingCore(mem, header.order, (layout.unigram.offset, layout.unigram.buckets),
-                            [(t.offset, t.buckets) for t in layout.middle],
-                            (layout.longest.offset, layout.longest.buckets), layout.rest, bos, eos)
-    core.path = path
-    return vocab, core
+    return {"trie": False, "order": header.order, "vocab": (layout.vocab.offset, layout.vocab.buckets, False, bound),
+            "unigram": (layout.unigram.offset, layout.unigram.buckets),
+            "middle": [(t.offset, t.buckets) for t in layout.middle],
+            "longest": (layout.longest.offset, layout.longest.buckets), "rest": layout.rest}
 
 
 def _bitpacked(b, max_vocab, quant=None, k=None):
@@ -183,7 +201,7 @@ def _bitpacked(b, max_vocab, quant=None, k=None):
     return d
 
 
-def _trie(mem, header, layout, strings, path):
+def _trie_tables(mem, header, layout, path):
     counts = header.counts
     stored = _u64(mem, layout.vocab.offset)
     if stored >= counts[0]:
@@ -194,10 +212,21 @@ def _trie(mem, header, layout, strings, path):
     last = _u64(mem, uni.offset + 16 * counts[0] + 8)
     if first != 0 or last != counts[1]:
         raise FormatError(f"corrupt trie: unigram pointers {first}..{last}, expected 0..{counts[1]} bigrams", path)
-    vocab = KenlmVocab(mem, True, layout.vocab.offset + 8, stored, stored + 1, strings, path)
-    bos, eos = vocab.id("<s>"), vocab.id("</s>")
     orders = [_bitpacked(m, counts[0], layout.quant, k) for k, m in enumerate(layout.middle)]
     orders.append(_bitpacked(layout.longest, counts[0], layout.quant))
-    core = KenlmTrieCore(mem, header.order, (uni.offset, uni.buckets), orders, bos, eos)
+    return {"trie": True, "order": header.order, "vocab": (layout.vocab.offset + 8, stored, True, stored + 1),
+            "unigram": (uni.offset, uni.buckets), "orders": orders}
+
+
+def _model(mem, t, strings, path):
+    """(KenlmVocab, core) of the tables ``t`` (``tables``) in ``mem``."""
+    klm = importlib.import_module("nplm.backoff.kenlm._klm")
+    offset, entries, sorted_hashes, size = t["vocab"]
+    vocab = klm.KenlmVocab(mem, sorted_hashes, offset, entries, size, strings, path)
+    bos, eos = vocab.id("<s>"), vocab.id("</s>")
+    if t["trie"]:
+        core = klm.KenlmTrieCore(mem, t["order"], t["unigram"], t["orders"], bos, eos)
+    else:
+        core = klm.KenlmProbingCore(mem, t["order"], t["unigram"], t["middle"], t["longest"], t["rest"], bos, eos)
     core.path = path
     return vocab, core

@@ -2,11 +2,11 @@
 KenLM's exit codes, never a traceback."""
 
 import functools
+import importlib
 import os
 import sys
 
 from nplm.cli.kenlm._options import OptionError
-from nplm.io.atomic import written_in_place
 
 # KenLM's programs abort (SIGABRT) on errors raised in their worker threads or left
 # uncaught; a shell shows the exit status 134
@@ -87,7 +87,8 @@ def in_place(path):
     every output, rather than through a temporary file renamed over it: a symbolic link
     (/dev/stdout is one; the rename would replace the link), or what every nplm writer
     writes in place (nplm.io.atomic.written_in_place: devices, pipes, /dev, /proc)."""
-    return os.path.islink(path) or written_in_place(path)
+    # (nplm.io.atomic imports numpy, which the query program's path does without)
+    return os.path.islink(path) or importlib.import_module("nplm.io.atomic").written_in_place(path)
 
 
 def open_in_place(path):

@@ -3,22 +3,23 @@ nplm loads.  Standard input is read as bytes and split into words at ASCII white
 space, as KenLM's FilePiece does; the output is KenLM's byte for byte, including its
 two edge cases: a last line without a newline is scored word by word but gets no </s>
 and no Total line (its words count as tokens only), and ``-n`` prints a bare Total line
-for an empty line."""
+for an empty line.
+
+A KenLM binary is queried by one kernel loop (nplm.backoff.kenlm._query_text) that
+this module reaches without importing numpy or nplm's model kernels: KenLM's query of
+a test set takes a few hundredths of a second in all, about what importing numpy
+alone takes.  Every other model goes through nplm.Model (_query_model)."""
 
 import getopt
+import importlib
 import resource
 import sys
 import time
 
-import numpy as np
-
-from nplm._kernels import segment_sums
-from nplm.backoff.kenlm.reader import is_kenlm_binary, read_layout
+from nplm.backoff.kenlm import reader
 from nplm.cli.kenlm._program import fail, program
-from nplm.evaluate import CorpusStats, kenlm_floats
-from nplm.io.files import sniff
-from nplm.io.text import split_words, word_str
-from nplm.model import LoadMethod, Model, quiet_config
+from nplm.errors import FormatError
+from nplm.query_summary import CorpusStats
 
 MAX_ORDER = 6       # as the PyPI kenlm build reports it in the usage text
 USAGE = (f"KenLM was compiled with maximum order {MAX_ORDER}.\n"
@@ -36,9 +37,8 @@ USAGE = (f"KenLM was compiled with maximum order {MAX_ORDER}.\n"
          "sentence and OOV count.\n")
 LEVELS = {"2": {"word", "sentence", "summary"}, "1": {"sentence", "summary"}, "0": {"summary"},
           "word": {"word"}, "sentence": {"sentence"}, "summary": {"summary"}}
-LOAD = {"lazy": LoadMethod.LAZY, "populate": LoadMethod.POPULATE_OR_READ, "read": LoadMethod.READ,
-        "parallel": LoadMethod.PARALLEL_READ}
-BATCH = 8192
+LOAD = {"lazy": reader.LAZY, "populate": reader.POPULATE_OR_READ, "read": reader.READ,
+        "parallel": reader.PARALLEL_READ}
 
 
 def parse(argv):
@@ -51,7 +51,7 @@ def parse(argv):
     except getopt.GetoptError as e:        # glibc getopt's wording
         why = "option requires an argument" if "requires argument" in e.msg else "invalid option"
         raise fail(f"query: {why} -- '{e.opt}'\n{USAGE}".rstrip("\n")) from None
-    levels, context, flush, load = set(), True, False, LoadMethod.POPULATE_OR_READ
+    levels, context, flush, load = set(), True, False, reader.POPULATE_OR_READ
     for flag, value in opts:
         if flag == "-b":
             flush = True
@@ -68,85 +68,37 @@ def parse(argv):
     return levels or set(LEVELS["2"]), context, flush, load, rest[0]
 
 
-def announce(path):
-    """What KenLM's query says on stderr before it reads the text."""
-    if is_kenlm_binary(path):
-        print(f"This binary file contains {read_layout(path)[0].model_name}.", file=sys.stderr)
-        return
-    kind, stream = sniff(path)
+def score_kenlm_binary(path, load, levels, context, flush):
+    """Score standard input with the KenLM binary ``path`` in one kernel loop that
+    reads, scores and prints (nplm.backoff.kenlm._query_text); the CorpusStats."""
+    kernel = importlib.import_module("nplm.backoff.kenlm._query_text")
+    header, layout, _ = reader.read_layout(path, kernel.MAX_ORDER)
+    print(f"This binary file contains {header.model_name}.", file=sys.stderr)
+    mem = reader.map_file(path, layout.end, load)
+    try:
+        query = kernel.TextQuery(mem, reader.tables(mem, header, layout, path), path)
+        # what a LAZY load checks (the unigrams, the quantisation tables); every
+        # score is checked as it is printed
+        reader.check_values(mem, layout, None, path, records=False)
+    except ValueError as e:
+        if isinstance(e, FormatError):
+            raise
+        raise FormatError(f"corrupt KenLM binary ({e})", path) from None
+    sys.stdout.flush()
+    totals = query.run(sys.stdin.fileno(), sys.stdout.fileno(), "word" in levels, "sentence" in levels,
+                       context, flush, importlib.import_module("nplm._threads").cpu_count())
+    return CorpusStats(*totals)
+
+
+def score_model(path, load, levels, context, flush):
+    """Score standard input with any other model nplm loads; the CorpusStats."""
+    kind, stream = importlib.import_module("nplm.io.files").sniff(path)
     stream.close()
     if kind == "arpa":
         print("Loading the LM will be faster if you build a binary file.\nReading " + path + "\n"
               "----5---10---15---20---25---30---35---40---45---50---55---60---65---70---75---80---85---90---95--100\n"
               + "*" * 100, file=sys.stderr)
-
-
-class Printer:
-    """KenLM's QueryPrinter: word items, Total lines and the summary, as bytes."""
-
-    def __init__(self, model, levels, context, flush):
-        self.out = sys.stdout.buffer
-        self.vocab = model.vocab
-        self.eos = self.vocab.id("</s>")
-        self.words, self.lines = "word" in levels, "sentence" in levels
-        self.summary = "summary" in levels
-        self.context, self.flush = context, flush
-
-    def line(self, words, probs, lengths, oovs, total, finished):
-        parts = []
-        if self.words:
-            shown = kenlm_floats(probs)
-            ids = [self.vocab.id(w) for w in words]
-            parts = [b"%s=%d %d %s\t" % (w.encode("utf-8", "surrogateescape"), i, n, p.encode())
-                     for w, i, n, p in zip(words, ids, lengths, shown)]
-            if finished and self.context:
-                parts.append(b"</s>=%d %d %s\t" % (self.eos, lengths[-1], shown[-1].encode()))
-        if finished and self.lines:
-            parts.append(b"Total: %s OOV: %d\n" % (kenlm_floats([total])[0].encode(), int(oovs.sum())))
-        if parts:
-            self.out.write(b"".join(parts))
-            if self.flush:
-                self.out.flush()
-
-
-def score(model, printer, stdin, context):
-    """Score stdin line by line in batches; the corpus totals KenLM's way."""
-    stats, oov_only = CorpusStats(), []
-    pending = []
-    for raw in stdin:
-        pending.append(raw)
-        if len(pending) == BATCH:
-            _batch(model, printer, pending, context, stats, oov_only)
-            pending = []
-    _batch(model, printer, pending, context, stats, oov_only)
-    stats.log10_prob_oov = float(np.cumsum(np.concatenate(([0.0], np.asarray(oov_only, dtype=np.float64))))[-1])
-    return stats
-
-
-def _batch(model, printer, raws, context, stats, oov_only):
-    if not raws:
-        return
-    last_open = not raws[-1].endswith(b"\n")
-    done = raws[:-1] if last_open else raws
-    lines = [word_str(r.rstrip(b"\n")) for r in done]
-    if lines:
-        probs, lengths, oovs, offsets = model.full_scores_batch(lines, context, context)
-        totals = segment_sums(probs, np.asarray(offsets, dtype=np.int64))
-        for i, line in enumerate(lines):
-            a, b = offsets[i], offsets[i + 1]
-            printer.line(split_words(line), probs[a:b], lengths[a:b], oovs[a:b], totals[i], True)
-        stats.log10_prob = float(np.cumsum(np.concatenate(([stats.log10_prob], totals.astype(np.float64))))[-1])
-        stats.tokens += int(len(probs))
-        stats.oovs += int(oovs.sum())
-        oov_only.extend(probs[oovs].tolist())
-    if last_open:
-        # KenLM's "no newline after the last query": words only, no </s>, no Total;
-        # its tokens count, its OOVs' probabilities too, its total does not
-        line = word_str(raws[-1])
-        probs, lengths, oovs, _ = model.full_scores_batch([line], context, False)
-        printer.line(split_words(line), probs, lengths, oovs, 0.0, False)
-        stats.tokens += int(len(probs))
-        oov_only.extend(probs[oovs].tolist())
+    return importlib.import_module("nplm.cli.kenlm._query_model").run(path, load, levels, context, flush)
 
 
 def print_usage(start):
@@ -166,16 +118,24 @@ def print_usage(start):
     print("\t".join(fields), file=sys.stderr)
 
 
+def _real_files():
+    """Whether standard input and output are file descriptors (not a test's BytesIO),
+    which the kernel loop reads and writes."""
+    try:
+        sys.stdin.fileno(), sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):     # (io.UnsupportedOperation is both)
+        return False
+    return True
+
+
 @program("query")
 def main(argv=None):
     start = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
     levels, context, flush, load, path = parse(argv)
-    announce(path)
-    model = Model(path, quiet_config(load))
-    printer = Printer(model, levels, context, flush)
-    stats = score(model, printer, sys.stdin.buffer, context)
-    if printer.summary:
+    score = score_kenlm_binary if reader.is_kenlm_binary(path) and _real_files() else score_model
+    stats = score(path, load, levels, context, flush)
+    if "summary" in levels:
         sys.stdout.buffer.write(stats.summary().encode())
     sys.stdout.flush()
     print_usage(start)
