@@ -1,6 +1,7 @@
 """The programs nplm installs under KenLM's names against KenLM's own, as commands.
 
-lmplz (PTB train, <unk> written as UNK), build_binary (probing and trie of that
+lmplz (PTB train, <unk> written as UNK; the ARPA file, and the intermediate files of
+--intermediate), build_binary (probing and trie of that
 ARPA file), query (PTB test on the probing file and on the ARPA file) and filter single
 (the ARPA file to PTB test's vocabulary) and interpolate (KN3 and KN5 of PTB train, as
 KenLM's lmplz --intermediate writes them, weights 0.4 0.6) run with the same command
@@ -23,6 +24,8 @@ import time
 import venv
 
 from _bench_common import CACHE, ROOT, ptb_lines, ptb_train_unk
+
+from nplm.backoff.kenlm import intermediate as intermediate_files
 
 
 def kenlm_bin():
@@ -85,6 +88,8 @@ def cases(text, order, folder):
     vocab.write_text(" ".join(sorted({w for line in ptb_lines("test") for w in line.split()})) + "\n")
     return [
         (f"lmplz -o {order} -S 1G", "lmplz", ["-o", str(order), "-S", "1G"], str(text), arpa),
+        (f"lmplz -o {order} -S 1G --intermediate", "lmplz",
+         ["-o", str(order), "-S", "1G", "--intermediate", str(CACHE / f"programs-{{side}}.o{order}")], str(text), None),
         ("build_binary probing", "build_binary", [arpa.format(side="kenlm"), str(CACHE / "programs-{side}.probing")],
          None, None),
         ("build_binary trie -q 8 -b 8", "build_binary",
@@ -112,8 +117,17 @@ def run_case(case, folder, ours, repeat):
             out = stdout.format(side=side) if stdout else None
             best[side] = min(best[side], timed(argv[side] + a, stdin, out))
             outputs[side] = out or a[-1]
-    same = filecmp.cmp(outputs["kenlm"], outputs["nplm"], shallow=False)
-    return name, best["kenlm"], best["nplm"], same
+    return name, best["kenlm"], best["nplm"], same_outputs(outputs["kenlm"], outputs["nplm"])
+
+
+def same_outputs(kenlm, nplm):
+    """Whether the two sides wrote the same bytes: a file, or every intermediate file
+    of a base name."""
+    if not os.path.exists(kenlm + intermediate_files.META):
+        return filecmp.cmp(kenlm, nplm, shallow=False)
+    order = len(intermediate_files.read_meta(kenlm)[0])
+    return all(filecmp.cmp(k, n, shallow=False) for k, n in
+               zip(intermediate_files.file_names(kenlm, order), intermediate_files.file_names(nplm, order)))
 
 
 def main():

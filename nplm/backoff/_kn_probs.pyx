@@ -120,11 +120,13 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
                 int threads,                    # IN threads for the probability loop
                 float[::1] prob,                # OUT (n_k,) probabilities (NaN if pruned)
                 float[::1] logprob,             # OUT (n_k,) min(0, log10 prob)
-                float[::1] backoff_prev):       # OUT (n_{k-1},) log10 back-off of order k-1
+                float[::1] backoff_prev,        # OUT (n_{k-1},) log10 back-off of order k-1
+                float[::1] gamma_prev=None):    # OUT (n_{k-1},) optional: the back-offs themselves
     """Interpolated probabilities of order k >= 2 and the back-offs of order k-1:
     p(w|c) = (a(cw) - D(a(cw))) / sum_x a(cx) + gamma(c) p(w|c'), with
     gamma(c) = (sum over kept cx of D(a(cx)) + sum over pruned cx of a(cx)) / sum_x a(cx).
     An n-gram that is no context keeps back-off 1 (log 0)."""
+    cdef bint linear = gamma_prev is not None
     cdef Py_ssize_t m = adj.shape[0], np_ = prob_prev.shape[0], i
     cdef int32_t c
     cdef uint64_t a
@@ -161,6 +163,9 @@ def order_probs(const uint64_t[::1] adj,        # IN (n_k,) adjusted counts
                 cw[i].denom = 0.0
                 cw[i].gamma = 0.0
                 backoff_prev[i] = 0.0   # not a context
+                g = 1.0
+            if linear:
+                gamma_prev[i] = g
         free(pruned)
         for i in prange(m, schedule="static", num_threads=threads):
             if pruning and mark[i]:
@@ -227,3 +232,35 @@ def interp_probs(const uint64_t[::1] adj,        # IN (m,) adjusted counts
             p = p + weights[c, 1] * prob_prev[parent[i]]
             prob[i] = p
             logprob[i] = _log10_clamped(p)
+
+
+def collapse(const float[::1] prob,          # IN (n_k,) probabilities of order k
+             const float[::1] gamma,         # IN (n_k,) their back-offs (1 where no context)
+             const float[::1] delta_prev,    # IN order k-1's deltas (unused for k = 1)
+             const float[::1] gamma_prev,    # IN order k-1's back-offs (unused for k = 1)
+             const int32_t[::1] suffix,      # IN (n_k,) row of each n-gram's suffix in order k-1
+             const int32_t[::1] context,     # IN (n_k,) row of each n-gram's context in order k-1
+             bint unigrams,                  # IN k == 1: no suffix nor context
+             float[::1] delta,               # OUT (n_k,) the n-gram's delta
+             float[::1] q):                  # OUT (n_k,) log10 q
+    """lmplz's --collapse_values (Heafield, Koehn and Lavie 2012, "Language model rest
+    costs and space-efficient storage"): one value q per n-gram that gives the same
+    sentence probabilities as the probability and back-off together,
+    q(w_1..w_n) = p(w_n | w_1..w_n-1) delta(w_1..w_n), where delta multiplies the
+    back-offs of the n-gram's suffixes and divides by those of its context's:
+    delta(w) = b(w) for a word, delta(w_1..w_n) = delta(w_2..w_n) / b(w_1..w_n-1) b(w_1..w_n).
+    Float32 in lmplz's order of operations; pruned rows (NaN probability) give NaN."""
+    cdef Py_ssize_t m = prob.shape[0], i
+    cdef float d
+    if gamma.shape[0] != m or delta.shape[0] != m or q.shape[0] != m or \
+            not unigrams and (suffix.shape[0] != m or context.shape[0] != m):
+        raise ValueError("collapse: arrays of different shapes")
+    with nogil:
+        for i in range(m):
+            if unigrams:
+                d = gamma[i]
+            else:
+                d = delta_prev[suffix[i]] / gamma_prev[context[i]]
+                d = d * gamma[i]
+            delta[i] = d
+            q[i] = log10f(prob[i] * d)

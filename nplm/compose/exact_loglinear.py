@@ -36,6 +36,7 @@ import threading
 import numpy as np
 
 from nplm.backoff.arpa import read_arpa, write_sections
+from nplm.backoff.kenlm import intermediate
 from nplm.backoff.kenlm._klm import hash_word
 from nplm.errors import FormatError
 from nplm.io.resources import ThreadPool, start_thread
@@ -43,7 +44,6 @@ from nplm.io.text import word_bytes, word_str
 
 LD = np.longdouble
 LN10 = math.log(10.0)
-INTERMEDIATE_HEADER = b"KenLM intermediate binary file"
 # KenLM gives a model without <unk> this log10 probability for it
 MISSING_UNK = -100.0
 
@@ -61,51 +61,18 @@ class Component:
 
 
 def intermediate_exists(base):
-    return os.path.exists(base + ".kenlm_intermediate")
+    return intermediate.exists(base)
 
 
 def read_intermediate(base):
     """A Component from KenLM's intermediate files of ``base``."""
-    meta = base + ".kenlm_intermediate"
-    with open(meta, "rb") as f:
-        lines = f.read().split(b"\n")
-    if not lines or lines[0] != INTERMEDIATE_HEADER:
-        raise FormatError(f'File {meta} begins with "{word_str(lines[0] if lines else b"")}" not '
-                          f"{INTERMEDIATE_HEADER.decode()}")
-    fields = lines[1].split(b" ") if len(lines) > 1 else []
-    if not fields or fields[0] != b"Counts":
-        raise FormatError(f'Expected Counts, got "{word_str(fields[0] if fields else b"")}" in {meta}')
-    try:
-        counts = [int(c) for c in fields[1:]]
-    except ValueError:
-        raise FormatError(f"bad counts in {meta}") from None
-    payload = lines[2].split(b" ") if len(lines) > 2 else []
-    if len(payload) < 2 or payload[0] != b"Payload":
-        raise FormatError(f'Expected Payload, got "{word_str(payload[0] if payload else b"")}" in {meta}')
-    if payload[1] != b"pb":
+    words, ids, prob, backoff, payload = intermediate.read(base)
+    if payload != b"pb":
         # q (lmplz --collapse_values) has no back-offs to interpolate with
-        raise FormatError(f"Unknown payload {word_str(payload[1])}" if payload[1] != b"q" else
-                          f"{meta}: payload q (lmplz --collapse_values) is not supported: "
-                          "write the model without --collapse_values")
-    with open(base + ".vocab", "rb") as f:
-        words = f.read().split(b"\0")
-    if words and words[-1] == b"":
-        words.pop()
-    if not words or words[0] != b"<unk>":
-        raise FormatError("Vocabulary words are in the wrong place.")
-    ids, prob, backoff = [], [], []
-    for n, count in enumerate(counts, 1):
-        dtype = np.dtype([("w", "<u4", (n,)), ("p", "<f4"), ("b", "<f4")])
-        rec = np.fromfile(f"{base}.{n}", dtype=dtype)
-        if len(rec) != count:
-            raise FormatError(f"{base}.{n} holds {len(rec)} {n}-grams, not the {count} of {meta}")
-        # (lmplz writes each order in suffix order, which the union's searches are
-        # fastest on; any order gives the same result)
-        ids.append(rec["w"])
-        prob.append(np.ascontiguousarray(rec["p"]))
-        backoff.append(np.ascontiguousarray(rec["b"]) if n < len(counts) else np.zeros(count, np.float32))
-    if len(ids[0]) != len(words) or not np.array_equal(ids[0][:, 0], np.arange(len(words))):
-        raise FormatError(f"{base}.1 does not hold one unigram per word of {base}.vocab in id order")
+        raise FormatError(f"{base}{intermediate.META}: payload q (lmplz --collapse_values) is not "
+                          "supported: write the model without --collapse_values")
+    # (lmplz writes each order in suffix order, which the union's searches are
+    # fastest on; any order gives the same result)
     return Component(base, words, ids, prob, backoff)
 
 

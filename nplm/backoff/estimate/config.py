@@ -39,6 +39,7 @@ class EstimateConfig:
     memory: int = 0                 # the budget in bytes (-S)
     temp_dir: str = ""              # where runs spill (-T)
     progress: bool = True
+    collapse_values: bool = False   # log10 q for probabilities, back-offs 0 (lmplz --collapse_values)
 
     @property
     def pruning(self):
@@ -47,7 +48,7 @@ class EstimateConfig:
     @classmethod
     def make(cls, order, *, discount_fallback=None, prune=None, interpolate_unigrams=True,
              limit_vocab_file=None, skip_symbols=False, verbose_header=False, vocab_pad=0,
-             memory=None, temp_prefix=None, progress=True, refuse_unk=False):
+             memory=None, temp_prefix=None, progress=True, refuse_unk=False, collapse_values=False):
         order = check_order(order)
         vocab_pad = operator.index(vocab_pad)
         if vocab_pad < 0:
@@ -62,7 +63,8 @@ class EstimateConfig:
                    skip_symbols=bool(skip_symbols), verbose_header=bool(verbose_header),
                    vocab_pad=vocab_pad, refuse_unk=bool(refuse_unk),
                    memory=parse_size(memory if memory is not None else DEFAULT_MEMORY),
-                   temp_dir=temp_directory(temp_prefix), progress=progress)
+                   temp_dir=temp_directory(temp_prefix), progress=progress,
+                   collapse_values=bool(collapse_values))
 
 
 def check_order(order):

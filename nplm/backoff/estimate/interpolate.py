@@ -37,15 +37,38 @@ def contexts(adjusted, k, ctx_prev, threads):
     return ctx
 
 
+class Collapse:
+    """lmplz's --collapse_values: each order's probabilities replaced by log10 q once
+    its back-offs are known (see ``_kn_probs.collapse``), its back-offs by 0."""
+
+    def __init__(self):
+        self.delta = self.gamma = None
+
+    def order(self, k, prob, gamma, suffix, context, logprob, backoff):
+        """Order k's q into ``logprob`` from its probabilities, back-offs (None: all
+        1, the highest order), suffix and context rows in order k-1."""
+        gamma = np.ones(len(prob), dtype=np.float32) if gamma is None else gamma
+        delta = np.empty(len(prob), dtype=np.float32)
+        if k == 1:
+            _kn_probs.collapse(prob, gamma, None, None, None, None, True, delta, logprob)
+        else:
+            _kn_probs.collapse(prob, gamma, self.delta, self.gamma, np.ascontiguousarray(suffix, dtype=np.int32),
+                               np.ascontiguousarray(context, dtype=np.int32), False, delta, logprob)
+        backoff[:] = 0.0
+        self.delta, self.gamma = delta, gamma
+
+
 def interpolate(adjusted, discounts, kept, config, report):
     """(logprob, backoff) lists per order from the in-memory ``Adjusted``, whose
-    arrays are dropped as soon as they were last used."""
+    arrays are dropped as soon as they were last used; with
+    ``config.collapse_values`` the log10 q of each n-gram and back-offs 0."""
     sizes, order = adjusted.sizes, config.order
     report.start(sum(sizes))
     threads = max(1, min(2, os.cpu_count() or 1))   # the loops are memory-bound
     prob, lp1 = unigrams(adjusted.adj[0], adjusted.mark[0], discounts[0], config, kept[0])
     logprob = [lp1] + [np.empty(s, dtype=np.float32) for s in sizes[1:]]
     backoff = [np.zeros(s, dtype=np.float32) for s in sizes]
+    collapse = Collapse() if config.collapse_values else None
     done = sizes[0]
     report.update(done)
     ctx_prev = None
@@ -53,15 +76,23 @@ def interpolate(adjusted, discounts, kept, config, report):
         i = k - 1
         adjusted.adj[i - 1] = None
         ctx = contexts(adjusted, k, ctx_prev, threads)
+        # (order k-1's suffix and context rows, for its q once its back-offs are known)
+        lower = (adjusted.parent[i - 1], ctx_prev) if collapse else None
         adjusted.parent[i - 1] = ctx_prev = None
         _kn.release_free_memory()
         prob_k = np.empty(sizes[i], dtype=np.float32)
+        gamma = np.empty(sizes[i - 1], dtype=np.float32) if collapse else None
         _kn_probs.order_probs(adjusted.adj[i], adjusted.mark[i], ctx, adjusted.parent[i], discounts[i],
-                              prob, config.pruning, threads, prob_k, logprob[i], backoff[i - 1])
+                              prob, config.pruning, threads, prob_k, logprob[i], backoff[i - 1], gamma)
+        if collapse:
+            collapse.order(k - 1, prob, gamma, *lower, logprob[i - 1], backoff[i - 1])
+            del lower, gamma
         prob, ctx_prev = prob_k, ctx
         del prob_k, ctx
         done += sizes[i]
         report.update(done)
+    if collapse:
+        collapse.order(order, prob, None, adjusted.parent[order - 1], ctx_prev, logprob[-1], backoff[-1])
     del prob, ctx_prev
     adjusted.adj = adjusted.parent = None
     _kn.release_free_memory()

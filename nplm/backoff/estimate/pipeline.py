@@ -115,6 +115,9 @@ def in_memory(counter, config, report, comments):
 
 def partitioned(counts, folder, config, report, comments, budget, arpa, binary):
     """Stages 2-5 part by part."""
+    if config.collapse_values:
+        raise MemoryError(f"collapse_values needs the model estimated in memory, and the counts outgrew the "
+                          f"memory budget of {config.memory} bytes: raise it (lmplz -S)")
     counter = counts.counter
     prune_word = prune_words(counter, config, counts.name)
     vocab = counter.words()
@@ -168,7 +171,8 @@ def gather(vocab, kept, comments, blocks, order):
 def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, prune=None,
              interpolate_unigrams=True, limit_vocab_file=None, skip_symbols=False,
              verbose_header=False, vocab_pad=0, progress=True, memory=None, temp_prefix=None,
-             counts=None, client=None, binary_type=None, binary_options=None, refuse_unk=False):
+             counts=None, client=None, binary_type=None, binary_options=None, refuse_unk=False,
+             collapse_values=False):
     """Estimate an interpolated modified Kneser-Ney model the way lmplz does.
 
     Parameters
@@ -223,6 +227,12 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
     refuse_unk : bool
         Fail, as KenLM's lmplz does, when ``<unk>`` is in the text and ``skip_symbols``
         is off (by default nplm counts it as the unknown word).
+    collapse_values : bool
+        Collapse each n-gram's probability and back-off into one value q that gives
+        the same sentence probabilities (lmplz ``--collapse_values``; Heafield, Koehn
+        and Lavie 2012): the model's log10 probabilities are q, its back-offs 0.
+        Only for estimates that fit in the memory budget (not part by part, nor on
+        a cluster), and not with ``binary``.
     client : dask.distributed.Client, optional
         Estimate on its cluster (files the workers can read; ``pip install
         nplm[dask]``): the same model.
@@ -239,10 +249,14 @@ def estimate(text, order, arpa=None, binary=None, *, discount_fallback=None, pru
                                  interpolate_unigrams=interpolate_unigrams,
                                  limit_vocab_file=limit_vocab_file, skip_symbols=skip_symbols,
                                  verbose_header=verbose_header, vocab_pad=vocab_pad, memory=memory,
-                                 temp_prefix=temp_prefix, progress=progress, refuse_unk=refuse_unk)
+                                 temp_prefix=temp_prefix, progress=progress, refuse_unk=refuse_unk,
+                                 collapse_values=collapse_values)
     if (text is None) == (counts is None):
         raise ValueError("give either a text or counts files, not both")
     check_outputs(text, arpa, binary)
+    if collapse_values and (client is not None or binary is not None):
+        raise ValueError("collapse_values: q values are written to ARPA or KenLM's intermediate files "
+                         "only (no binary), and estimated in memory (no Dask cluster)")
     if binary is not None:      # checked now, used at the end: (path, type, options)
         check_options(resolve_type(binary_type, binary), **(binary_options or {}))
         binary = (binary, binary_type, dict(binary_options or {}))

@@ -151,9 +151,12 @@ def settings(p, argv):
         po.parse_size(v[name])
     if v["vocab_pad"] and not v["interpolate_unigrams"]:
         raise fail("--vocab_pad requires --interpolate_unigrams be on")
-    for name in ("intermediate", "renumber", "collapse_values"):
-        if name in given:
-            raise fail(f"--{name} is not supported: nplm writes only the ARPA file (drop --{name})")
+    # (KenLM's lmplz forces --renumber on for --intermediate)
+    renumber = v["renumber"] or "intermediate" in given
+    if renumber and v["limit_vocab_file"]:
+        flag = "intermediate" if "intermediate" in given else "renumber"
+        raise fail(f"--limit_vocab_file cannot be combined with --{flag}: KenLM's lmplz aborts on it "
+                   "(\"Detected n-gram without matching suffix\") or writes a model without </s>")
     ignored = [f"--{n}" for n in SPEED_ONLY if n in given]
     if ignored:
         print(f"lmplz: {', '.join(ignored)} only tune KenLM's buffers; ignored here", file=sys.stderr)
@@ -163,7 +166,8 @@ def settings(p, argv):
                 interpolate_unigrams=v["interpolate_unigrams"], skip_symbols=v["skip_symbols"],
                 verbose_header=v["verbose_header"], vocab_pad=v["vocab_pad"],
                 limit_vocab_file=v["limit_vocab_file"] or None,
-                text=v["text"], arpa=v["arpa"])
+                text=v["text"], arpa=v["arpa"], intermediate=v["intermediate"], renumber=renumber,
+                collapse_values=v["collapse_values"])
 
 
 @program("lmplz")
