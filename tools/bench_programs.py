@@ -18,6 +18,7 @@ import compileall
 import filecmp
 import os
 import platform
+import re
 import site
 import subprocess
 import time
@@ -45,15 +46,22 @@ SCRIPT = """#!{python}
 # -*- coding: utf-8 -*-
 import re
 import sys
-from nplm.cli.kenlm.{program} import main
+from {module} import {function}
 if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
-    sys.exit(main())
+    sys.exit({function}())
 """
 
 
+def _entry_points():
+    """pyproject.toml's [project.scripts]: name -> "module:function"."""
+    section = (ROOT / "pyproject.toml").read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    return dict(re.findall(r'^(\w+)\s*=\s*"([\w.]+:\w+)"', section, re.M))
+
+
 def installed_programs():
-    """A folder of nplm's programs as a regular install has them (see the docstring)."""
+    """A folder of nplm's programs as a regular install has them (see the docstring):
+    pyproject.toml's entry points in pip's console-script template."""
     env = CACHE / "installed-venv"
     python = env / "bin" / "python"
     if not python.exists():
@@ -62,9 +70,11 @@ def installed_programs():
                            capture_output=True, text=True, check=True).stdout.strip()
     with open(os.path.join(paths, "nplm-source.pth"), "w") as f:
         f.write("\n".join([str(ROOT), *site.getsitepackages()]) + "\n")
+    scripts = _entry_points()
     for program in ("lmplz", "build_binary", "query", "filter", "interpolate"):
+        module, function = scripts[program].split(":")
         script = env / "bin" / program
-        script.write_text(SCRIPT.format(python=python, program=program))
+        script.write_text(SCRIPT.format(python=python, module=module, function=function))
         script.chmod(0o755)
     return env / "bin"
 

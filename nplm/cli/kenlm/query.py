@@ -12,6 +12,7 @@ alone takes.  Every other model goes through nplm.Model (_query_model)."""
 
 import getopt
 import importlib
+import os
 import resource
 import sys
 import time
@@ -131,5 +132,16 @@ def main(argv=None):
     return 0
 
 
+def script():
+    """The installed ``query``: main, then the process ends as a C program's does,
+    without tearing the interpreter down (a few milliseconds of a run that KenLM
+    finishes in three hundredths of a second).  Nothing is left to do by then: the
+    output is flushed, and query writes no files."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    script()
