@@ -308,11 +308,12 @@ def test_lmplz_limit_vocab_file_as_kenlms(corpus, tmp_path):
 
 
 def test_installed_names_are_the_programs():
-    """pyproject.toml installs every program of PROGRAMS under its name, at its main."""
+    """pyproject.toml installs every program of PROGRAMS under its name, at its main
+    (query at ``script``: its main, then an exit without interpreter teardown)."""
     scripts = (ROOT / "pyproject.toml").read_text().partition("[project.scripts]")[2].partition("\n[")[0]
-    installed = dict(re.findall(r'^(\w+) = "([\w.]+):main"', scripts, re.M))
+    installed = {n: (m, f) for n, m, f in re.findall(r'^(\w+) = "([\w.]+):(\w+)"', scripts, re.M)}
     for name, module in PROGRAMS.items():
-        assert installed[name] == module
+        assert installed[name] == (module, "script" if name == "query" else "main")
     for name in MINE:
         assert callable(__import__(PROGRAMS[name], fromlist=["main"]).main)
 
