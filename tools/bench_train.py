@@ -187,37 +187,50 @@ def compare_engines(args, corpus, test):
 
 def compare_perplexity(args, cfg, tc, wc, tree, corpus, test):
     """Both engines, the same network, data, epochs and algorithm: exact PTB test
-    perplexity.  The Cython engine runs one thread (synchronous minibatches, as the torch
-    engine's; the torch engine has ``tc.threads`` threads inside each product), then,
-    reported apart, ``tc.threads`` Hogwild threads."""
+    perplexity, for each seed of ``args.seeds`` (the seed of the initial weights, the
+    example order, the noise and the masks).  The Cython engine runs one thread
+    (synchronous minibatches, as the torch engine's; the torch engine has ``tc.threads``
+    threads inside each product), then, reported apart, ``tc.threads`` Hogwild threads
+    (unless ``--no-hogwild``)."""
     import tempfile
 
     from nplm.neural import torch_engine as te
     runs = [("cython, 1 thread", "cython", 1), ("torch", "torch", tc.threads)]
-    if tc.threads > 1:
+    if tc.threads > 1 and args.hogwild:
         runs.append((f"cython, {tc.threads} Hogwild threads", "cython", tc.threads))
-    ppl = {}
-    for label, engine, threads in runs:
-        tcx = TrainConfig(**{**tc.__dict__, "epochs": args.epochs, "threads": threads})
-        t0 = time.perf_counter()
-        log = (lambda s, label=label: print(f"  [{label}] {s}", flush=True))
-        if engine == "cython":
-            net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
-            final = Trainer(net, corpus, tcx, log=log, progress=False).train()
-        else:       # the whole engine: streamed, shuffled PTB files, as nplm train --engine torch reads them
-            with tempfile.TemporaryDirectory() as d:
-                final = te.train([PTB / "ptb.train.txt"], PTB / "ptb.valid.txt", os.path.join(d, "m.nplm"), cfg,
-                                 tcx, te.TorchOptions(checkpoint_minutes=0), log=log, progress=False)
-        if final.vocab.words != corpus.vocab.words:     # the torch engine counts the words itself
-            test = Corpus(PTB / "ptb.train.txt", PTB / "ptb.test.txt", 5, vocab=final.vocab).valid
-        ppl[label] = final.perplexity(*test)
-        print(f"  {label}: {args.epochs} epochs in {(time.perf_counter() - t0) / 60:.1f} min, "
-              f"exact test perplexity {ppl[label]:.2f}", flush=True)
+    ppl = {label: [] for label, _, _ in runs}
+    for seed in args.seeds:
+        for label, engine, threads in runs:
+            tcx = TrainConfig(**{**tc.__dict__, "epochs": args.epochs, "threads": threads, "seed": seed})
+            t0 = time.perf_counter()
+            log = (lambda s, tag=f"{label}, seed {seed}": print(f"  [{tag}] {s}", flush=True))
+            if engine == "cython":
+                structs = (wc, tree)        # clustered with seed 1, as the torch engine clusters with its seed
+                if cfg.output == "class" and cfg.clustering == "brown" and seed != 1:
+                    structs = output_structures(cfg, corpus.vocab, corpus.train[1], seed, lambda s: None)
+                net = NeuralNet.create(cfg, corpus.vocab, word_class=structs[0], tree=structs[1], seed=seed)
+                final = Trainer(net, corpus, tcx, log=log, progress=False).train()
+            else:       # the whole engine: streamed, shuffled PTB files, as nplm train --engine torch reads them
+                with tempfile.TemporaryDirectory() as d:
+                    final = te.train([PTB / "ptb.train.txt"], PTB / "ptb.valid.txt", os.path.join(d, "m.nplm"),
+                                     cfg, tcx, te.TorchOptions(checkpoint_minutes=0), log=log, progress=False)
+            ex = test
+            if final.vocab.words != corpus.vocab.words:     # the torch engine counts the words itself
+                ex = Corpus(PTB / "ptb.train.txt", PTB / "ptb.test.txt", 5, vocab=final.vocab).valid
+            ppl[label].append(final.perplexity(*ex))
+            print(f"  {label}, seed {seed}: {args.epochs} epochs in {(time.perf_counter() - t0) / 60:.1f} min, "
+                  f"exact test perplexity {ppl[label][-1]:.2f}", flush=True)
     one = ppl["cython, 1 thread"]
-    print(f"  torch / cython (1 thread) perplexity ratio {ppl['torch'] / one:.4f}")
-    if tc.threads > 1:
-        hog = runs[-1][0]
-        print(f"  cython ({tc.threads} Hogwild threads) / cython (1 thread) perplexity ratio {ppl[hog] / one:.4f}")
+    for label, values in ppl.items():
+        print(f"  {label}: test perplexity {', '.join(f'{v:.2f}' for v in values)} (seeds "
+              f"{', '.join(map(str, args.seeds))}); mean {np.mean(values):.2f}")
+    print(f"  torch / cython (1 thread) perplexity ratio, seed by seed: "
+          f"{', '.join(f'{t / c:.4f}' for t, c in zip(ppl['torch'], one))}; of the means "
+          f"{np.mean(ppl['torch']) / np.mean(one):.4f}")
+    if len(runs) > 2:
+        hog = ppl[runs[-1][0]]
+        print(f"  cython ({tc.threads} Hogwild threads) / cython (1 thread) perplexity ratio, seed by seed: "
+              f"{', '.join(f'{h / c:.4f}' for h, c in zip(hog, one))}")
 
 
 def main():
@@ -231,7 +244,11 @@ def main():
                     help="torch: compare the Cython and torch engines on network (a) and nplm's default network")
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved throughput rounds per engine (--engine torch; 0: perplexity only)")
+    ap.add_argument("--seeds", default="1", help="comma-separated seeds of the perplexity runs (--engine torch)")
+    ap.add_argument("--no-hogwild", dest="hogwild", action="store_false",
+                    help="perplexity runs: leave out the Cython engine's Hogwild threads")
     args = ap.parse_args()
+    args.seeds = [int(x) for x in args.seeds.split(",")]
     if not PTB.is_dir():
         sys.exit(f"PTB not found at {PTB}")
     print(f"load average before start: {os.getloadavg()[0]:.2f} (2-core machine shared with others)")
