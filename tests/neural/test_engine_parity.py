@@ -201,3 +201,43 @@ def test_learning_rate_halving_and_early_stopping_are_the_same(texts):
     np.testing.assert_allclose([h["valid_ppl"] for h in th], [h["valid_ppl"] for h in ch], rtol=1e-3)
     p_c, p_t = cnet.perplexity(*corpus.valid), tnet.perplexity(*corpus.valid)
     assert math.isfinite(p_c) and p_t == pytest.approx(p_c, rel=1e-3)
+
+
+# ------------------------------------------------------------------ dropout
+
+def test_dropout_masks_differ_but_the_mean_loss_over_masks_is_the_same(texts):
+    # the engines draw masks from different generators: compare the loss of one batch
+    # averaged over many masks (inverted dropout on the hidden layer and on the input
+    # embeddings, the same rates), on the default network's kind
+    cfg = KINDS["class-nce-diagonal"]
+    corpus, make = _setup(texts, cfg, 1)
+    tc = TrainConfig(epochs=1, minibatch=64, threads=1, dropout=0.0, input_dropout=0.0, average=0)
+    cy = Trainer(make(), corpus, tc, log=lambda s: None, progress=False)
+    cy.train()                                        # weights away from their initial values
+    S = tn.TorchNet(cy._net_view(cy.params))
+    P = S.params()
+    noise = Noise(cy.net, 5) if cfg.objective == "nce" else None
+    drawn = tuple(a.copy() for a in noise.draw()) if noise else None
+    nd = tn.NoiseDraw(drawn, tn.noise_constants(noise, "cpu")) if noise else None
+    rows_ctx, rows_tgt = (np.ascontiguousarray(a[:64]) for a in cy.train_rows)
+    c = torch.from_numpy(np.asarray(S.net.input_ids(corpus.train[0][:64]), np.int64))
+    t = torch.from_numpy(np.asarray(S.net.unit_ids(corpus.train[1][:64]), np.int64))
+    n = 200
+    means, errors = {}, {}
+    for dropout, input_dropout in ((0.0, 0.0), (0.6, 0.0), (0.0, 0.5)):
+        lc = np.array([cy.engine.step(rows_ctx, rows_tgt, drawn, dropout, 1000 * s + 1, False, 1.0, input_dropout)
+                       for s in range(n)])
+        lt = []
+        for s in range(n):
+            torch.manual_seed(s)
+            with torch.no_grad():
+                lt.append(float(tn.step_loss(P, S, c, t, nd, dropout, input_dropout, [])[0]))
+        lt = np.array(lt)
+        se = math.sqrt(lc.var() / n + lt.var() / n)
+        assert abs(lc.mean() - lt.mean()) < 4 * se + 1e-6 * abs(lc.mean()), (dropout, input_dropout)
+        means[dropout, input_dropout], errors[dropout, input_dropout] = lc.mean(), se
+        if dropout or input_dropout:
+            assert lc.std() > 0 and lt.std() > 0
+    # dropout moves the mean loss by far more than the comparison's error: the test can tell
+    for rates in ((0.6, 0.0), (0.0, 0.5)):
+        assert abs(means[rates] - means[0.0, 0.0]) > 10 * errors[rates], (rates, means, errors)
