@@ -153,6 +153,8 @@ class _EpochNoise:
 
 
 class _InCythonsSteps(te.TorchTrainer):
+    """The torch engine's trainer drawing the Cython trainer's noise stream."""
+
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         if self.noise is not None:
