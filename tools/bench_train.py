@@ -5,6 +5,13 @@
     python tools/bench_train.py --nets a --epochs 10
     python tools/bench_train.py --engine torch       # Cython vs torch engine, (a) and the default net
     python tools/bench_train.py --engine torch --epochs 1   # also test perplexity of both engines
+    python tools/bench_train.py --engine torch --rounds 0 --epochs 2   # perplexity only, no throughput
+
+Perplexity comparison (--engine torch --epochs N): the torch engine against the Cython
+engine run as the same algorithm, one thread (synchronous minibatches, as torch's); the
+Cython engine with --threads Hogwild threads is trained too and reported apart: its
+threads apply updates computed from weights the other threads have since changed, a
+different (asynchronous) algorithm.
 
 Networks (all 5-gram, PTB vocabulary of 10k words):
   (a) Vaswani et al. 2013: 150-d embeddings, full contexts, hidden 750 and 150 (ReLU),
@@ -150,66 +157,105 @@ DEFAULT_NET = ("nplm default: diagonal, 1000-d, Brown classes, class NCE k=10", 
 
 
 def compare_engines(args, corpus, test):
-    """Cython engine against torch engine on the same cores: interleaved rounds, best kept."""
+    """Cython engine against torch engine on the same cores: interleaved rounds, best kept
+    (``--rounds 0``: no throughput); then, with ``--epochs``, test perplexity of both."""
     import subprocess
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    print(f"date {time.strftime('%Y-%m-%d')}, commit {commit}, CPU {cpu} ({os.cpu_count()} cores), "
-          f"{args.threads} threads, {args.rounds} interleaved rounds of {args.batches} minibatches, best kept")
-    nets = [NETS["a"]] + [DEFAULT_NET]
+    import torch
+    print(f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, CPU {cpu} "
+          f"({os.cpu_count()} cores), torch {torch.__version__}, {args.threads} threads, "
+          f"{args.rounds} interleaved rounds of {args.batches} minibatches, best kept")
+    nets = [v for k, v in (("a", NETS["a"]), ("d", DEFAULT_NET)) if k in args.nets]
     for name, cfg, tc in nets:
         tcx = TrainConfig(**{**tc.__dict__, "threads": args.threads})
         wc, tree = output_structures(cfg, corpus.vocab, corpus.train[1], 1, lambda s: None)
-        best = {"cython": 0.0, "torch": 0.0}
-        for _ in range(args.rounds):
-            for engine, fn in (("cython", throughput), ("torch", torch_throughput)):
-                net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
-                best[engine] = max(best[engine], fn(net, corpus, tcx, args.batches))
-        print(f"\n{name} (minibatch {tc.minibatch}):\n  cython {best['cython']:9,.0f} ex/s\n"
-              f"  torch  {best['torch']:9,.0f} ex/s  (torch/cython x{best['torch'] / best['cython']:.2f})")
+        if args.rounds:
+            best = {"cython": 0.0, "torch": 0.0}
+            for _ in range(args.rounds):
+                for engine, fn in (("cython", throughput), ("torch", torch_throughput)):
+                    net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
+                    best[engine] = max(best[engine], fn(net, corpus, tcx, args.batches))
+            print(f"\n{name} (minibatch {tc.minibatch}):\n  cython {best['cython']:9,.0f} ex/s\n"
+                  f"  torch  {best['torch']:9,.0f} ex/s  (torch/cython x{best['torch'] / best['cython']:.2f})")
+        else:
+            print(f"\n{name} (minibatch {tc.minibatch}):")
         if args.epochs:
             compare_perplexity(args, cfg, tcx, wc, tree, corpus, test)
 
 
 def compare_perplexity(args, cfg, tc, wc, tree, corpus, test):
-    """Both engines, the same network, data and epochs: exact PTB test perplexity."""
-    tcx = TrainConfig(**{**tc.__dict__, "epochs": args.epochs})
-    ppl = {}
-    for engine in ("cython", "torch"):
-        net = NeuralNet.create(cfg, corpus.vocab, word_class=wc, tree=tree, seed=1)
-        t0 = time.perf_counter()
-        if engine == "cython":
-            final = Trainer(net, corpus, tcx, log=lambda s: print("  " + s), progress=False).train()
-        else:       # the whole engine: streamed, shuffled PTB files, as nplm train --engine torch reads them
-            import tempfile
+    """Both engines, the same network, data, epochs and algorithm: exact PTB test
+    perplexity, for each seed of ``args.seeds`` (the seed of the initial weights, the
+    example order, the noise and the masks).  The Cython engine runs one thread
+    (synchronous minibatches, as the torch engine's; the torch engine has ``tc.threads``
+    threads inside each product), then, reported apart, ``tc.threads`` Hogwild threads
+    (unless ``--no-hogwild``)."""
+    import tempfile
 
-            from nplm.neural import torch_engine as te
-            with tempfile.TemporaryDirectory() as d:
-                final = te.train([PTB / "ptb.train.txt"], PTB / "ptb.valid.txt", os.path.join(d, "m.nplm"), cfg,
-                                 tcx, te.TorchOptions(checkpoint_minutes=0), log=lambda s: print("  " + s),
-                                 progress=False)
-        ppl[engine] = final.perplexity(*test)
-        print(f"  {engine}: {args.epochs} epochs in {(time.perf_counter() - t0) / 60:.1f} min, "
-              f"exact test perplexity {ppl[engine]:.2f}")
-    print(f"  torch/cython perplexity ratio {ppl['torch'] / ppl['cython']:.4f}")
+    from nplm.neural import torch_engine as te
+    runs = [("cython, 1 thread", "cython", 1), ("torch", "torch", tc.threads)]
+    if tc.threads > 1 and args.hogwild:
+        runs.append((f"cython, {tc.threads} Hogwild threads", "cython", tc.threads))
+    ppl = {label: [] for label, _, _ in runs}
+    for seed in args.seeds:
+        for label, engine, threads in runs:
+            tcx = TrainConfig(**{**tc.__dict__, "epochs": args.epochs, "threads": threads, "seed": seed})
+            t0 = time.perf_counter()
+            log = (lambda s, tag=f"{label}, seed {seed}": print(f"  [{tag}] {s}", flush=True))
+            if engine == "cython":
+                structs = (wc, tree)        # clustered with seed 1, as the torch engine clusters with its seed
+                if cfg.output == "class" and cfg.clustering == "brown" and seed != 1:
+                    structs = output_structures(cfg, corpus.vocab, corpus.train[1], seed, lambda s: None)
+                net = NeuralNet.create(cfg, corpus.vocab, word_class=structs[0], tree=structs[1], seed=seed)
+                final = Trainer(net, corpus, tcx, log=log, progress=False).train()
+            else:       # the whole engine: streamed, shuffled PTB files, as nplm train --engine torch reads them
+                with tempfile.TemporaryDirectory() as d:
+                    final = te.train([PTB / "ptb.train.txt"], PTB / "ptb.valid.txt", os.path.join(d, "m.nplm"),
+                                     cfg, tcx, te.TorchOptions(checkpoint_minutes=0), log=log, progress=False)
+            ex = test
+            if final.vocab.words != corpus.vocab.words:     # the torch engine counts the words itself
+                ex = Corpus(PTB / "ptb.train.txt", PTB / "ptb.test.txt", 5, vocab=final.vocab).valid
+            ppl[label].append(final.perplexity(*ex))
+            print(f"  {label}, seed {seed}: {args.epochs} epochs in {(time.perf_counter() - t0) / 60:.1f} min, "
+                  f"exact test perplexity {ppl[label][-1]:.2f}", flush=True)
+    one = ppl["cython, 1 thread"]
+    for label, values in ppl.items():
+        print(f"  {label}: test perplexity {', '.join(f'{v:.2f}' for v in values)} (seeds "
+              f"{', '.join(map(str, args.seeds))}); mean {np.mean(values):.2f}")
+    print(f"  torch / cython (1 thread) perplexity ratio, seed by seed: "
+          f"{', '.join(f'{t / c:.4f}' for t, c in zip(ppl['torch'], one))}; of the means "
+          f"{np.mean(ppl['torch']) / np.mean(one):.4f}")
+    if len(runs) > 2:
+        hog = ppl[runs[-1][0]]
+        print(f"  cython ({tc.threads} Hogwild threads) / cython (1 thread) perplexity ratio, seed by seed: "
+              f"{', '.join(f'{h / c:.4f}' for h, c in zip(hog, one))}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nets", default="abc")
+    ap.add_argument("--nets", default="abc",
+                    help="networks: a, b, c; with --engine torch a and d (nplm's default network)")
     ap.add_argument("--batches", type=int, default=200, help="minibatches per throughput measurement")
     ap.add_argument("--epochs", type=int, default=0, help="train this many epochs and report test perplexity")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engine", choices=["cython", "torch"], default="cython",
                     help="torch: compare the Cython and torch engines on network (a) and nplm's default network")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per engine (--engine torch)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved throughput rounds per engine (--engine torch; 0: perplexity only)")
+    ap.add_argument("--seeds", default="1", help="comma-separated seeds of the perplexity runs (--engine torch)")
+    ap.add_argument("--no-hogwild", dest="hogwild", action="store_false",
+                    help="perplexity runs: leave out the Cython engine's Hogwild threads")
     args = ap.parse_args()
+    args.seeds = [int(x) for x in args.seeds.split(",")]
     if not PTB.is_dir():
         sys.exit(f"PTB not found at {PTB}")
     print(f"load average before start: {os.getloadavg()[0]:.2f} (2-core machine shared with others)")
     set_blas_threads(args.threads)
     if args.engine == "torch":
+        if args.nets == "abc":
+            args.nets = "ad"
         corpus = Corpus(PTB / "ptb.train.txt", PTB / "ptb.valid.txt", 5)
         test = Corpus(PTB / "ptb.train.txt", PTB / "ptb.test.txt", 5, vocab=corpus.vocab).valid
         compare_engines(args, corpus, test)

@@ -154,6 +154,18 @@ class Noise:
         return (self.n1, self.logkq, self.n2, self.logkq2)
 
 
+def epoch_rng(seed, epoch):
+    """The generator of an epoch's example order (its first draw, a permutation of the
+    examples) and then of its truncated histories."""
+    return np.random.default_rng([seed, epoch])
+
+
+def epoch_noise_state(seed, epoch, worker):
+    """The noise generator's state at the start of an epoch: each of the trainer's
+    engines draws one stream an epoch from here."""
+    return np.uint64((seed * 1000003 + epoch * 101 + worker) % (1 << 63))
+
+
 def truncate_histories(contexts, rng, full_history):
     """Variable-history training (Zamora-Martinez et al. 2.1): a share ``full_history``
     of the examples keeps its whole context of n-1 words, the others a uniformly drawn
@@ -291,7 +303,7 @@ class Trainer:
         tc, _eng = self.tc, self.engine
         ctx_all, tgt_all = self.train_rows
         N = tgt_all.size
-        rng = np.random.default_rng([tc.seed, self.epoch])
+        rng = epoch_rng(tc.seed, self.epoch)
         perm = rng.permutation(N)
         ctx = np.ascontiguousarray(ctx_all[perm])
         tgt = np.ascontiguousarray(tgt_all[perm])
@@ -301,7 +313,7 @@ class Trainer:
             ctx = self.in_map[ctx]
         for w, nz in enumerate(self.noises):
             if nz is not None:
-                nz.state[0] = np.uint64((tc.seed * 1000003 + self.epoch * 101 + w) % (1 << 63))
+                nz.state[0] = epoch_noise_state(tc.seed, self.epoch, w)
         B = tc.minibatch
         bar = None
         if self.progress:
