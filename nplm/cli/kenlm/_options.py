@@ -19,14 +19,7 @@ The rules, each checked against KenLM's lmplz:
 import os
 import re
 
-
-class OptionError(Exception):
-    """A command line boost would refuse; the message is boost's text, ``kind`` the
-    name of boost's exception class."""
-
-    def __init__(self, message, kind="error"):
-        super().__init__(message)
-        self.kind = f"boost::wrapexcept<boost::program_options::{kind}>"
+from nplm.cli.kenlm._program import OptionError
 
 
 class Option:

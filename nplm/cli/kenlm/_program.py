@@ -5,12 +5,20 @@ import functools
 import os
 import sys
 
-from nplm.cli.kenlm._options import OptionError
 from nplm.io.places import written_in_place
 
 # KenLM's programs abort (SIGABRT) on errors raised in their worker threads or left
 # uncaught; a shell shows the exit status 134
 ABORT = 134
+
+
+class OptionError(Exception):
+    """A command line boost would refuse; the message is boost's text, ``kind`` the
+    name of boost's exception class."""
+
+    def __init__(self, message, kind="error"):
+        super().__init__(message)
+        self.kind = f"boost::wrapexcept<boost::program_options::{kind}>"
 
 
 class ProgramError(Exception):
