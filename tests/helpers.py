@@ -383,3 +383,21 @@ def random_arpa(draw):
         grams = chosen
     lines = [[p + "\t" + g + ("" if b is None else "\t" + b) for p, g, b in s] for s in sections]
     return arpa_text(*lines), [w for w in vocab]
+
+
+def markov_text(path, n, seed, chain_seed=None):
+    """Write n sentences of a small Markov chain over 40 words (three successors each)
+    to ``path`` and return its name: something a network can learn.  The chain is drawn
+    with ``chain_seed`` (texts of one language for several seeds), or without one from
+    the sentences' own generator, first."""
+    rng = np.random.default_rng(seed)
+    nxt = (rng if chain_seed is None else np.random.default_rng(chain_seed)).integers(0, 40, size=(40, 3))
+    lines = []
+    for _ in range(n):
+        w, words = int(rng.integers(40)), []
+        for _ in range(int(rng.integers(3, 9))):
+            words.append(f"w{w}")
+            w = int(nxt[w, rng.integers(3)])
+        lines.append(" ".join(words))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)

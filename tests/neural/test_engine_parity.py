@@ -23,27 +23,13 @@ from nplm.neural import torch_net as tn  # noqa: E402
 from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet  # noqa: E402
 from nplm.neural.train import Corpus, Noise, TrainConfig, Trainer, epoch_noise_state, epoch_rng, output_structures  # noqa: E402
 
-
-def _chain_text(path, n, seed):
-    """n sentences of one Markov chain over 40 words (three successors each), drawn
-    with ``seed``: training and validation texts of the same language."""
-    nxt = np.random.default_rng(7).integers(0, 40, size=(40, 3))
-    rng = np.random.default_rng(seed)
-    lines = []
-    for _ in range(n):
-        w, words = int(rng.integers(40)), []
-        for _ in range(int(rng.integers(3, 9))):
-            words.append(f"w{w}")
-            w = int(nxt[w, rng.integers(3)])
-        lines.append(" ".join(words))
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+from helpers import markov_text  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory):
     d = tmp_path_factory.mktemp("parity")
-    return _chain_text(d / "train.txt", 300, 1), _chain_text(d / "valid.txt", 60, 2)
+    return markov_text(d / "train.txt", 300, 1, chain_seed=7), markov_text(d / "valid.txt", 60, 2, chain_seed=7)
 
 
 @pytest.fixture(autouse=True)

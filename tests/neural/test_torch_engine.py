@@ -19,28 +19,15 @@ from nplm.neural.network import PARAM_NAMES, NeuralConfig, NeuralNet  # noqa: E4
 from nplm.neural.train import TrainConfig  # noqa: E402
 from nplm.neural.vocab import examples, read_sentences  # noqa: E402
 
+from helpers import markov_text  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _text(path, n, seed):
-    """n sentences of a small Markov chain over 40 words (something to learn)."""
-    rng = np.random.default_rng(seed)
-    nxt = rng.integers(0, 40, size=(40, 3))
-    lines = []
-    for _ in range(n):
-        w, words = int(rng.integers(40)), []
-        for _ in range(int(rng.integers(3, 9))):
-            words.append(f"w{w}")
-            w = int(nxt[w, rng.integers(3)])
-        lines.append(" ".join(words))
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("torch-data")
-    return _text(d / "train.txt", 300, 1), _text(d / "valid.txt", 40, 2)
+    return markov_text(d / "train.txt", 300, 1), markov_text(d / "valid.txt", 40, 2)
 
 
 KINDS = {

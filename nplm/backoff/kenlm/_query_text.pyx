@@ -70,18 +70,25 @@ cdef int _reserve(Out *o, Py_ssize_t more) except -1 nogil:
     return 0
 
 
+cdef int _interrupted() except -1 nogil:
+    """After a read or write that failed: 1 when a signal interrupted it (to retry,
+    once Python's handlers have run), else raise the error as an OSError."""
+    if errno == EINTR:
+        with gil:
+            PyErr_CheckSignals()
+        return 1
+    with gil:
+        PyErr_SetFromErrno(OSError)
+
+
 cdef int _drain(Out *o) except -1 nogil:
     """Write out everything buffered (all of it, through partial writes and EINTR)."""
     cdef Py_ssize_t done = 0, w
     while done < o.n:
         w = write(o.fd, o.buf + done, o.n - done)
         if w < 0:
-            if errno == EINTR:
-                with gil:
-                    PyErr_CheckSignals()
-                continue
-            with gil:
-                PyErr_SetFromErrno(OSError)
+            _interrupted()
+            continue
         done += w
     o.n = 0
     return 0
@@ -256,12 +263,8 @@ cdef class TextQuery:
                 while not eof:
                     got = read(in_fd, buf + have, cap - have)
                     if got < 0:
-                        if errno == EINTR:
-                            with gil:
-                                PyErr_CheckSignals()
-                            continue
-                        with gil:
-                            PyErr_SetFromErrno(OSError)
+                        _interrupted()
+                        continue
                     eof = got == 0
                     have += got
                     end = have
