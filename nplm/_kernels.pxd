@@ -61,8 +61,3 @@ cdef class Vocab:
 
 cdef class State:
     cdef NState _c
-
-
-cdef inline bint is_word_delimiter(unsigned char c) noexcept nogil:
-    # KenLM's util::kSpaces and bytes.split()'s delimiters: \t \n \v \f \r and space.
-    return c == 32 or (c >= 9 and c <= 13)

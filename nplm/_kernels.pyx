@@ -10,6 +10,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_
 from libc.string cimport memcmp, memcpy, memset
 from cython.parallel cimport prange
 
+from nplm._words cimport is_word_delimiter
+
 import numpy as np
 cimport numpy as cnp
 

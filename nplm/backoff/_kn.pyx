@@ -24,7 +24,7 @@ from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memcmp, memset, memchr
 from nplm._hashing cimport fmix64
-from nplm._kernels cimport is_word_delimiter
+from nplm._words cimport is_word_delimiter
 
 from cython.parallel cimport prange
 

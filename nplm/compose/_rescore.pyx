@@ -40,7 +40,8 @@ from cython.parallel cimport prange, threadid
 import numpy as np
 
 from nplm._hashing cimport fmix64
-from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId, is_word_delimiter
+from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId
+from nplm._words cimport is_word_delimiter
 from nplm.backoff._arpa cimport format_float
 
 cdef extern from "nbest.h" nogil:

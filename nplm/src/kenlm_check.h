@@ -23,6 +23,14 @@ static inline int klm_bad_backoff(float b) {
     return !(b >= -KLM_VALUE_LIMIT && b <= KLM_VALUE_LIMIT);
 }
 
+/* A score no sound file gives: NaN, or beyond the sum of an order's worth of the
+ * values accepted above (-inf is kept).  What a query checks of the n-grams a load
+ * did not check. */
+static inline int klm_bad_score(float p) {
+    const float limit = KLM_VALUE_LIMIT * KLM_MAX_ORDER;
+    return !(p >= -limit && p <= limit) && !(isinf(p) && p < 0.0f);
+}
+
 typedef struct {
     int order;                /* the order whose records are at fault (1: unigrams) */
     uint64_t record;
@@ -36,22 +44,29 @@ static inline int klm_fail(klm_fault *f, int order, uint64_t record, const char 
     return 1;
 }
 
-/* The first unsound value among n unigram records of `stride` bytes (a float32
- * probability at 0, a back-off at 4 and, with rest costs, a rest probability at 8):
- * its record, or -1, and what it is in *what.  `flagged`: the probability's sign bit
- * is a flag (probing), set before the test.  Probabilities are tested first, then
- * back-offs, then rest probabilities, each over every record. */
-static inline int64_t klm_check_unigrams(const uint8_t *u, uint64_t n, uint32_t stride, int flagged, int rest,
-                                         const char **what) {
+/* The first unsound value among n records of `stride` bytes holding a float32
+ * probability at byte prob_at and, where the offset is not -1, a back-off at
+ * backoff_at and a rest-cost probability at rest_at: its record, or -1, and what it
+ * is in *what.  `flagged`: the probability's sign bit is a flag (probing), set before
+ * the test.  Probabilities are tested first, then back-offs, then rest probabilities,
+ * each over every record. */
+static inline int64_t klm_check_values(const uint8_t *base, uint64_t n, uint32_t stride, uint32_t prob_at,
+                                       int flagged, int backoff_at, int rest_at, const char **what) {
     uint64_t i;
     for (i = 0; i < n; i++) {
-        float p = klm_load_float(u + i * stride);
+        float p = klm_load_float(base + i * stride + prob_at);
         if (klm_bad_prob(flagged ? klm_set_sign(p) : p)) { *what = "a probability no model holds"; return (int64_t)i; }
     }
-    for (i = 0; i < n; i++)
-        if (klm_bad_backoff(klm_load_float(u + i * stride + 4))) { *what = "a back-off no model holds"; return (int64_t)i; }
-    for (i = 0; rest && i < n; i++)
-        if (klm_bad_prob(klm_load_float(u + i * stride + 8))) { *what = "a probability no model holds"; return (int64_t)i; }
+    for (i = 0; backoff_at >= 0 && i < n; i++)
+        if (klm_bad_backoff(klm_load_float(base + i * stride + backoff_at))) {
+            *what = "a back-off no model holds";
+            return (int64_t)i;
+        }
+    for (i = 0; rest_at >= 0 && i < n; i++)
+        if (klm_bad_prob(klm_load_float(base + i * stride + rest_at))) {
+            *what = "a probability no model holds";
+            return (int64_t)i;
+        }
     return -1;
 }
 

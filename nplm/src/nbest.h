@@ -12,7 +12,7 @@
 #endif
 
 /* Bit i set when q[i] is a word delimiter (KenLM's: space, \t \n \v \f \r; the test
-   of is_word_delimiter in _kernels.pxd), for q[0:64]. */
+   of is_word_delimiter in _words.pxd), for q[0:64]. */
 static inline uint64_t nplm_delimiters64(const uint8_t *q) {
     uint64_t m = 0;
     int i;

@@ -5,7 +5,6 @@
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
-from libc.math cimport INFINITY
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 import numpy as np
@@ -13,7 +12,7 @@ cimport numpy as cnp
 
 from nplm.errors import FormatError
 
-from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId, MAX_ORDER
+from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId
 
 cnp.import_array()
 
@@ -121,7 +120,7 @@ cdef class KenlmVocab(Vocab):
 # Scorers.
 
 cdef extern from "kenlm_check.h" nogil:
-    float KLM_VALUE_LIMIT
+    int klm_bad_score(float p)
 
 
 cdef int _check_scores(object path, const Ret *rets, int n) except -1 nogil:
@@ -129,10 +128,10 @@ cdef int _check_scores(object path, const Ret *rets, int n) except -1 nogil:
     values kenlm_check.h accepts): a file loaded with LAZY, whose n-grams were not
     checked at load, is refused on the first use of a damaged one."""
     cdef int i
-    cdef float p, limit = KLM_VALUE_LIMIT * MAX_ORDER
+    cdef float p
     for i in range(n):
         p = rets[i].prob
-        if not (-limit <= p <= limit) and p != -INFINITY:
+        if klm_bad_score(p):
             with gil:
                 raise FormatError(f"corrupt KenLM binary: a log10 probability of {p:g} from its n-grams (a LAZY "
                                   "load checks only the unigrams at load; nplm verify checks every n-gram)", path)

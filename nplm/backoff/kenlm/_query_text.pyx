@@ -12,13 +12,13 @@
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from libc.errno cimport EINTR, errno
-from libc.math cimport INFINITY
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcpy, memmove
 from cython.parallel cimport prange
 from posix.unistd cimport read, write
 
+from nplm._words cimport is_word_delimiter
 from nplm.backoff._arpa cimport format_float
 from nplm.backoff.kenlm._klm_tables cimport (
     bytes_at, klm_hash_word, klm_probing, klm_probing_score_run, klm_probing_vocab_index, klm_ret,
@@ -28,7 +28,7 @@ import nplm._threads  # no-cython-lint (OpenMP's at-fork handler, as every kerne
 from nplm.errors import FormatError, MappedFileChanged
 
 cdef extern from "kenlm_check.h" nogil:
-    float KLM_VALUE_LIMIT
+    int klm_bad_score(float p)
 
 cdef extern from "mapguard.h" nogil:
     int nplm_guard_install()
@@ -37,18 +37,12 @@ cdef extern from "mapguard.h" nogil:
     int nplm_guard_damaged(int slot, uintptr_t lo)
 
 cdef enum:
-    ORDERS = 16         # kenlm_query.h's KLM_MAX_ORDER (checked in _klm_tables.pxd)
     RUN = 256           # words scored per call of the run scorer
     BLOCK = 1 << 20     # bytes of standard input read at a time
     PART = 1 << 15      # the least input worth a thread of its own
 
 
-MAX_ORDER = ORDERS
-
-
-cdef inline bint _space(unsigned char c) noexcept nogil:
-    # KenLM's util::kSpaces: \t \n \v \f \r and space
-    return c == 32 or (c >= 9 and c <= 13)
+MAX_ORDER = 16          # kenlm_query.h's KLM_MAX_ORDER (checked in _klm_tables.pxd)
 
 
 cdef struct Out:
@@ -224,15 +218,15 @@ cdef class TextQuery:
         return klm_probing_vocab_index(self.vocab, self.vocab_entries, h)
 
     cdef int _check(self, const klm_ret *rets, int n) except -1 nogil:
-        """A score no sound file gives (see _klm._check_scores), or a lost page."""
+        """A score no sound file gives (klm_bad_score), or a lost page."""
         cdef int i
-        cdef float p, limit = KLM_VALUE_LIMIT * ORDERS
+        cdef float p
         if self.slot >= 0 and nplm_guard_damaged(self.slot, self.lo):
             with gil:
                 raise MappedFileChanged(f"{self.path}: the file changed (it was truncated) while it was mapped")
         for i in range(n):
             p = rets[i].prob
-            if not (-limit <= p <= limit) and p != -INFINITY:
+            if klm_bad_score(p):
                 with gil:
                     raise FormatError(f"corrupt KenLM binary: a log10 probability of {p:g} from its n-grams "
                                       "(nplm verify checks every n-gram)", self.path)
@@ -367,12 +361,12 @@ cdef class TextQuery:
         else:
             st.length = 0
         while True:
-            while i < n and _space(s[i]):
+            while i < n and is_word_delimiter(s[i]):
                 i += 1
             if i >= n:
                 break
             b = i
-            while i < n and not _space(s[i]):
+            while i < n and not is_word_delimiter(s[i]):
                 i += 1
             starts[k], lens[k] = b, i - b
             ids[k] = self._index(s + b, i - b)

@@ -8,15 +8,11 @@ a trie's child pointers cover the next order in order and its word ids increase
 under each parent; quantisation tables are sorted.  The loads that read the whole
 file anyway (POPULATE, READ) check every record, in one pass (kenlm_check.h);
 LAZY, which reads only what queries touch, checks the unigrams and the
-quantisation tables (kenlm_check.h through _check, without numpy, which only the
-probing records' check imports), and ``nplm verify`` the rest.
+quantisation tables, and ``nplm verify`` the rest.  The tests are kenlm_check.h's,
+through _check (no numpy).
 """
-import importlib
-
 from nplm.backoff.kenlm import _check
 from nplm.errors import FormatError
-
-LIMIT = 10000.0
 
 
 def _refuse(what, n, index, path):
@@ -28,42 +24,24 @@ def _ngrams(n):
     return "unigrams" if n == 1 else f"{n}-grams"
 
 
-def _column(mem, table, at):
-    """The float32 at byte ``at`` of each entry of ``table`` (a view, no copy)."""
-    np = importlib.import_module("numpy")
-    rows = mem[table.offset:table.offset + table.buckets * table.entry].reshape(table.buckets, table.entry)
-    return rows[:, at:at + 4].view(np.float32)[:, 0]
-
-
-def _values(n, prob, backoff, path, signed=True):
-    """Refuse the first unsound value (prob with its sign forced on when ``signed``)."""
-    np = importlib.import_module("numpy")
-    if signed:
-        prob = (prob.view(np.uint32) | np.uint32(0x80000000)).view(np.float32)
-    bad_prob = np.isnan(prob) | (prob > 0) | ((prob < -LIMIT) & ~np.isinf(prob))     # (kenlm_check.h's tests)
-    bad_backoff = None if backoff is None else ~((backoff >= -LIMIT) & (backoff <= LIMIT))
-    for what, bad in (("a probability no model holds", bad_prob), ("a back-off no model holds", bad_backoff)):
-        if bad is not None and bad.any():
-            _refuse(what, n, np.flatnonzero(bad)[0], path)
-
-
-def _unigrams(mem, uni, records, flagged, rest, path):
-    fault = _check.unigram_fault(mem, uni.offset, records, uni.entry, flagged, rest)
+def _values(mem, n, table, records, prob_at, flagged, backoff_at=-1, rest_at=-1, path=None):
+    """Refuse the first unsound value of the first ``records`` records of ``table``
+    (order n): a probability at byte prob_at (its sign forced on when ``flagged``),
+    a back-off and a rest probability where their offsets are given."""
+    fault = _check.value_fault(mem, table.offset, records, table.entry, prob_at, flagged, backoff_at, rest_at)
     if fault is not None:
-        _refuse(fault[1], 1, fault[0], path)
+        _refuse(fault[1], n, fault[0], path)
 
 
 def check_probing(mem, layout, path, records=True):
-    uni = layout.unigram
-    _unigrams(mem, uni, uni.buckets, True, uni.entry == 12, path)     # (12 bytes: rest costs)
+    uni = layout.unigram        # (with rest costs, a third float in each record: 12 and 20 bytes)
+    _values(mem, 1, uni, uni.buckets, 0, True, 4, 8 if uni.entry == 12 else -1, path=path)
     if not records:
         return
     for n, table in enumerate(layout.middle, 2):
-        _values(n, _column(mem, table, 8), _column(mem, table, 12), path)
-        if table.entry == 20:
-            _values(n, _column(mem, table, 16), None, path, signed=False)
+        _values(mem, n, table, table.buckets, 8, True, 12, 16 if table.entry == 20 else -1, path=path)
     # the longest order's probabilities are stored as they are (no flag in the sign)
-    _values(layout.header.order, _column(mem, layout.longest, 8), None, path, signed=False)
+    _values(mem, layout.header.order, layout.longest, layout.longest.buckets, 8, False, path=path)
 
 
 def check_trie(mem, layout, core, path, records=True):
@@ -75,7 +53,7 @@ def check_trie(mem, layout, core, path, records=True):
             order, record, what = fault
             _refuse(what, order, record, path)
         return
-    _unigrams(mem, layout.unigram, layout.header.counts[0], False, False, path)
+    _values(mem, 1, layout.unigram, layout.header.counts[0], 0, False, 4, path=path)
 
 
 def _check_quant(mem, quant, order, path):
