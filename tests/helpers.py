@@ -401,3 +401,14 @@ def markov_text(path, n, seed, chain_seed=None):
         lines.append(" ".join(words))
     path.write_text("\n".join(lines) + "\n")
     return str(path)
+
+
+def zipf_text(path, seed, words, sentences, longest, offset=0):
+    """Write ``sentences`` lines of 2 to ``longest - 1`` words drawn from a Zipf law
+    over ``words`` words (named w<offset>, w<offset + 1>, ...) to ``path``."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, words + 1)
+    with open(path, "w") as f:
+        for _ in range(sentences):
+            n = int(rng.integers(2, longest))
+            f.write(" ".join(f"w{offset + w}" for w in rng.choice(words, size=n, p=p / p.sum())) + "\n")

@@ -6,14 +6,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from nplm.backoff.kenlm import intermediate
 from nplm.backoff.tables import NGramTables
 from nplm.cli.kenlm import PROGRAMS
 
-from helpers import REFERENCE, ROOT, kenlm_program
+from helpers import REFERENCE, ROOT, kenlm_program, zipf_text
 
 pytestmark = pytest.mark.slow
 
@@ -32,15 +31,6 @@ def files(folder, base, order):
     return {os.path.basename(p): open(p, "rb").read() for p in intermediate.file_names(folder / base, order)}
 
 
-def zipf_text(path, seed, words=3000, sentences=1500, offset=0):
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, words + 1)
-    with open(path, "w") as f:
-        for _ in range(sentences):
-            n = int(rng.integers(2, 25))
-            f.write(" ".join(f"w{offset + w}" for w in rng.choice(words, size=n, p=p / p.sum())) + "\n")
-
-
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory):
     """big.txt: the first 1,500 lines of PTB train (<unk> as UNK, which lmplz accepts)
@@ -51,9 +41,9 @@ def texts(tmp_path_factory):
         with open(REFERENCE / "ptb5k.txt", "rb") as f:
             (d / "big.txt").write_bytes(b"".join(f.readlines()[:1500]))
     else:
-        zipf_text(d / "big.txt", 7)
+        zipf_text(d / "big.txt", 7, words=3000, sentences=1500, longest=25)
     (d / "tiny.txt").write_text("the cat sat on the mat\nthe dog sat on the log\na cat and a dog\nthe cat ran\n")
-    zipf_text(d / "other.txt", 3, words=800, sentences=400, offset=300)
+    zipf_text(d / "other.txt", 3, words=800, sentences=400, longest=25, offset=300)
     return d
 
 

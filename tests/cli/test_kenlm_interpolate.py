@@ -13,7 +13,7 @@ from nplm.backoff.arpa import read_arpa
 from nplm.cli.kenlm import PROGRAMS
 from nplm.cli.kenlm.interpolate import munge_weights
 
-from helpers import ROOT, kenlm_program
+from helpers import ROOT, kenlm_program, zipf_text
 
 pytestmark = pytest.mark.slow
 
@@ -29,24 +29,15 @@ def theirs(args, cwd):
                           stderr=subprocess.PIPE, cwd=cwd, timeout=600)
 
 
-def zipf_text(path, seed, words=800, sentences=400, offset=0):
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, words + 1)
-    with open(path, "w") as f:
-        for _ in range(sentences):
-            n = int(rng.integers(2, 15))
-            f.write(" ".join(f"w{offset + w}" for w in rng.choice(words, size=n, p=p / p.sum())) + "\n")
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """KenLM's lmplz intermediate files (and ARPA files) of small texts: a2 (bigrams)
     and b3 (trigrams) of one text, c3 and c4 of a text with other words too; t is a
     tuning text, with words no model knows."""
     d = tmp_path_factory.mktemp("interp")
-    zipf_text(d / "a.txt", 1)
-    zipf_text(d / "c.txt", 2, offset=300)
-    zipf_text(d / "t.txt", 3, sentences=60, offset=100)
+    zipf_text(d / "a.txt", 1, words=800, sentences=400, longest=15)
+    zipf_text(d / "c.txt", 2, words=800, sentences=400, longest=15, offset=300)
+    zipf_text(d / "t.txt", 3, words=800, sentences=60, longest=15, offset=100)
     lmplz = kenlm_program("lmplz")
     for name, order, text in (("a2", 2, "a.txt"), ("b3", 3, "a.txt"), ("c3", 3, "c.txt"), ("c4", 4, "c.txt")):
         with open(d / text, "rb") as f:
