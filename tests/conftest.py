@@ -1,4 +1,6 @@
 """Shared fixtures; the plain helpers they use live in helpers.py."""
+import faulthandler
+
 import pytest
 
 import nplm
@@ -31,6 +33,21 @@ SLOW_MODULES = {"test_fuzz", "test_reproduce", "test_interrupt", "test_doc_examp
                 "test_address_space_limits", "test_arpa_header_bombs", "test_train", "test_progress_output"}
 # Names that mean a test module reads ../shared.
 SHARED_NAMES = ("REFERENCE", "DATA", "SHARED", "need_shared", "reference_binaries")
+
+
+# No test takes a minute; one that runs for this long is stuck (a pipe never closed, a
+# lock never released): its threads' stacks go to stderr and the run ends, failed,
+# rather than waiting for CI's limit with nothing to show.
+STUCK_AFTER_S = 900
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    faulthandler.dump_traceback_later(STUCK_AFTER_S, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_collection_modifyitems(config, items):

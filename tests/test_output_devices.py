@@ -4,8 +4,10 @@ streaming, as KenLM's programs write them; the node stays what it was.  (A priva
 null device made with mknod stands in for /dev/null, so that a regression could not
 replace the machine's own.)"""
 import os
+import select
 import stat
 import threading
+import time
 
 import pytest
 
@@ -33,22 +35,46 @@ def _expected(tmp_path, name):
     return out.read_bytes()
 
 
+def _read_fifo_while(fifo, command, deadline_s=120):
+    """What ``command`` writes to ``fifo``, read until it has returned and the FIFO's
+    last writer has closed it: (exit code, bytes).  The read end is opened first,
+    without blocking, so the command's open never waits for a reader; a command that
+    outlives the deadline, or leaves the write end open after returning, fails the
+    test instead of hanging it."""
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    result = []
+    writer = threading.Thread(target=lambda: result.append(command()), daemon=True)
+    writer.start()
+    chunks, stop = [], time.monotonic() + deadline_s
+    try:
+        while True:
+            assert time.monotonic() < stop, "the command still runs, or holds the FIFO open, after %d s" % deadline_s
+            done = not writer.is_alive()    # before the read: then it sees every write
+            select.select([fd], [], [], 0.05)
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:         # a writer has it open, nothing to read yet
+                continue
+            if chunk:
+                chunks.append(chunk)
+            elif done:                      # no writer left, and the command had returned
+                break
+            else:                           # no writer yet (or between two opens)
+                time.sleep(0.01)
+    finally:
+        os.close(fd)
+    writer.join(1)
+    return result[0], b"".join(chunks)
+
+
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_a_fifo_gets_the_whole_output_and_stays_a_fifo(tmp_path, name):
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
-    reader.start()
-    try:
-        assert main(COMMANDS[name](str(fifo))) == 0
-    finally:
-        if reader.is_alive():           # the command failed before opening it
-            with open(fifo, "wb"):
-                pass
-        reader.join()
+    code, got = _read_fifo_while(fifo, lambda: main(COMMANDS[name](str(fifo))))
+    assert code == 0
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
-    assert got[0] == _expected(tmp_path, name)
+    assert got == _expected(tmp_path, name)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root (CI runs as root)")
