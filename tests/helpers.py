@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,16 @@ def kenlm_program(name):
     if os.environ.get("NPLM_REQUIRE_KENLM_PROGRAMS"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+def installed_program(name):
+    """Path of nplm's program ``name`` as pip installed it: a script beside this
+    interpreter (setup.py's scripts, whose #!python pip rewrote).  The tests run in
+    the environment nplm is installed in (README's test command), so its absence is a
+    failure."""
+    path = os.path.join(sysconfig.get_path("scripts"), name)
+    assert os.access(path, os.X_OK), f"{path} is not installed: pip install -e . before the tests"
+    return path
 
 
 def need_reference():

@@ -20,7 +20,7 @@ with tempfile.TemporaryDirectory() as d:
     assert model.order == 3
     assert -10 < model.score("the cat sat on the log") < 0
     bindir = os.path.dirname(sys.executable)
-    for name in ("lmplz", "build_binary", "query", "filter", "count_ngrams", "fragment"):
+    for name in ("lmplz", "build_binary", "query", "filter", "count_ngrams", "fragment", "interpolate"):
         assert shutil.which(name, path=bindir), f"{name} is not installed beside {sys.executable}"
     lmplz = shutil.which("lmplz", path=bindir)
     out = subprocess.run([lmplz, "-o", "3", "--discount_fallback", "--text", text], capture_output=True, check=True).stdout

@@ -3,11 +3,10 @@ single, multiple, union, phrase) with and without context, the vocabulary from a
 model from a file with the other on stdin, ARPA and raw outputs, and its usage errors."""
 import os
 import subprocess
-import sys
 
 import pytest
 
-from helpers import REFERENCE, ROOT, kenlm_program, need_shared
+from helpers import REFERENCE, ROOT, installed_program, kenlm_program, need_shared
 
 ARPA = ROOT / "examples" / "toy.arpa"
 VOCABS = {"one-line": "the cat sat mat\n", "lines": "the cat sat\nmat the dog\n\n  log on  \n\nthe\n"}
@@ -18,13 +17,10 @@ def run(program, args, stdin, cwd):
     return subprocess.run(program + args, input=stdin, capture_output=True, cwd=cwd)
 
 
-OURS = [sys.executable, "-m", "nplm.cli.kenlm.filter"]
-
-
 def both(tmp_path, args, stdin, outputs):
     """(our outputs, KenLM's outputs): exit code and the bytes of every output file."""
     results = []
-    for name, program in (("ours", OURS), ("theirs", [kenlm_program("filter")])):
+    for name, program in (("ours", [installed_program("filter")]), ("theirs", [kenlm_program("filter")])):
         d = tmp_path / name
         d.mkdir()
         r = run(program, args, stdin, d)
@@ -71,7 +67,7 @@ def test_raw_output_is_kenlms_unthreaded(tmp_path, mode):
 @pytest.mark.parametrize("args", [[], ["single"], ["bogus", "vocab:v", "o"], ["single", "foo:v", "o"],
                                   ["single", "phrase", "vocab:v", "o"], ["single", "threads:0", "vocab:v", "o"]])
 def test_usage_errors_exit_as_kenlms(tmp_path, args):
-    ours = run(OURS, args, b"", tmp_path)
+    ours = run([installed_program("filter")], args, b"", tmp_path)
     theirs = run([kenlm_program("filter")], args, b"", tmp_path)
     assert ours.returncode == theirs.returncode == 1
     assert ours.stderr.splitlines()[:1] == [line.replace(kenlm_program("filter").encode(), b"filter")
@@ -138,7 +134,7 @@ def test_broken_arpa_fails_as_kenlms(tmp_path, case):
     (tmp_path / "v.txt").write_text(VOCABS["lines"])
     args = ["single", f"vocab:{tmp_path / 'v.txt'}", "out.arpa"]
     (tmp_path / "ours").mkdir()
-    ours = run(OURS, args, _broken()[case], tmp_path / "ours")
+    ours = run([installed_program("filter")], args, _broken()[case], tmp_path / "ours")
     theirs = run([kenlm_program("filter")], args, _broken()[case], tmp_path)
     assert ours.returncode == theirs.returncode == 1
     assert b" line " in ours.stderr and not (tmp_path / "ours" / "out.arpa").exists()

@@ -4,23 +4,20 @@ for byte; KenLM's interpolate, and nplm's, on nplm's files as on KenLM's."""
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from nplm.backoff.kenlm import intermediate
 from nplm.backoff.tables import NGramTables
-from nplm.cli.kenlm import PROGRAMS
 
-from helpers import REFERENCE, ROOT, kenlm_program, zipf_text
+from helpers import REFERENCE, installed_program, kenlm_program, zipf_text
 
 pytestmark = pytest.mark.slow
 
 
 def ours(name, args, cwd, stdin=None):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", PROGRAMS[name], *args], stdin=stdin, capture_output=True,
-                          cwd=cwd, env=env, timeout=600)
+    return subprocess.run([installed_program(name), *args], stdin=stdin, capture_output=True, cwd=cwd,
+                          timeout=600)
 
 
 def theirs(name, args, cwd, stdin=None):

@@ -13,15 +13,14 @@ from nplm.backoff.arpa import read_arpa
 from nplm.cli.kenlm import PROGRAMS
 from nplm.cli.kenlm.interpolate import munge_weights
 
-from helpers import ROOT, kenlm_program, zipf_text
+from helpers import ROOT, installed_program, kenlm_program, zipf_text
 
 pytestmark = pytest.mark.slow
 
 
 def ours(args, cwd):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", PROGRAMS["interpolate"], *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, cwd=cwd, env=env, timeout=600)
+    return subprocess.run([installed_program("interpolate"), *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, cwd=cwd, timeout=600)
 
 
 def theirs(args, cwd):

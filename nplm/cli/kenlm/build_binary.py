@@ -2,7 +2,6 @@
 as KenLM's build_binary writes it, with its getopt command line, messages and exit
 codes."""
 
-import getopt
 import os
 import re
 import sys
@@ -10,7 +9,7 @@ import sys
 from nplm.backoff.kenlm.write import build_binary_from_arpa
 from nplm.cli.kenlm import _options as po
 from nplm.cli.kenlm import _sizes
-from nplm.cli.kenlm._program import ABORT, fail, in_place, program
+from nplm.cli.kenlm._program import ABORT, GetoptError, fail, gnu_getopt, in_place, program
 
 USAGE = """\
 Usage: {name} [-u log10_unknown_probability] [-s] [-i] [-v] [-w mmap|after] [-p probing_multiplier] \
@@ -90,10 +89,9 @@ def parse_bits(word):
 def settings(argv):
     """build_binary's options (GNU getopt: options may follow the files)."""
     try:
-        opts, files = getopt.gnu_getopt(argv, "q:b:a:u:p:t:T:m:S:w:sir:vh")
-    except getopt.GetoptError as e:
-        what = "invalid option" if "not recognized" in e.msg else "option requires an argument"
-        print(f"{program_name()}: {what} -- '{e.opt}'", file=sys.stderr)
+        opts, files = gnu_getopt(argv, "q:b:a:u:p:t:T:m:S:w:sir:vh")
+    except GetoptError as e:
+        print(f"{program_name()}: {e}", file=sys.stderr)
         raise usage() from None
     s = dict(options={}, quantize=False, backoff=False, rest=None, positive=False)
     for flag, value in opts:

@@ -10,7 +10,6 @@ this module reaches without importing numpy or nplm's model kernels: KenLM's que
 a test set takes a few hundredths of a second in all, about what importing numpy
 alone takes.  Every other model goes through nplm.Model (_query_model)."""
 
-import getopt
 import importlib
 import os
 import resource
@@ -18,7 +17,7 @@ import sys
 import time
 
 from nplm.backoff.kenlm import query_text, reader
-from nplm.cli.kenlm._program import fail, program
+from nplm.cli.kenlm._program import GetoptError, fail, gnu_getopt, program
 from nplm.query_summary import CorpusStats
 
 MAX_ORDER = 6       # as the PyPI kenlm build reports it in the usage text
@@ -47,10 +46,9 @@ def parse(argv):
     if not argv or argv == ["--help"]:
         raise fail(USAGE.rstrip("\n"))
     try:
-        opts, rest = getopt.gnu_getopt(argv, "bnv:l:")     # GNU getopt permutes, as glibc does
-    except getopt.GetoptError as e:        # glibc getopt's wording
-        why = "option requires an argument" if "requires argument" in e.msg else "invalid option"
-        raise fail(f"query: {why} -- '{e.opt}'\n{USAGE}".rstrip("\n")) from None
+        opts, rest = gnu_getopt(argv, "bnv:l:")
+    except GetoptError as e:
+        raise fail(f"query: {e}\n{USAGE}".rstrip("\n")) from None
     levels, context, flush, load = set(), True, False, reader.POPULATE_OR_READ
     for flag, value in opts:
         if flag == "-b":
