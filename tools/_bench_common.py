@@ -1,6 +1,5 @@
 """Helpers shared by the benchmarks: locating data, building the PTB models, timing."""
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -12,12 +11,32 @@ PTB = SHARED / "data" / "ptb"
 CACHE = Path(os.environ.get("NPLM_BENCH_CACHE", Path.home() / ".cache" / "nplm-bench"))
 
 
-def lmplz_path():
-    """KenLM's lmplz, if built (env NPLM_LMPLZ, PATH, or /opt/kenlm-src/build/bin)."""
-    for cand in (os.environ.get("NPLM_LMPLZ"), shutil.which("lmplz"), "/opt/kenlm-src/build/bin/lmplz"):
-        if cand and os.access(cand, os.X_OK):
-            return cand
+def kenlm_folders():
+    """Where KenLM's own programs may be: $NPLM_KENLM_BIN, the folder of $NPLM_LMPLZ,
+    tools/build_kenlm.sh's cache, /opt/kenlm-src/build/bin.  Never PATH: nplm installs
+    programs under KenLM's names, and a benchmark must not time nplm against itself."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    version = os.environ.get("NPLM_KENLM_VERSION", "0.3.0")
+    folders = [os.environ.get("NPLM_KENLM_BIN"), os.path.dirname(os.environ.get("NPLM_LMPLZ") or ""),
+               os.environ.get("NPLM_KENLM_CACHE") and os.path.join(os.environ["NPLM_KENLM_CACHE"], "bin"),
+               os.path.join(cache, "nplm", f"kenlm-{version}", "bin"), "/opt/kenlm-src/build/bin"]
+    return [f for f in folders if f]
+
+
+def kenlm_program(name):
+    """KenLM's program ``name`` (a compiled executable, not a script), or None."""
+    for folder in kenlm_folders():
+        path = os.path.join(folder, name)
+        if os.access(path, os.X_OK) and os.path.isfile(path):
+            with open(path, "rb") as f:
+                if f.read(2) != b"#!":
+                    return path
     return None
+
+
+def lmplz_path():
+    """KenLM's lmplz, if built (see kenlm_folders)."""
+    return kenlm_program("lmplz")
 
 
 def ptb_train_unk():

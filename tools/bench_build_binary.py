@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from _bench_common import CACHE, ROOT, kn_arpa, lmplz_path, save_results
+from _bench_common import CACHE, ROOT, kenlm_program, kn_arpa, save_results
 
 import nplm
 
@@ -57,9 +57,7 @@ def bench_layout(name, arpa, build_binary, repeat):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--build-binary", default=os.path.join(os.path.dirname(lmplz_path() or
-                                                                         "/opt/kenlm-src/build/bin/lmplz"),
-                                                         "build_binary"))
+    ap.add_argument("--build-binary", default=kenlm_program("build_binary"))
     ap.add_argument("--json", help="also save the table here, for tools/docs_benchmarks.py")
     args = ap.parse_args()
     compileall.compile_dir(str(ROOT / "nplm"), quiet=1)

@@ -6,10 +6,10 @@ ARPA file), query (PTB test on the probing file and on the ARPA file) and filter
 (the ARPA file to PTB test's vocabulary) and interpolate (KN3 and KN5 of PTB train, as
 KenLM's lmplz --intermediate writes them, weights 0.4 0.6) run with the same command
 line, once by each side per round; the rounds
-interleave the two and the best wall time of each is kept.  nplm's time includes
-starting Python and importing nplm (its programs run as ``python -m
-nplm.cli.kenlm.<program>``, which is what the installed scripts do).  Every output is
-compared byte for byte.
+interleave the two and the best wall time of each is kept.  nplm's programs run as
+pip installs them: setup.py's scripts, in a venv that sees the source tree through a
+.pth file as a regular install sees nplm, so their time includes starting Python and
+importing what each needs.  Every output is compared byte for byte.
 
     python tools/bench_programs.py [--repeat 2] [--order 3] [--kenlm-bin DIR] [--only PROGRAM ...]
 """
@@ -18,21 +18,19 @@ import compileall
 import filecmp
 import os
 import platform
-import re
 import site
 import subprocess
 import time
 import venv
 
-from _bench_common import CACHE, ROOT, ptb_lines, ptb_train_unk
+from _bench_common import CACHE, ROOT, kenlm_program, ptb_lines, ptb_train_unk
 
 from nplm.backoff.kenlm import intermediate as intermediate_files
 
 
 def kenlm_bin():
-    folder = os.environ.get("NPLM_KENLM_BIN") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nplm", "kenlm-0.3.0", "bin")
-    return folder
+    lmplz = kenlm_program("lmplz")
+    return os.path.dirname(lmplz) if lmplz else None
 
 
 def timed(argv, stdin=None, stdout=None):
@@ -42,26 +40,10 @@ def timed(argv, stdin=None, stdout=None):
         return time.perf_counter() - t
 
 
-SCRIPT = """#!{python}
-# -*- coding: utf-8 -*-
-import re
-import sys
-from {module} import {function}
-if __name__ == '__main__':
-    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
-    sys.exit({function}())
-"""
-
-
-def _entry_points():
-    """pyproject.toml's [project.scripts]: name -> "module:function"."""
-    section = (ROOT / "pyproject.toml").read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
-    return dict(re.findall(r'^(\w+)\s*=\s*"([\w.]+:\w+)"', section, re.M))
-
-
 def installed_programs():
     """A folder of nplm's programs as a regular install has them (see the docstring):
-    pyproject.toml's entry points in pip's console-script template."""
+    setup.py's scripts (nplm/cli/kenlm/bin), their "#!python" pointed at a venv's
+    interpreter as pip points it."""
     env = CACHE / "installed-venv"
     python = env / "bin" / "python"
     if not python.exists():
@@ -70,11 +52,10 @@ def installed_programs():
                            capture_output=True, text=True, check=True).stdout.strip()
     with open(os.path.join(paths, "nplm-source.pth"), "w") as f:
         f.write("\n".join([str(ROOT), *site.getsitepackages()]) + "\n")
-    scripts = _entry_points()
     for program in ("lmplz", "build_binary", "query", "filter", "interpolate"):
-        module, function = scripts[program].split(":")
+        source = (ROOT / "nplm" / "cli" / "kenlm" / "bin" / program).read_text()
         script = env / "bin" / program
-        script.write_text(SCRIPT.format(python=python, module=module, function=function))
+        script.write_text(f"#!{python}\n" + source.partition("\n")[2])
         script.chmod(0o755)
     return env / "bin"
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import kenlm
-from _bench_common import CACHE, best_time, best_times, kn_arpa, ptb_lines, rss_mib_of, save_results
+from _bench_common import CACHE, best_time, best_times, kenlm_program, kn_arpa, ptb_lines, rss_mib_of, save_results
 
 import nplm
 
@@ -50,9 +50,8 @@ def main():
     nplm.build_binary(arpa, binary)
     t_b, nb = best_time(lambda: nplm.Model(binary), 20)
     kbin = str(CACHE / f"ptb.o{args.order}.kenlm-probing")
-    build_binary = os.path.join(os.path.dirname(os.environ.get("NPLM_LMPLZ", "/opt/kenlm-src/build/bin/lmplz")),
-                                "build_binary")
-    if os.access(build_binary, os.X_OK):
+    build_binary = kenlm_program("build_binary")
+    if build_binary:
         if not os.path.exists(kbin):
             subprocess.run([build_binary, "probing", arpa, kbin], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

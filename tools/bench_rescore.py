@@ -288,10 +288,10 @@ def best_times(fns, repeat):
 def kenlm_binary(arpa):
     """The KN5 as a KenLM probing binary, built by KenLM's build_binary (None
     without it)."""
-    build = Path(common.lmplz_path() or "/opt/kenlm-src/build/bin/lmplz").with_name("build_binary")
+    build = common.kenlm_program("build_binary")
     out = common.CACHE / "ptb.o5.kenlm-probing"
     if not out.exists():
-        if not build.exists():
+        if build is None:
             return None
         subprocess.run([str(build), "probing", str(arpa), str(out) + ".tmp"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

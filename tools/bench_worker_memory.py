@@ -1,7 +1,7 @@
 """Memory of a worker process that scores with one KenLM binary: the RSS that
 ``import nplm`` + loading the file + scoring PTB test adds to a fresh interpreter,
 against the same with the real kenlm module, for KenLM's probing and trie files of
-PTB KN5 (built by KenLM's build_binary where NPLM_KENLM_BIN names it, else by nplm,
+PTB KN5 (built by KenLM's build_binary where one is built, else by nplm,
 whose files are the same bytes).  Each measurement is a fresh process; the best
 (lowest) of --repeat rounds is kept.
 
@@ -22,6 +22,8 @@ PTB = ROOT.parent / "shared" / "data" / "ptb"
 sys.path.insert(0, str(ROOT / "tests"))
 from test_worker_memory import MEASURE  # noqa: E402 (the measurement the test makes)
 
+from _bench_common import kenlm_program  # noqa: E402
+
 
 def measure(module, model):
     r = subprocess.run([sys.executable, "-c", MEASURE, module, model, str(PTB / "ptb.test.txt")],
@@ -30,9 +32,9 @@ def measure(module, model):
 
 
 def build(arpa, out, layout):
-    kenlm_bin = os.environ.get("NPLM_KENLM_BIN")
-    if kenlm_bin:
-        subprocess.run([os.path.join(kenlm_bin, "build_binary"), "-s", layout, arpa, out], check=True,
+    build_binary = kenlm_program("build_binary")
+    if build_binary:
+        subprocess.run([build_binary, "-s", layout, arpa, out], check=True,
                        capture_output=True)
     else:
         nplm.build_binary(arpa, out, layout)
