@@ -35,9 +35,10 @@ SLOW_MODULES = {"test_fuzz", "test_reproduce", "test_interrupt", "test_doc_examp
 SHARED_NAMES = ("REFERENCE", "DATA", "SHARED", "need_shared", "reference_binaries")
 
 
-# No test takes a minute; one that runs for this long is stuck (a pipe never closed, a
-# lock never released): its threads' stacks go to stderr and the run ends, failed,
-# rather than waiting for CI's limit with nothing to show.
+# The slowest tests take a minute or two (pytest prints the slowest at the end); one
+# that runs for this long is stuck (a pipe never closed, a lock never released): its
+# threads' stacks go to stderr and the run ends, failed, rather than waiting for CI's
+# limit with nothing to show.  (test_fuzz arms a shorter watchdog of its own.)
 STUCK_AFTER_S = 900
 
 
