@@ -1,14 +1,17 @@
 """Text in an 8-bit encoding (Latin-1 here) through the whole chain, as KenLM takes it:
-a word is its bytes.  ``nplm estimate`` -> ``nplm build-binary`` -> ``nplm query``
-give the bytes of lmplz -> build_binary -> query, and the Python API finds the
-Latin-1 words from bytes, or from the str that nplm.io.text.word_str makes of them."""
+a word is its bytes.  ``nplm estimate`` -> ``nplm build-binary`` -> ``nplm query``,
+and the programs nplm installs under KenLM's names, give the bytes of KenLM's lmplz
+-> build_binary -> query, and the Python API finds the Latin-1 words from bytes, or
+from the str that nplm.io.text.word_str makes of them."""
+import subprocess
+
 import kenlm
 import pytest
 
 import nplm
 from nplm.io.text import open_lines, split_words, word_bytes, word_str
 
-from helpers import DATA, kenlm_program, need_shared, quiet_config, run_cli
+from helpers import DATA, installed_program, kenlm_program, need_shared, quiet_config, run_cli
 
 # PTB words turned into Latin-1 bytes: é, ï, a no-break space inside a word (not white
 # space to KenLM), bytes that are no UTF-8 at all, and \v / \x1c / \x85, which lmplz
@@ -34,9 +37,9 @@ def corpus(tmp_path_factory):
     return path
 
 
-def _run(program, *args, stdin=None):
-    import subprocess
-    return subprocess.run([kenlm_program(program), *map(str, args)], input=stdin, capture_output=True,
+def _run(program, *args, stdin=None, find=kenlm_program):
+    """The standard output of ``program`` (KenLM's, or as ``find`` finds it)."""
+    return subprocess.run([find(program), *map(str, args)], input=stdin, capture_output=True,
                           check=True).stdout
 
 
@@ -72,6 +75,19 @@ def test_query_prints_what_kenlm_query_prints(chain, corpus, kind):
     r = run_cli("query", chain[kind][1], stdin=text)
     assert r.returncode == 0, r.stderr
     assert b"caf\xe9=" in want and r.stdout.split(b"\n") == want.split(b"\n")
+
+
+@pytest.mark.parametrize("kind", ["probing", "trie"])
+def test_kenlms_program_names_give_kenlms_chain(chain, corpus, tmp_path, kind):
+    """lmplz -> build_binary -> query as nplm installs them, byte for byte KenLM's."""
+    text = b"\n".join(corpus.read_bytes().split(b"\n")[:120]) + b"\n"
+    arpa, binary = tmp_path / "lm.arpa", tmp_path / "lm.bin"
+    arpa.write_bytes(_run("lmplz", "-o", "3", "-S", "10%", stdin=corpus.read_bytes(), find=installed_program))
+    _run("build_binary", kind, arpa, binary, find=installed_program)
+    ref_arpa, ref_binary = chain["arpa"][0], chain[kind][0]
+    assert arpa.read_bytes() == ref_arpa.read_bytes() and binary.read_bytes() == ref_binary.read_bytes()
+    want = _run("query", ref_binary, stdin=text)
+    assert b"caf\xe9=" in want and _run("query", binary, stdin=text, find=installed_program) == want
 
 
 @pytest.mark.parametrize("kind", ["arpa", "probing", "trie"])
