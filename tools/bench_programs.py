@@ -12,6 +12,7 @@ pip installs them: setup.py's scripts, in a venv that sees the source tree throu
 importing what each needs.  Every output is compared byte for byte.
 
     python tools/bench_programs.py [--repeat 2] [--order 3] [--kenlm-bin DIR] [--only PROGRAM ...]
+    python tools/bench_programs.py --words 20M --order 5    # lmplz and build_binary at scale
 """
 import argparse
 import compileall
@@ -23,6 +24,7 @@ import subprocess
 import time
 import venv
 
+import bench_scale
 from _bench_common import CACHE, ROOT, kenlm_program, ptb_lines, ptb_train_unk
 
 from nplm.backoff.kenlm import intermediate as intermediate_files
@@ -70,9 +72,10 @@ def intermediate(text, order, folder):
     return base
 
 
-def cases(text, order, folder):
-    """(name, program, arguments, stdin, stdout) with {side} for each side's files."""
-    arpa = str(CACHE / f"programs-{{side}}.o{order}.arpa")
+def cases(text, order, folder, tag=""):
+    """(name, program, arguments, stdin, stdout) with {side} for each side's files;
+    ``tag`` names the files of a corpus other than PTB train."""
+    arpa = str(CACHE / f"programs-{{side}}{tag}.o{order}.arpa")
     test = CACHE / "programs-ptb-test.txt"
     test.write_text("\n".join(ptb_lines("test")) + "\n")
     vocab = CACHE / "programs-ptb-test.vocab"
@@ -81,10 +84,11 @@ def cases(text, order, folder):
         (f"lmplz -o {order} -S 1G", "lmplz", ["-o", str(order), "-S", "1G"], str(text), arpa),
         (f"lmplz -o {order} -S 1G --intermediate", "lmplz",
          ["-o", str(order), "-S", "1G", "--intermediate", str(CACHE / f"programs-{{side}}.o{order}")], str(text), None),
-        ("build_binary probing", "build_binary", [arpa.format(side="kenlm"), str(CACHE / "programs-{side}.probing")],
-         None, None),
+        ("build_binary probing", "build_binary",
+         [arpa.format(side="kenlm"), str(CACHE / f"programs-{{side}}{tag}.probing")], None, None),
         ("build_binary trie -q 8 -b 8", "build_binary",
-         ["-q", "8", "-b", "8", "trie", arpa.format(side="kenlm"), str(CACHE / "programs-{side}.trie")], None, None),
+         ["-q", "8", "-b", "8", "trie", arpa.format(side="kenlm"), str(CACHE / f"programs-{{side}}{tag}.trie")],
+         None, None),
         ("query probing, PTB test", "query", [str(CACHE / "programs-kenlm.probing")], str(test),
          str(CACHE / "programs-{side}.query-probing.txt")),
         ("query ARPA, PTB test", "query", [arpa.format(side="kenlm")], str(test),
@@ -95,6 +99,14 @@ def cases(text, order, folder):
          ["-m", intermediate(text, 3, folder), intermediate(text, 5, folder), "-w", "0.4", "0.6"], None,
          str(CACHE / "programs-{side}.interpolated.arpa")),
     ]
+
+
+def scaled_corpus(words):
+    """tools/bench_scale.py's corpus of ``words`` words ("20M"), cached."""
+    path = CACHE / f"programs-corpus-{words}.txt"
+    if not path.exists():
+        bench_scale.build_corpus(path, bench_scale.word_count(words))
+    return path
 
 
 def run_case(case, folder, ours, repeat):
@@ -127,10 +139,15 @@ def main():
     ap.add_argument("--order", type=int, default=3)
     ap.add_argument("--kenlm-bin", default=kenlm_bin())
     ap.add_argument("--only", nargs="+", metavar="PROGRAM", help="run only these programs' cases")
+    ap.add_argument("--words", help="lmplz and build_binary on a corpus of this many words (20M: "
+                    "tools/bench_scale.py's PTB + WikiText-2 text) instead of PTB train")
     args = ap.parse_args()
     compileall.compile_dir(str(ROOT / "nplm"), quiet=1)     # no run compiles nplm's sources
     CACHE.mkdir(parents=True, exist_ok=True)
-    text = ptb_train_unk()
+    text, tag = ptb_train_unk(), ""
+    if args.words:
+        text, tag = scaled_corpus(args.words), f"-w{args.words}"
+        args.only = [p for p in args.only or ("lmplz", "build_binary") if p in ("lmplz", "build_binary")]
     ours = installed_programs()
     start = timed([str(ours / "python"), "-c", "import nplm.cli.kenlm.lmplz, nplm.backoff.estimate"])
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
@@ -139,7 +156,7 @@ def main():
           f"{os.cpu_count()} CPUs; python start + import: {start:.2f} s; best of {args.repeat} interleaved rounds")
     print("| command | KenLM (s) | nplm (s) | ratio KenLM/nplm | output |")
     print("|---|---:|---:|---:|---|")
-    for case in cases(text, args.order, args.kenlm_bin):
+    for case in cases(text, args.order, args.kenlm_bin, tag):
         if args.only and case[1] not in args.only:
             continue
         name, k, n, same = run_case(case, args.kenlm_bin, ours, args.repeat)
