@@ -2,8 +2,10 @@
 
 lmplz (PTB train, <unk> written as UNK; the ARPA file, and the intermediate files of
 --intermediate), build_binary (probing and trie of that
-ARPA file), query (PTB test on the probing file and on the ARPA file) and filter single
-(the ARPA file to PTB test's vocabulary) and interpolate (KN3 and KN5 of PTB train, as
+ARPA file), query (PTB test on the probing file and on the ARPA file), filter single
+(the ARPA file to PTB test's vocabulary), filter union phrase (the ARPA file to PTB
+test's sentences, each offering its n-grams of one to three words as phrases, as a
+translation system's phrase table offers them) and interpolate (KN3 and KN5 of PTB train, as
 KenLM's lmplz --intermediate writes them, weights 0.4 0.6) run with the same command
 line, once by each side per round; the rounds
 interleave the two and the best wall time of each is kept.  nplm's programs run as
@@ -70,6 +72,13 @@ def intermediate(text, order, folder):
     return base
 
 
+def phrase_line(words, longest=3):
+    """A sentence's phrases as a phrase table offers them for it: each of its n-grams
+    of one to ``longest`` words, once, tab-separated."""
+    return "\t".join(dict.fromkeys(" ".join(words[i:i + n]) for n in range(1, longest + 1)
+                                   for i in range(len(words) - n + 1)))
+
+
 def cases(text, order, folder):
     """(name, program, arguments, stdin, stdout) with {side} for each side's files."""
     arpa = str(CACHE / f"programs-{{side}}.o{order}.arpa")
@@ -77,6 +86,8 @@ def cases(text, order, folder):
     test.write_text("\n".join(ptb_lines("test")) + "\n")
     vocab = CACHE / "programs-ptb-test.vocab"
     vocab.write_text(" ".join(sorted({w for line in ptb_lines("test") for w in line.split()})) + "\n")
+    phrases = CACHE / "programs-ptb-test.phrases"
+    phrases.write_text("".join(phrase_line(line.split()) + "\n" for line in ptb_lines("test")))
     return [
         (f"lmplz -o {order} -S 1G", "lmplz", ["-o", str(order), "-S", "1G"], str(text), arpa),
         (f"lmplz -o {order} -S 1G --intermediate", "lmplz",
@@ -91,6 +102,9 @@ def cases(text, order, folder):
          str(CACHE / "programs-{side}.query-arpa.txt")),
         ("filter single, PTB test's words", "filter",
          ["single", f"vocab:{vocab}", str(CACHE / "programs-{side}.filtered.arpa")], arpa.format(side="kenlm"), None),
+        ("filter union phrase, PTB test's 1-3-word phrases", "filter",
+         ["union", "phrase", f"vocab:{phrases}", str(CACHE / "programs-{side}.phrase.arpa")], arpa.format(side="kenlm"),
+         None),
         ("interpolate -m KN3 KN5 -w 0.4 0.6", "interpolate",
          ["-m", intermediate(text, 3, folder), intermediate(text, 5, folder), "-w", "0.4", "0.6"], None,
          str(CACHE / "programs-{side}.interpolated.arpa")),
