@@ -138,6 +138,31 @@ static inline size_t nplm_fword(const char **ps, const char *e, const char *limi
     return j;
 }
 
+/* Word f (key its first 8 bytes) into its slot. */
+static void nplm_fvocab_place(nplm_fvocab *v, uint32_t f, uint64_t key) {
+    uint64_t s = nplm_fhash(key, v->text + v->start[f], v->len[f]) >> v->shift;
+    while (v->slots[s].id) s = (s + 1) & v->mask;
+    v->slots[s].key = key;
+    v->slots[s].len = v->len[f];
+    v->slots[s].id = f + 1;
+}
+
+/* The slots made anew for the distinct words alone (eight slots a word), where the
+   text's repeated words (a phrase file's) had them made larger: fewer of them to miss
+   in the cache.  Out of memory, the larger ones stay. */
+static void nplm_fvocab_fit(nplm_fvocab *v, const char *limit) {
+    uint64_t slots = 16;
+    int bits = 4;
+    while (slots < 8 * (uint64_t)v->words + 2) { slots *= 2; ++bits; }
+    nplm_fslot *fit = slots <= v->mask ? calloc(slots, sizeof(*fit)) : NULL;
+    if (!fit) return;
+    free(v->slots);
+    v->slots = fit;
+    v->mask = slots - 1;
+    v->shift = 64 - bits;
+    for (uint32_t f = 0; f < v->words; ++f) nplm_fvocab_place(v, f, nplm_fkey(v->text + v->start[f], v->len[f], limit));
+}
+
 /* Build from text[0:size]: words split at whitespace; a sentence ends at the first
    newline after one of its words (blank lines hold none).  Returns 0, or -1 out of
    memory. */
@@ -194,11 +219,7 @@ static int nplm_fvocab_build(nplm_fvocab *v, const char *text, size_t size) {
         if (f < 0) {
             f = v->words++;
             v->start[f] = os[k]; v->len[f] = ol[k];
-            uint64_t s = nplm_fhash(key, w, ol[k]) >> v->shift;
-            while (v->slots[s].id) s = (s + 1) & v->mask;
-            v->slots[s].key = key;
-            v->slots[s].len = ol[k];
-            v->slots[s].id = (uint32_t)f + 1;
+            nplm_fvocab_place(v, (uint32_t)f, key);
             last[f] = UINT32_MAX;
         }
         word_of[k] = (uint32_t)f;
@@ -211,6 +232,7 @@ static int nplm_fvocab_build(nplm_fvocab *v, const char *text, size_t size) {
         if (last[f] != osent[k]) { last[f] = osent[k]; v->postings[v->post_at[f] + v->post_n[f]++] = osent[k]; }
     }
     free(os); free(ol); free(osent); free(last); free(word_of);
+    nplm_fvocab_fit(v, text + size);
     return 0;
 }
 

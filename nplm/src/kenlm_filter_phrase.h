@@ -17,17 +17,21 @@
 
 enum { NPLM_P_SUB, NPLM_P_LEFT, NPLM_P_RIGHT, NPLM_P_PHRASE };
 
+enum { NPLM_P_HEAD = 3 };
+
 typedef struct {
     uint64_t hash;
     uint32_t at, len;          /* an occurrence: ids[at:at+len]; len 0: an empty slot */
     uint32_t entry;
+    uint32_t head[NPLM_P_HEAD];/* its first ids (0 past its end), compared without leaving the slot */
 } nplm_pslot;
 
-/* A list of sentences: postings[at:at+n], and a bit (s mod 64) for each sentence s in
-   it, so that two lists whose bits do not meet are seen to be disjoint at once. */
+/* A list of sentences: postings[at:at+n], its first, and a bit (s mod 32) for each
+   sentence s in it, so that two lists whose bits do not meet are seen to be disjoint
+   at once; an n-gram's test reads no posting of a list it need not walk. */
 typedef struct {
-    uint32_t at, n;
-    uint64_t bits;
+    uint32_t at, n, first;
+    uint32_t bits;
 } nplm_plist;
 
 typedef struct {
@@ -61,8 +65,11 @@ static inline uint64_t nplm_pslot_of(const nplm_fphrases *p, uint64_t h) {
     return (h * 0xbf58476d1ce4e5b9ULL) >> p->shift;
 }
 
-static inline int nplm_psame(const uint32_t *a, const uint32_t *b, uint32_t n) {
-    for (uint32_t i = 0; i < n; ++i) if (a[i] != b[i]) return 0;
+/* Whether the slot holds the words q[0:n] (hash h). */
+static inline int nplm_psame(const nplm_fphrases *p, const nplm_pslot *sl, uint64_t h, const uint32_t *q, uint32_t n) {
+    if (sl->hash != h || sl->len != n) return 0;
+    for (uint32_t i = 0; i < n && i < NPLM_P_HEAD; ++i) if (sl->head[i] != q[i]) return 0;
+    for (uint32_t i = NPLM_P_HEAD; i < n; ++i) if (p->ids[sl->at + i] != q[i]) return 0;
     return 1;
 }
 
@@ -71,7 +78,7 @@ static inline int64_t nplm_plookup(const nplm_fphrases *p, uint64_t h, const uin
     for (uint64_t i = nplm_pslot_of(p, h);; i = (i + 1) & p->mask) {
         const nplm_pslot *sl = &p->slots[i];
         if (!sl->len) return -1;
-        if (sl->hash == h && sl->len == n && nplm_psame(p->ids + sl->at, q, n)) return sl->entry;
+        if (nplm_psame(p, sl, h, q, n)) return sl->entry;
     }
 }
 
@@ -82,13 +89,34 @@ static int nplm_pgrow(uint32_t **a, size_t n) {
     return 0;
 }
 
-/* The entry of ids[at:at+n] (hash h), made if new; -1 out of memory. */
+/* Twice the slots (or 4096 at first), the entries placed anew; -1 out of memory. */
+static int nplm_pslots_grow(nplm_fphrases *p) {
+    uint64_t slots = p->slots ? 2 * (p->mask + 1) : 4096;
+    nplm_pslot *old = p->slots, *grown = calloc(slots, sizeof(*grown));
+    if (!grown) return -1;
+    uint64_t was = old ? p->mask + 1 : 0;
+    p->slots = grown;
+    p->mask = slots - 1;
+    p->shift = 64 - __builtin_ctzll(slots);
+    for (uint64_t j = 0; j < was; ++j) {
+        if (!old[j].len) continue;
+        uint64_t i = nplm_pslot_of(p, old[j].hash);
+        while (grown[i].len) i = (i + 1) & p->mask;
+        grown[i] = old[j];
+    }
+    free(old);
+    return 0;
+}
+
+/* The entry of ids[at:at+n] (hash h), made if new; -1 out of memory.  The table
+   stays at most half full. */
 static int64_t nplm_pintern(nplm_fphrases *p, uint64_t h, uint32_t at, uint32_t n) {
+    if (2 * ((uint64_t)p->entries + 1) > p->mask + 1 && nplm_pslots_grow(p)) return -1;
     uint64_t i = nplm_pslot_of(p, h);
     for (;; i = (i + 1) & p->mask) {
         const nplm_pslot *sl = &p->slots[i];
         if (!sl->len) break;
-        if (sl->hash == h && sl->len == n && nplm_psame(p->ids + sl->at, p->ids + at, n)) return sl->entry;
+        if (nplm_psame(p, sl, h, p->ids + at, n)) return sl->entry;
     }
     if (p->entries == p->entry_cap) {
         uint32_t cap = p->entry_cap ? 2 * p->entry_cap : 1024;
@@ -103,6 +131,7 @@ static int64_t nplm_pintern(nplm_fphrases *p, uint64_t h, uint32_t at, uint32_t 
     for (int k = 0; k < 4; ++k) p->last[4 * e + k] = UINT32_MAX;
     nplm_pslot *sl = &p->slots[i];
     sl->hash = h; sl->at = at; sl->len = n; sl->entry = e;
+    for (uint32_t j = 0; j < n && j < NPLM_P_HEAD; ++j) sl->head[j] = p->ids[at + j];
     return e;
 }
 
@@ -114,8 +143,9 @@ static inline void nplm_pnote(nplm_fphrases *p, uint32_t e, int k, uint32_t s, i
     p->last[i] = s;
     nplm_plist *l = &p->lists[i];
     if (fill) p->postings[l->at + l->n] = s;
+    if (!l->n) l->first = s;
     ++l->n;
-    l->bits |= 1ULL << (s & 63);
+    l->bits |= 1U << (s & 31);
 }
 
 /* Every substring of every phrase into the table (Substrings::AddPhrase): counting
@@ -183,13 +213,8 @@ static int nplm_fphrases_build(nplm_fphrases *p, const char *text, size_t size) 
     if (nplm_fvocab_build(&p->words, text, size) || nplm_pread(p, text, size)) goto oom;
     uint64_t subs = 0;
     for (uint32_t q = 0; q < p->phrases; ++q) subs += (uint64_t)p->ph_len[q] * (p->ph_len[q] + 1) / 2;
-    if (subs > (UINT32_MAX >> 3)) goto oom;
-    uint64_t slots = 16;
-    int bits = 4;
-    while (slots < 2 * subs + 2) { slots *= 2; ++bits; }
-    p->mask = slots - 1;
-    p->shift = 64 - bits;
-    if (!(p->slots = calloc(slots, sizeof(*p->slots))) || nplm_pwalk(p, 0)) goto oom;
+    /* (entries, no more than substrings, index their lists as 32-bit 4e + k) */
+    if (subs > (UINT32_MAX >> 3) || nplm_pslots_grow(p) || nplm_pwalk(p, 0)) goto oom;
     size_t at = 0;
     for (uint32_t i = 0; i < 4 * p->entries; ++i) {
         p->lists[i].at = (uint32_t)at;
@@ -218,7 +243,7 @@ typedef struct {
     uint32_t current;          /* a lower bound on the vertex's next sentence */
     uint32_t n;                /* arcs still arriving: in[0:n] */
     uint32_t *in;
-    uint64_t bits;             /* the bits (nplm_plist's) of every sentence that may reach it */
+    uint32_t bits;             /* the bits (nplm_plist's) of every sentence that may reach it */
 } nplm_pvertex;
 
 typedef struct {
@@ -303,12 +328,12 @@ static void nplm_pvertex_bound(nplm_pscratch *w, uint32_t v, uint32_t to) {
 static inline void nplm_parc_add(const nplm_fphrases *p, nplm_pscratch *w, uint32_t *arcs, int64_t e, int kind,
                                  int32_t from, uint32_t to) {
     const nplm_plist *l = &p->lists[4 * (uint32_t)e + (uint32_t)kind];
-    uint64_t bits = l->bits & (from < 0 ? ~0ULL : w->verts[from].bits);
+    uint32_t bits = l->bits & (from < 0 ? ~0U : w->verts[from].bits);
     if (!bits) return;
     nplm_parc *a = &w->arcs[*arcs];
     a->cur = p->postings + l->at;
     a->last = a->cur + l->n;
-    a->val = *a->cur;
+    a->val = l->first;
     a->from = from;
     nplm_pvertex *x = &w->verts[to];
     x->in[x->n++] = (*arcs)++;

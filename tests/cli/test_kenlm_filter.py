@@ -9,7 +9,8 @@ import pytest
 from helpers import REFERENCE, ROOT, installed_program, kenlm_program, need_shared
 
 ARPA = ROOT / "examples" / "toy.arpa"
-VOCABS = {"one-line": "the cat sat mat\n", "lines": "the cat sat\nmat the dog\n\n  log on  \n\nthe\n"}
+VOCABS = {"one-line": "the cat sat mat\n", "lines": "the cat sat\nmat the dog\n\n  log on  \n\nthe\n",
+          "repeated words": "the cat sat the\n" * 4 + "mat the dog the on\n"}
 RAW = b"the cat\t3\ncat sat\t1\nzzz the\t2\nthe\t5\n<s> the\t4\ndog on the log\t1\n"
 
 
