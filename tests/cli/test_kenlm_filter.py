@@ -286,3 +286,24 @@ def test_phrase_second_thread_is_kenlms(tmp_path, mode):
     runs = [{"chunk": c, "wait_second": True} for c in range(1, 400, 7)] + [{"chunk": c} for c in (1, 50, 1000)]
     for kw, got in _kernel_outputs(tmp_path, ARPA.read_bytes(), mode, True, runs, phrases=phrases):
         assert got == theirs[1][0], kw
+
+
+def _random_phrases(seed, sentences):
+    """Sentences of one to four random phrases of one to three of PHRASE_WORDS (some
+    ending in tags), a line each."""
+    import random
+    rng = random.Random(seed)
+    lines = ["\t".join(" ".join(rng.choice(PHRASE_WORDS) for _ in range(rng.randint(1, 3)))
+                       for _ in range(rng.randint(1, 4))) for _ in range(sentences)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("mode", ["union phrase", "multiple phrase"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_many_sentences_of_phrases_are_kenlms(tmp_path, mode, seed):
+    """More sentences than a list's bits tell apart (the table's quick test of two
+    lists meeting), every n-gram of up to four words."""
+    ours, theirs = _phrase_run(tmp_path, mode, _random_phrases(seed, 90), _all_ngrams(), raw=True)
+    assert ours == theirs and ours[0] == 0
+    if mode.startswith("multiple"):
+        assert sum(o is not None for o in ours[1]) == 90
