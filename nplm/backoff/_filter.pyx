@@ -121,7 +121,8 @@ cdef class Phrases:
         with nogil:
             r = nplm_fphrases_build(&self.p, s, n)
         if r:
-            raise MemoryError()
+            raise MemoryError("out of memory for the phrases' table of substrings (every substring of every "
+                              "phrase is a key)")
 
     def __dealloc__(self):
         nplm_fphrases_free(&self.p)

@@ -307,3 +307,13 @@ def test_many_sentences_of_phrases_are_kenlms(tmp_path, mode, seed):
     assert ours == theirs and ours[0] == 0
     if mode.startswith("multiple"):
         assert sum(o is not None for o in ours[1]) == 90
+
+
+def test_a_phrase_too_long_for_memory_fails_in_a_line(tmp_path):
+    """A phrase of 40,000 words has 800 million substrings: a one-line error naming
+    the phrase file, and no output file."""
+    (tmp_path / "v.txt").write_text(" ".join(f"w{i}" for i in range(40000)) + "\n")
+    r = run([installed_program("filter")], ["union", "phrase", f"vocab:{tmp_path / 'v.txt'}", "out.arpa"],
+            ARPA.read_bytes(), tmp_path)
+    assert r.returncode == 1 and not (tmp_path / "out.arpa").exists()
+    assert r.stderr.count(b"\n") == 1 and b"v.txt: out of memory for the phrases' table" in r.stderr

@@ -184,7 +184,7 @@ def main(argv=None):
             vocab_fd, model_fd, source = named, 0, "the model on stdin"
         text = _read_all(vocab_fd) if mode != "copy" else None
         vocab = arpa_filter.Vocabulary(text) if text is not None and not phrase else None
-        phrases = arpa_filter.Phrases(text) if phrase else None
+        phrases = _phrases(text, "the vocabulary on stdin" if model_file else given) if phrase else None
         model = arpa_filter.Input(model_fd)
     except OSError as e:
         if e.filename is None and given:
@@ -208,6 +208,15 @@ def main(argv=None):
         outputs.discard()
         raise
     return 0
+
+
+def _phrases(text, name):
+    """The phrase constraint's table of the vocabulary's bytes; out of memory, an error
+    naming the vocabulary."""
+    try:
+        return arpa_filter.Phrases(text)
+    except MemoryError as e:
+        raise MemoryError(f"{name}: {e}") from None
 
 
 def _terminated(signum, frame):
