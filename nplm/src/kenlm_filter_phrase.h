@@ -39,6 +39,7 @@ typedef struct {
     uint32_t *ids;             /* the phrases' word ids, one phrase after another */
     uint32_t *ph_at, *ph_len, *ph_sent;
     uint32_t phrases, sentences;
+    uint32_t longest;          /* the most words of a phrase */
     nplm_pslot *slots;
     uint64_t mask;
     int shift;
@@ -196,6 +197,7 @@ static int nplm_pread(nplm_fphrases *p, const char *text, size_t size) {
             }
             p->ph_at[p->phrases] = start;
             p->ph_len[p->phrases] = (uint32_t)nids - start;
+            if ((uint32_t)nids - start > p->longest) p->longest = (uint32_t)nids - start;
             p->ph_sent[p->phrases++] = sentence;
             start = (uint32_t)nids;
             content = 1;
@@ -250,7 +252,7 @@ typedef struct {
     uint32_t *ids, *in, *found;
     nplm_parc *arcs;
     nplm_pvertex *verts;
-    uint32_t cap;              /* words that fit */
+    size_t words, arcs_cap;    /* ids and verts that fit; arcs and in */
 } nplm_pscratch;
 
 static void nplm_pscratch_free(nplm_pscratch *w) {
@@ -258,20 +260,29 @@ static void nplm_pscratch_free(nplm_pscratch *w) {
     memset(w, 0, sizeof(*w));
 }
 
-static int nplm_pscratch_fit(nplm_pscratch *w, uint32_t k, uint32_t sentences) {
+/* Room for k words, and for the arcs of their graph: ``stride`` to a word at most
+   (no more than the words, nor than the words of the longest phrase), every sentence
+   found.  -1 out of memory. */
+static int nplm_pscratch_fit(nplm_pscratch *w, size_t k, size_t stride, uint32_t sentences) {
     if (!w->found && !(w->found = malloc(((size_t)sentences + 1) * 4))) return -1;
-    if (k <= w->cap) return 0;
-    uint32_t cap = w->cap ? 2 * w->cap : 16;
-    while (cap < k) cap *= 2;
-    size_t arcs = (size_t)cap * (cap + 1) / 2;
-    nplm_parc *a = realloc(w->arcs, arcs * sizeof(*a));
-    if (!a) return -1;
-    w->arcs = a;
-    nplm_pvertex *v = realloc(w->verts, cap * sizeof(*v));
-    if (!v) return -1;
-    w->verts = v;
-    if (nplm_pgrow(&w->ids, cap) || nplm_pgrow(&w->in, (size_t)cap * cap)) return -1;
-    w->cap = cap;
+    if (k > w->words) {
+        size_t cap = w->words ? 2 * w->words : 16;
+        while (cap < k) cap *= 2;
+        nplm_pvertex *v = realloc(w->verts, cap * sizeof(*v));
+        if (!v) return -1;
+        w->verts = v;
+        if (nplm_pgrow(&w->ids, cap)) return -1;
+        w->words = cap;
+    }
+    if (k * stride > w->arcs_cap) {
+        size_t cap = w->arcs_cap ? 2 * w->arcs_cap : 256;
+        while (cap < k * stride) cap *= 2;
+        nplm_parc *a = realloc(w->arcs, cap * sizeof(*a));
+        if (!a) return -1;
+        w->arcs = a;
+        if (nplm_pgrow(&w->in, cap)) return -1;
+        w->arcs_cap = cap;
+    }
     return 0;
 }
 
@@ -345,12 +356,12 @@ static inline void nplm_parc_add(const nplm_fphrases *p, nplm_pscratch *w, uint3
    one (whole phrases, or phrases that begin there and reach past the n-gram).
    Returns 1 where a phrase holds the whole n-gram, and then, where ``first``, builds
    no more (the n-gram passes). */
-static int nplm_pgraph(const nplm_fphrases *p, nplm_pscratch *w, uint32_t k, int first) {
+static int nplm_pgraph(const nplm_fphrases *p, nplm_pscratch *w, uint32_t k, uint32_t stride, int first) {
     uint32_t arcs = 0;
     int whole = 0;
     for (uint32_t j = 0; j < k; ++j) {
         nplm_pvertex *x = &w->verts[j];
-        x->n = 0; x->current = 0; x->bits = 0; x->in = w->in + (size_t)j * k;
+        x->n = 0; x->current = 0; x->bits = 0; x->in = w->in + (size_t)j * stride;
     }
     uint64_t h = 0;
     for (uint32_t j = 0; j < k; ++j) {
@@ -390,12 +401,15 @@ static int64_t nplm_fphrase_test(const nplm_fphrases *p, nplm_pscratch *w, const
         if (lead && word[0] == '<' && word[n - 1] == '>') { lead = 0; continue; }
         lead = 0;
         if (n == 4 && !memcmp(word, "</s>", 4)) break;
-        if (nplm_pscratch_fit(w, k + 1, p->sentences)) return -2;
+        if (nplm_pscratch_fit(w, k + 1, 0, p->sentences)) return -2;
         int64_t id = nplm_fvocab_lookup(&p->words, word, n, key);
         w->ids[k++] = id < 0 ? UINT32_MAX : (uint32_t)id;
     }
     if (!k) return -1;
-    if (nplm_pgraph(p, w, k, first) && first) return 1;
+    /* arcs into a word: from before the n-gram, and from each word a phrase away */
+    uint32_t stride = k < p->longest ? k : p->longest;
+    if (nplm_pscratch_fit(w, k, stride, p->sentences)) return -2;
+    if (nplm_pgraph(p, w, k, stride, first) && first) return 1;
     nplm_pvertex *last = &w->verts[k - 1];
     uint32_t lower = 0, found = 0;
     while (last->n) {

@@ -317,3 +317,15 @@ def test_a_phrase_too_long_for_memory_fails_in_a_line(tmp_path):
             ARPA.read_bytes(), tmp_path)
     assert r.returncode == 1 and not (tmp_path / "out.arpa").exists()
     assert r.stderr.count(b"\n") == 1 and b"v.txt: out of memory for the phrases' table" in r.stderr
+
+
+@pytest.mark.parametrize("mode", ["union phrase", "multiple phrase"])
+def test_phrase_on_long_raw_lines_is_kenlms(tmp_path, mode):
+    """Raw lines of 2,000 words (a graph of as many vertices), kept and dropped."""
+    words = "the cat sat on the mat".split() * 400
+    lines = [words[:2000], words[1:2001], words[:1999] + ["zzz"], ["mat", "the"] * 1000]
+    raw = "".join(" ".join(w) + "\t1\n" for w in lines).encode()
+    phrases = b"the cat\tsat on\tthe mat\nmat the\tcat sat\ton the\tthe\tcat\n\tthe cat sat on the mat\n"
+    ours, theirs = _phrase_run(tmp_path, mode, phrases, raw, raw=True)
+    assert ours == theirs and ours[0] == 0
+    assert 0 < sum(o.count(b"\n") for o in ours[1] if o) < len(lines) * (3 if "multiple" in mode else 1)
