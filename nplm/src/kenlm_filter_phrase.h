@@ -112,12 +112,12 @@ static int nplm_pslots_grow(nplm_fphrases *p) {
 /* The entry of ids[at:at+n] (hash h), made if new; -1 out of memory.  The table
    stays at most half full. */
 static int64_t nplm_pintern(nplm_fphrases *p, uint64_t h, uint32_t at, uint32_t n) {
-    if (2 * ((uint64_t)p->entries + 1) > p->mask + 1 && nplm_pslots_grow(p)) return -1;
-    uint64_t i = nplm_pslot_of(p, h);
-    for (;; i = (i + 1) & p->mask) {
-        const nplm_pslot *sl = &p->slots[i];
-        if (!sl->len) break;
-        if (nplm_psame(p, sl, h, p->ids + at, n)) return sl->entry;
+    uint64_t i;
+    for (;;) {
+        for (i = nplm_pslot_of(p, h); p->slots[i].len; i = (i + 1) & p->mask)
+            if (nplm_psame(p, &p->slots[i], h, p->ids + at, n)) return p->slots[i].entry;
+        if (2 * ((uint64_t)p->entries + 1) <= p->mask + 1) break;
+        if (nplm_pslots_grow(p)) return -1;
     }
     if (p->entries == p->entry_cap) {
         uint32_t cap = p->entry_cap ? 2 * p->entry_cap : 1024;
@@ -225,7 +225,7 @@ static int nplm_fphrases_build(nplm_fphrases *p, const char *text, size_t size) 
         p->last[i] = UINT32_MAX;
     }
     if (!(p->postings = malloc((at ? at : 1) * 4))) goto oom;
-    nplm_pwalk(p, 1);
+    if (nplm_pwalk(p, 1)) goto oom;
     free(p->last);
     p->last = NULL;
     return 0;
