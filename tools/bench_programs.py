@@ -2,8 +2,10 @@
 
 lmplz (PTB train, <unk> written as UNK; the ARPA file, and the intermediate files of
 --intermediate), build_binary (probing and trie of that
-ARPA file), query (PTB test on the probing file and on the ARPA file) and filter single
-(the ARPA file to PTB test's vocabulary) and interpolate (KN3 and KN5 of PTB train, as
+ARPA file), query (PTB test on the probing file and on the ARPA file), filter single
+(the ARPA file to PTB test's vocabulary), filter union phrase (the ARPA file to PTB
+test's sentences, each offering its n-grams of one to three words as phrases, as a
+translation system's phrase table offers them) and interpolate (KN3 and KN5 of PTB train, as
 KenLM's lmplz --intermediate writes them, weights 0.4 0.6) run with the same command
 line, once by each side per round; the rounds
 interleave the two and the best wall time of each is kept.  nplm's programs run as
@@ -72,6 +74,13 @@ def intermediate(text, order, folder):
     return base
 
 
+def phrase_line(words, longest=3):
+    """A sentence's phrases as a phrase table offers them for it: each of its n-grams
+    of one to ``longest`` words, once, tab-separated."""
+    return "\t".join(dict.fromkeys(" ".join(words[i:i + n]) for n in range(1, longest + 1)
+                                   for i in range(len(words) - n + 1)))
+
+
 def cases(text, order, folder, tag=""):
     """(name, program, arguments, stdin, stdout) with {side} for each side's files;
     ``tag`` names the files of a corpus other than PTB train."""
@@ -80,21 +89,31 @@ def cases(text, order, folder, tag=""):
     test.write_text("\n".join(ptb_lines("test")) + "\n")
     vocab = CACHE / "programs-ptb-test.vocab"
     vocab.write_text(" ".join(sorted({w for line in ptb_lines("test") for w in line.split()})) + "\n")
-    return [
+    phrases = CACHE / "programs-ptb-test.phrases"
+    phrases.write_text("".join(phrase_line(line.split()) + "\n" for line in ptb_lines("test")))
+    estimate_and_build = [
         (f"lmplz -o {order} -S 1G", "lmplz", ["-o", str(order), "-S", "1G"], str(text), arpa),
         (f"lmplz -o {order} -S 1G --intermediate", "lmplz",
-         ["-o", str(order), "-S", "1G", "--intermediate", str(CACHE / f"programs-{{side}}.o{order}")], str(text), None),
+         ["-o", str(order), "-S", "1G", "--intermediate", str(CACHE / f"programs-{{side}}{tag}.o{order}")],
+         str(text), None),
         ("build_binary probing", "build_binary",
          [arpa.format(side="kenlm"), str(CACHE / f"programs-{{side}}{tag}.probing")], None, None),
         ("build_binary trie -q 8 -b 8", "build_binary",
          ["-q", "8", "-b", "8", "trie", arpa.format(side="kenlm"), str(CACHE / f"programs-{{side}}{tag}.trie")],
          None, None),
+    ]
+    if tag:                     # the other programs' cases are PTB's
+        return estimate_and_build
+    return estimate_and_build + [
         ("query probing, PTB test", "query", [str(CACHE / "programs-kenlm.probing")], str(test),
          str(CACHE / "programs-{side}.query-probing.txt")),
         ("query ARPA, PTB test", "query", [arpa.format(side="kenlm")], str(test),
          str(CACHE / "programs-{side}.query-arpa.txt")),
         ("filter single, PTB test's words", "filter",
          ["single", f"vocab:{vocab}", str(CACHE / "programs-{side}.filtered.arpa")], arpa.format(side="kenlm"), None),
+        ("filter union phrase, PTB test's 1-3-word phrases", "filter",
+         ["union", "phrase", f"vocab:{phrases}", str(CACHE / "programs-{side}.phrase.arpa")], arpa.format(side="kenlm"),
+         None),
         ("interpolate -m KN3 KN5 -w 0.4 0.6", "interpolate",
          ["-m", intermediate(text, 3, folder), intermediate(text, 5, folder), "-w", "0.4", "0.6"], None,
          str(CACHE / "programs-{side}.interpolated.arpa")),
@@ -147,7 +166,6 @@ def main():
     text, tag = ptb_train_unk(), ""
     if args.words:
         text, tag = scaled_corpus(args.words), f"-w{args.words}"
-        args.only = [p for p in args.only or ("lmplz", "build_binary") if p in ("lmplz", "build_binary")]
     ours = installed_programs()
     start = timed([str(ours / "python"), "-c", "import nplm.cli.kenlm.lmplz, nplm.backoff.estimate"])
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,

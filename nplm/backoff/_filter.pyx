@@ -1,12 +1,13 @@
 # The pass of KenLM's filter program (nplm/cli/kenlm/filter.py) in C without the GIL
-# (nplm/src/kenlm_filter.h, kenlm_filter_run.h): the input mapped (a regular file) or
-# read whole (a pipe), the vocabulary's hash set built from its bytes, the kept lines
+# (nplm/src/kenlm_filter.h, kenlm_filter_phrase.h, kenlm_filter_run.h): the input
+# mapped (a regular file) or read whole (a pipe), the vocabulary's hash set (or the
+# phrase constraint's table of substrings) built from its bytes, the kept lines
 # written through buffers to the outputs' file descriptors.  No numpy: the program
 # starts without it.
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport realloc, calloc, free
 from libc.string cimport memset
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 
 cdef extern from "<sys/mman.h>" nogil:
@@ -41,6 +42,11 @@ cdef extern from "kenlm_filter_run.h" nogil:
         uint32_t sentences
     int nplm_fvocab_build(nplm_fvocab *v, const char *text, size_t size)
     void nplm_fvocab_free(nplm_fvocab *v)
+    ctypedef struct nplm_fphrases:
+        uint32_t sentences
+        uint32_t entries
+    int nplm_fphrases_build(nplm_fphrases *p, const char *text, size_t size)
+    void nplm_fphrases_free(nplm_fphrases *p)
     ctypedef struct nplm_fout:
         int fd
         int memory
@@ -55,11 +61,8 @@ cdef extern from "kenlm_filter_run.h" nogil:
         size_t chunk
         size_t split_min
         int wait_second
-        nplm_fout *collect
-        const uint32_t *dec_at
-        const uint32_t *dec_out
-        uint64_t dec_lines
         const nplm_fvocab *v
+        const nplm_fphrases *ph
         nplm_fout *outs
         uint32_t nout
         const uint32_t **sets
@@ -72,7 +75,8 @@ cdef extern from "kenlm_filter_run.h" nogil:
         int order
     int nplm_frun(nplm_filter *f)
 
-MODES = {"copy": 0, "single": 1, "union": 2, "multiple": 3, "collect": 4, "decided": 5}
+MODES = {"copy": 0, "single": 1, "union": 2, "multiple": 3}
+PHRASE_MODES = {"union": 4, "multiple": 5}
 
 
 cdef class Vocabulary:
@@ -101,6 +105,35 @@ cdef class Vocabulary:
     @property
     def words(self):
         return self.v.words
+
+
+cdef class Phrases:
+    """A vocabulary file read as the phrase constraint reads it (phrase::ReadMultiple):
+    ``sentences`` is the number of its sentences that hold a phrase."""
+    cdef bytes text
+    cdef nplm_fphrases p
+
+    def __cinit__(self, bytes text):
+        self.text = text
+        cdef const char *s = PyBytes_AS_STRING(text)
+        cdef size_t n = PyBytes_GET_SIZE(text)
+        cdef int r
+        with nogil:
+            r = nplm_fphrases_build(&self.p, s, n)
+        if r:
+            raise MemoryError("out of memory for the phrases' table of substrings (every substring of every "
+                              "phrase is a key)")
+
+    def __dealloc__(self):
+        nplm_fphrases_free(&self.p)
+
+    @property
+    def sentences(self):
+        return self.p.sentences
+
+    @property
+    def substrings(self):
+        return self.p.entries
 
 
 cdef class Input:
@@ -165,7 +198,7 @@ cdef class Input:
 
 
 def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, memory, int threads=1,
-        size_t chunk=0, size_t split_min=4 << 20, bint wait_second=False, decisions=None):
+        size_t chunk=0, size_t split_min=4 << 20, bint wait_second=False, Phrases phrases=None):
     """Filter ``data`` into the file descriptors ``fds`` (one, or one per sentence in
     multiple mode); ``memory[i]`` holds output i in memory until the end (a stream
     that cannot seek, where the ARPA header is written first).  Returns None, or
@@ -173,26 +206,16 @@ def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, me
     to word.  ``threads`` 2 or more lets a second thread filter chunks of the input
     (``chunk`` bytes each; 0: a 64th of it) from its end backwards, with one output
     and at least ``split_min`` bytes of input; ``wait_second`` (for tests) has it
-    filter them all before the first thread starts.  Mode "collect" returns the
-    model's n-grams (context cut), a line each; mode "decided" writes n-gram line i
-    to the outputs ``outs[at[i]:at[i + 1]]`` of ``decisions`` = (at, outs), arrays of
-    unsigned int."""
+    filter them all before the first thread starts.  With ``phrases`` (union and
+    multiple) the n-grams are tested against its phrases instead of ``vocab``'s
+    words."""
     cdef nplm_filter f
-    cdef nplm_fout collect
-    cdef const unsigned int[::1] at, outs
     cdef uint32_t i, n = len(fds)
     cdef int r
     memset(&f, 0, sizeof(f))
-    memset(&collect, 0, sizeof(collect))
-    collect.memory = 1
-    f.collect = &collect
-    if decisions is not None:
-        at, outs = decisions
-        if len(at) == 0 or at[len(at) - 1] != len(outs) or any(o >= n for o in outs):
-            raise ValueError("decisions that do not fit the outputs")
-        f.dec_at = &at[0]
-        f.dec_out = &outs[0] if len(outs) else NULL
-        f.dec_lines = len(at) - 1
+    f.mode = MODES[mode] if phrases is None else PHRASE_MODES[mode]
+    if phrases is not None and n != (phrases.sentences if mode == "multiple" else 1):
+        raise ValueError("the phrase constraint writes one output, or one per sentence")
     f.outs = <nplm_fout *>calloc(max(n, 1), sizeof(nplm_fout))
     if f.outs == NULL:
         raise MemoryError()
@@ -201,14 +224,15 @@ def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, me
             f.outs[i].fd = fds[i]
             f.outs[i].memory = bool(memory[i])
         f.data, f.size = data.data, data.size
-        f.arpa, f.mode, f.context, f.threads = arpa, MODES[mode], context, threads
+        f.arpa, f.context, f.threads = arpa, context, threads
         f.chunk, f.split_min, f.wait_second = chunk, split_min, wait_second
         f.v = &vocab.v if vocab is not None else NULL
+        f.ph = &phrases.p if phrases is not None else NULL
         f.nout = n
         with nogil:
             r = nplm_frun(&f)
         if r == 0:
-            return PyBytes_FromStringAndSize(collect.buf, collect.len) if f.mode == 4 else None
+            return None
         line = f.err_at[:f.err_len] if f.err_at != NULL else b""
         err_no = f.outs[f.err_out].err if f.err_out < n else 0
         return f.err, f.line_no, line, f.err_out, err_no, f.order
@@ -216,6 +240,5 @@ def run(Input data, Vocabulary vocab, str mode, bint context, bint arpa, fds, me
         for i in range(n):
             free(f.outs[i].buf)
         free(f.outs)
-        free(collect.buf)
         free(f.sets)
         free(f.set_n)

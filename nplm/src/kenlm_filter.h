@@ -110,6 +110,59 @@ static inline int nplm_fspace(char c) {
 }
 
 
+/* The next word of [*ps, e) (words end at a space; empty ones are skipped): its
+   length (0: none left), *ws its start, *key its first 8 bytes.  The word's end is
+   found 8 bytes at a time: a byte equal to a space is a zero byte of x ^ 0x20...20,
+   and the lowest byte the borrow test flags is the first zero byte. */
+static inline size_t nplm_fword(const char **ps, const char *e, const char *limit, const char **ws,
+                                uint64_t *key) {
+    const char *s = *ps;
+    while (s < e && *s == ' ') ++s;
+    if (s >= e) { *ps = s; return 0; }
+    size_t left = (size_t)(e - s), j;
+    uint64_t x = nplm_fload(s, limit);
+    uint64_t t = x ^ 0x2020202020202020ULL;
+    uint64_t z = (t - 0x0101010101010101ULL) & ~t & 0x8080808080808080ULL;
+    j = z ? (size_t)(__builtin_ctzll(z) >> 3) : 8;
+    if (j > left) j = left;
+    if (j == 8) {
+        const char *w = s + 8;
+        while (w < e && *w != ' ') ++w;
+        j = (size_t)(w - s);
+        *key = x;
+    } else {
+        *key = x & ((1ULL << (8 * j)) - 1);
+    }
+    *ws = s;
+    *ps = s + j;
+    return j;
+}
+
+/* Word f (key its first 8 bytes) into its slot. */
+static void nplm_fvocab_place(nplm_fvocab *v, uint32_t f, uint64_t key) {
+    uint64_t s = nplm_fhash(key, v->text + v->start[f], v->len[f]) >> v->shift;
+    while (v->slots[s].id) s = (s + 1) & v->mask;
+    v->slots[s].key = key;
+    v->slots[s].len = v->len[f];
+    v->slots[s].id = f + 1;
+}
+
+/* The slots made anew for the distinct words alone (eight slots a word), where the
+   text's repeated words (a phrase file's) had them made larger: fewer of them to miss
+   in the cache.  Out of memory, the larger ones stay. */
+static void nplm_fvocab_fit(nplm_fvocab *v, const char *limit) {
+    uint64_t slots = 16;
+    int bits = 4;
+    while (slots < 8 * (uint64_t)v->words + 2) { slots *= 2; ++bits; }
+    nplm_fslot *fit = slots <= v->mask ? calloc(slots, sizeof(*fit)) : NULL;
+    if (!fit) return;
+    free(v->slots);
+    v->slots = fit;
+    v->mask = slots - 1;
+    v->shift = 64 - bits;
+    for (uint32_t f = 0; f < v->words; ++f) nplm_fvocab_place(v, f, nplm_fkey(v->text + v->start[f], v->len[f], limit));
+}
+
 /* Build from text[0:size]: words split at whitespace; a sentence ends at the first
    newline after one of its words (blank lines hold none).  Returns 0, or -1 out of
    memory. */
@@ -166,11 +219,7 @@ static int nplm_fvocab_build(nplm_fvocab *v, const char *text, size_t size) {
         if (f < 0) {
             f = v->words++;
             v->start[f] = os[k]; v->len[f] = ol[k];
-            uint64_t s = nplm_fhash(key, w, ol[k]) >> v->shift;
-            while (v->slots[s].id) s = (s + 1) & v->mask;
-            v->slots[s].key = key;
-            v->slots[s].len = ol[k];
-            v->slots[s].id = (uint32_t)f + 1;
+            nplm_fvocab_place(v, (uint32_t)f, key);
             last[f] = UINT32_MAX;
         }
         word_of[k] = (uint32_t)f;
@@ -183,6 +232,7 @@ static int nplm_fvocab_build(nplm_fvocab *v, const char *text, size_t size) {
         if (last[f] != osent[k]) { last[f] = osent[k]; v->postings[v->post_at[f] + v->post_n[f]++] = osent[k]; }
     }
     free(os); free(ol); free(osent); free(last); free(word_of);
+    nplm_fvocab_fit(v, text + size);
     return 0;
 }
 
@@ -316,16 +366,17 @@ static size_t nplm_counts_header(char *out, const uint64_t *counts, int orders) 
     return n;
 }
 
+#include "kenlm_filter_phrase.h"
+
 /* ---- the pass */
-/* COLLECT writes every n-gram (context cut) and a newline to f->collect, for a test
-   made outside (filter's phrase constraint); DECIDED then writes n-gram line i to
-   the outputs dec_out[dec_at[i]:dec_at[i + 1]]. */
-enum { NPLM_F_COPY = 0, NPLM_F_SINGLE = 1, NPLM_F_UNION = 2, NPLM_F_MULTIPLE = 3, NPLM_F_COLLECT = 4,
-       NPLM_F_DECIDED = 5 };
+/* PHRASE_UNION and PHRASE_MULTIPLE test the n-grams against f->ph (the phrase
+   constraint) as UNION and MULTIPLE test them against f->v. */
+enum { NPLM_F_COPY = 0, NPLM_F_SINGLE = 1, NPLM_F_UNION = 2, NPLM_F_MULTIPLE = 3, NPLM_F_PHRASE_UNION = 4,
+       NPLM_F_PHRASE_MULTIPLE = 5 };
 enum {
     NPLM_FE_OK = 0, NPLM_FE_WRITE, NPLM_FE_MEMORY, NPLM_FE_EOF, NPLM_FE_FIRST, NPLM_FE_COUNT_LINE,
     NPLM_FE_COUNT_ORDER, NPLM_FE_COUNT_EQUALS, NPLM_FE_BAD_COUNT, NPLM_FE_HEADER, NPLM_FE_NO_TAB,
-    NPLM_FE_END, NPLM_FE_TRAILING, NPLM_FE_ORDERS, NPLM_FE_DECISIONS
+    NPLM_FE_END, NPLM_FE_TRAILING, NPLM_FE_ORDERS
 };
 
 struct nplm_fhalf;
@@ -341,6 +392,8 @@ typedef struct {
     size_t split;              /* where the first thread next looks at the chunks (SIZE_MAX: never) */
     struct nplm_fhalf *half;
     const nplm_fvocab *v;
+    const nplm_fphrases *ph;
+    nplm_pscratch ps;          /* the phrase test's scratch */
     nplm_fout *outs;
     uint32_t nout;
     /* scratch for union and multiple: the words' posting lists */
@@ -358,10 +411,6 @@ typedef struct {
     const char *err_at;
     size_t err_len;
     uint32_t err_out;
-    /* COLLECT's output; DECIDED's outputs of each line, and the lines done */
-    nplm_fout *collect;
-    const uint32_t *dec_at, *dec_out;
-    uint64_t dec_lines, dec_line;
     /* read position */
     size_t pos;
 } nplm_filter;
@@ -447,34 +496,6 @@ static int nplm_ffail(nplm_filter *f, int err, const char *s, size_t n) {
     return -1;
 }
 
-/* The next word of [*ps, e) (words end at a space; empty ones are skipped): its
-   length (0: none left), *ws its start, *key its first 8 bytes.  The word's end is
-   found 8 bytes at a time: a byte equal to a space is a zero byte of x ^ 0x20...20,
-   and the lowest byte the borrow test flags is the first zero byte. */
-static inline size_t nplm_fword(const char **ps, const char *e, const char *limit, const char **ws,
-                                uint64_t *key) {
-    const char *s = *ps;
-    while (s < e && *s == ' ') ++s;
-    if (s >= e) { *ps = s; return 0; }
-    size_t left = (size_t)(e - s), j;
-    uint64_t x = nplm_fload(s, limit);
-    uint64_t t = x ^ 0x2020202020202020ULL;
-    uint64_t z = (t - 0x0101010101010101ULL) & ~t & 0x8080808080808080ULL;
-    j = z ? (size_t)(__builtin_ctzll(z) >> 3) : 8;
-    if (j > left) j = left;
-    if (j == 8) {
-        const char *w = s + 8;
-        while (w < e && *w != ' ') ++w;
-        j = (size_t)(w - s);
-        *key = x;
-    } else {
-        *key = x & ((1ULL << (8 * j)) - 1);
-    }
-    *ws = s;
-    *ps = s + j;
-    return j;
-}
-
 /* Gather the posting list of every non-tag word of ngram[0:n] into f->sets; 0 when
    a word is outside the vocabulary. */
 static inline int nplm_fgather(nplm_filter *f, const char *s, const char *e, uint32_t *count) {
@@ -544,6 +565,57 @@ static inline uint32_t nplm_flower(const uint32_t *a, uint32_t lo, uint32_t n, u
     return lo;
 }
 
+/* The line to output o. */
+static inline int nplm_fline_to(nplm_filter *f, uint32_t o, const char *line, size_t n, int nl) {
+    if (!nplm_fout_line(&f->outs[o], line, n, nl)) return 0;
+    f->err_out = o;
+    return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0);
+}
+
+/* The line to every output (an n-gram with no words to test). */
+static int nplm_fline_all(nplm_filter *f, const char *line, size_t n, int nl) {
+    for (uint32_t o = 0; o < f->nout; ++o) if (nplm_fline_to(f, o, line, n, nl)) return -1;
+    return 0;
+}
+
+/* Union and multiple: the line to output 0, or to each sentence's, where every word
+   of the n-gram is in that sentence. */
+static int nplm_fline_sets(nplm_filter *f, const char *line, size_t n, int nl, const char *s, const char *e) {
+    uint32_t k;
+    int r = nplm_fgather(f, s, e, &k);
+    if (r < 0) return nplm_ffail(f, NPLM_FE_MEMORY, NULL, 0);
+    if (!r) return 0;
+    if (k == 0) return nplm_fline_all(f, line, n, nl);
+    /* the sentences every list holds, in order: walk the shortest list */
+    uint32_t m = 0;
+    for (uint32_t j = 1; j < k; ++j) if (f->set_n[j] < f->set_n[m]) m = j;
+    for (uint32_t a = 0; a < f->set_n[m]; ++a) {
+        uint32_t x = f->sets[m][a];
+        uint32_t j;
+        for (j = 0; j < k; ++j) {
+            if (j == m) continue;
+            uint32_t at = nplm_flower(f->sets[j], 0, f->set_n[j], x);
+            if (at == f->set_n[j] || f->sets[j][at] != x) break;
+        }
+        if (j < k) continue;
+        if (f->mode == NPLM_F_UNION) return nplm_fline_to(f, 0, line, n, nl);
+        if (nplm_fline_to(f, x, line, n, nl)) return -1;
+    }
+    return 0;
+}
+
+/* The phrase constraint: the line to output 0 (union), or to each sentence's whose
+   phrases assemble the n-gram. */
+static int nplm_fline_phrase(nplm_filter *f, const char *line, size_t n, int nl, const char *s, const char *e) {
+    int union_ = f->mode == NPLM_F_PHRASE_UNION;
+    int64_t found = nplm_fphrase_test(f->ph, &f->ps, s, e, f->data + f->size, union_);
+    if (found == -2) return nplm_ffail(f, NPLM_FE_MEMORY, NULL, 0);
+    if (found == -1) return nplm_fline_all(f, line, n, nl);
+    for (int64_t i = 0; i < found; ++i)
+        if (nplm_fline_to(f, union_ ? 0 : f->ps.found[i], line, n, nl)) return -1;
+    return 0;
+}
+
 /* Test and write one line whose n-gram is ngram[0:e-ngram]. */
 static inline int nplm_fline(nplm_filter *f, const char *line, size_t n, int nl, const char *s, const char *e) {
     if (f->context) {
@@ -555,54 +627,16 @@ static inline int nplm_fline(nplm_filter *f, const char *line, size_t n, int nl,
     switch (f->mode) {
     case NPLM_F_COPY:
         break;
-    case NPLM_F_COLLECT:
-        if (nplm_fout_put(f->collect, s, (size_t)(e - s)) || nplm_fout_put(f->collect, "\n", 1))
-            return nplm_ffail(f, NPLM_FE_MEMORY, NULL, 0);
-        return 0;
-    case NPLM_F_DECIDED: {
-        if (f->dec_line >= f->dec_lines) return nplm_ffail(f, NPLM_FE_DECISIONS, NULL, 0);
-        uint64_t i = f->dec_line++;
-        for (uint32_t k = f->dec_at[i]; k < f->dec_at[i + 1]; ++k)
-            if (nplm_fout_line(&f->outs[f->dec_out[k]], line, n, nl)) {
-                f->err_out = f->dec_out[k];
-                return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0);
-            }
-        return 0;
-    }
     case NPLM_F_SINGLE:
         if (!nplm_fsingle(f->v, s, e, f->data + f->size)) return 0;
         break;
-    default: {
-        uint32_t k;
-        int r = nplm_fgather(f, s, e, &k);
-        if (r < 0) return nplm_ffail(f, NPLM_FE_MEMORY, NULL, 0);
-        if (!r) return 0;
-        if (k == 0) {
-            for (uint32_t o = 0; o < f->nout; ++o)
-                if (nplm_fout_line(&f->outs[o], line, n, nl)) { f->err_out = o; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
-            return 0;
-        }
-        /* the sentences every list holds, in order: walk the shortest list */
-        uint32_t m = 0;
-        for (uint32_t j = 1; j < k; ++j) if (f->set_n[j] < f->set_n[m]) m = j;
-        for (uint32_t a = 0; a < f->set_n[m]; ++a) {
-            uint32_t x = f->sets[m][a];
-            uint32_t j;
-            for (j = 0; j < k; ++j) {
-                if (j == m) continue;
-                uint32_t at = nplm_flower(f->sets[j], 0, f->set_n[j], x);
-                if (at == f->set_n[j] || f->sets[j][at] != x) break;
-            }
-            if (j < k) continue;
-            if (f->mode == NPLM_F_UNION) { x = 0; }
-            if (nplm_fout_line(&f->outs[x], line, n, nl)) { f->err_out = x; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
-            if (f->mode == NPLM_F_UNION) return 0;
-        }
-        return 0;
+    case NPLM_F_PHRASE_UNION:
+    case NPLM_F_PHRASE_MULTIPLE:
+        return nplm_fline_phrase(f, line, n, nl, s, e);
+    default:
+        return nplm_fline_sets(f, line, n, nl, s, e);
     }
-    }
-    if (nplm_fout_line(&f->outs[0], line, n, nl)) { f->err_out = 0; return nplm_ffail(f, NPLM_FE_WRITE, NULL, 0); }
-    return 0;
+    return nplm_fline_to(f, 0, line, n, nl);
 }
 
 static int nplm_fput_all(nplm_filter *f, const char *s, size_t n) {

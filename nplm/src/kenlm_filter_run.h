@@ -1,16 +1,17 @@
 #ifndef NPLM_KENLM_FILTER_RUN_H
 #define NPLM_KENLM_FILTER_RUN_H
 /* KenLM's filter program, the pass itself (the parts it is made of are in
-   kenlm_filter.h): the ARPA file's sections or the raw lines read in order by the
-   calling thread, with a second thread filtering chunks of them alongside. */
+   kenlm_filter.h and kenlm_filter_phrase.h): the ARPA file's sections or the raw
+   lines read in order by the calling thread, with a second thread filtering chunks
+   of them alongside. */
 #include <pthread.h>
 #include "kenlm_filter.h"
 
-/* ---- the second thread.  With one output (copy, single, union), the n-gram lines
-   are cut into chunks of whole lines.  A second thread filters chunks from the last
-   one backwards, each into memory, as if every line with a tab were an n-gram line,
-   and notes each line without a tab (a section's header, a blank line, \end\) with
-   what it had kept before it.  The first thread reads from the start as KenLM does;
+/* ---- the second thread.  With one output (copy, single, union, phrase union), the
+   n-gram lines are cut into chunks of whole lines.  A second thread filters chunks
+   from the last one backwards, each into memory, as if every line with a tab were an
+   n-gram line, and notes each line without a tab (a section's header, a blank line,
+   \end\) with what it had kept before it.  The first thread reads from the start as KenLM does;
    on entering a chunk it claims it and reads it itself, unless the second thread
    has it, and then (waiting for it to finish) takes the chunk's lines in whole runs,
    from one noted line to the next, while each run fits the section's count; where
@@ -134,6 +135,7 @@ static void nplm_fhalf_free(nplm_filter *f) {
     for (size_t i = 0; i < h->n; ++i) { free(h->chunks[i].runs); free(h->chunks[i].notes); }
     free(h->chunks);
     free((void *)h->f.sets); free(h->f.set_n);
+    nplm_pscratch_free(&h->f.ps);
     pthread_mutex_destroy(&h->lock);
     pthread_cond_destroy(&h->done);
     free(h);
@@ -144,7 +146,8 @@ static void nplm_fhalf_free(nplm_filter *f) {
    with f->wait_second the first waits for it to finish them all (tests). */
 static void nplm_fhalf_start(nplm_filter *f, size_t from) {
     f->split = SIZE_MAX;
-    if (f->threads < 2 || f->nout != 1 || f->mode > NPLM_F_UNION || f->size - from < f->split_min ||
+    if (f->threads < 2 || f->nout != 1 || f->mode == NPLM_F_MULTIPLE || f->mode == NPLM_F_PHRASE_MULTIPLE ||
+        f->size - from < f->split_min ||
         f->size <= from)
         return;
     size_t step = f->chunk ? f->chunk : (f->size - from) / 64 + 1;
@@ -168,6 +171,7 @@ static void nplm_fhalf_start(nplm_filter *f, size_t from) {
     h->chunks[h->n - 1].end = f->size;
     h->f = *f;
     h->f.sets = NULL; h->f.set_n = NULL; h->f.set_cap = 0; h->f.half = NULL;
+    memset(&h->f.ps, 0, sizeof(h->f.ps));
     h->out.ranges = 1;
     h->out.fd = -1;
     h->f.outs = &h->out;
@@ -304,6 +308,7 @@ static int nplm_frun(nplm_filter *f) {
     if (f->nout == 1 && !f->outs[0].cap) nplm_fout_grow(&f->outs[0], (size_t)1 << 20);
     int r = f->arpa ? nplm_farpa(f) : nplm_fraw(f);
     nplm_fhalf_free(f);
+    nplm_pscratch_free(&f->ps);
     if (r) return r;
     for (uint32_t o = 0; o < f->nout; ++o) {
         nplm_fout *out = &f->outs[o];

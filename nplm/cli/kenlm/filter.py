@@ -5,11 +5,11 @@ new counts written over the room the input's header took (the rest of that room 
 newlines).  Modes copy, single, multiple (one output per vocabulary line, named by
 appending the line's number) and union; ``context`` checks all but the last word;
 ``phrase`` (union, multiple) tests the n-grams against each vocabulary line's
-tab-separated phrases (nplm.backoff.filter_phrase).
+tab-separated phrases.
 
 The pass is C without the GIL (nplm.backoff.arpa_filter, nplm/src/kenlm_filter*.h): the
-model mapped (or read whole from a pipe), the vocabulary's hash set built from its
-bytes, the kept lines written through buffers to the outputs' file descriptors, a
+model mapped (or read whole from a pipe), the vocabulary's hash set (or its phrases'
+table of substrings) built from its bytes, the kept lines written through buffers to the outputs' file descriptors, a
 regular output through a temporary file renamed over it at the end.  ``threads:m``
 (default: the cores) lets a second thread filter chunks of the model with one
 output; ``batch_size:`` is accepted and checked as KenLM checks it."""
@@ -95,7 +95,6 @@ ERRORS = {    # the kernel's error codes (nplm/src/kenlm_filter.h) as KenLM's me
     11: "Expected \\end\\ but the ARPA file has {line}",
     12: "Trailing line {line}",
     13: "too many orders in {line}",
-    14: "the n-grams changed between two readings",
 }
 
 
@@ -185,6 +184,7 @@ def main(argv=None):
             vocab_fd, model_fd, source = named, 0, "the model on stdin"
         text = _read_all(vocab_fd) if mode != "copy" else None
         vocab = arpa_filter.Vocabulary(text) if text is not None and not phrase else None
+        phrases = _phrases(text, "the vocabulary on stdin" if model_file else given) if phrase else None
         model = arpa_filter.Input(model_fd)
     except OSError as e:
         if e.filename is None and given:
@@ -193,18 +193,14 @@ def main(argv=None):
     finally:
         if named is not None:
             os.close(named)
-    decided = None
-    if phrase:
-        decided, sentences = _phrase_decisions(model, text, mode, context, raw, source)
-    else:
-        sentences = vocab.sentences if vocab is not None else 1
+    sentences = phrases.sentences if phrase else vocab.sentences if vocab is not None else 1
     names = [f"{out}{i}" for i in range(sentences)] if mode == "multiple" else [out]
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)     # so that the temporary files go
     outputs = Outputs(names)
     try:
-        error = arpa_filter.run(model, vocab, "decided" if phrase else mode, context, not raw, outputs.fds, outputs.memory,
-                            threads, decisions=decided)
+        error = arpa_filter.run(model, vocab, mode, context, not raw, outputs.fds, outputs.memory, threads,
+                                phrases=phrases)
         if error is not None:
             _raise(error, source, names)
         outputs.commit()
@@ -214,12 +210,13 @@ def main(argv=None):
     return 0
 
 
-def _phrase_decisions(model, text, mode, context, raw, source):
-    """phrase (union, multiple): the outputs of each line, and the number of sentences."""
-    got = arpa_filter.phrase_decisions(model, text, context, not raw, mode == "multiple")
-    if len(got) != 2:
-        _raise(got, source, [])
-    return got
+def _phrases(text, name):
+    """The phrase constraint's table of the vocabulary's bytes; out of memory, an error
+    naming the vocabulary."""
+    try:
+        return arpa_filter.Phrases(text)
+    except MemoryError as e:
+        raise MemoryError(f"{name}: {e}") from None
 
 
 def _terminated(signum, frame):
