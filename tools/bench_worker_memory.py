@@ -20,9 +20,8 @@ import nplm
 ROOT = Path(__file__).resolve().parents[1]
 PTB = ROOT.parent / "shared" / "data" / "ptb"
 sys.path.insert(0, str(ROOT / "tests"))
-from test_worker_memory import MEASURE  # noqa: E402 (the measurement the test makes)
-
 from _bench_common import kenlm_program  # noqa: E402
+from test_worker_memory import MEASURE  # noqa: E402 (the measurement the test makes)
 
 
 def measure(module, model):
