@@ -32,8 +32,8 @@ cdef enum:
     NEED_INPUT = 1      # the buffer is used up
     NEED_SPACE = 2      # the output arrays are full; grow them and call again
     BACKSLASH = 3       # a '\' line arrived before the header's count was reached
-    ERR_FIRST = 10      # = ERR_FLOAT, a malformed number (token in err_tok..err_tok_end);
-    #                     ERR_NONFINITE = 11, overflows float32 (both nplm/src/arpa_float.h's)
+    ERR_FIRST = 10      # ERR_FLOAT (10: a malformed number, token in err_tok..err_tok_end)
+    #                     and ERR_NONFINITE (11: overflows float32) are arpa_float.h's
     ERR_POSITIVE = 12   # positive log10 probability
     ERR_TAB = 13        # unigram: no tab after the probability
     ERR_FEW_WORDS = 14  # the line ends before n words
