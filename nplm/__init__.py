@@ -18,7 +18,6 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # under its own name (nplm.cli.kenlm.query) scores a KenLM binary with neither numpy
 # nor the kernels, as its whole run must be as short as KenLM's.  scipy's BLAS loads
 # with the first neural model or training run (nplm.neural._blas).
-from nplm import _compat
 from nplm.errors import FormatError, ModelLoadError
 
 __version__ = "0.1.0"
@@ -28,8 +27,21 @@ __all__ = ["Model", "LanguageModel", "State", "Config", "FullScoreReturn", "Load
            "interpolate", "InterpolatedModel", "rescore", "install_as_kenlm"]
 
 
-# The flat layout's module names (nplm.corpus, nplm.arpa, ...) keep working, deprecated.
-_compat.install()
+class _MovedModules:
+    """The flat layout's module names (nplm.corpus, nplm.arpa, ...) keep working,
+    deprecated (nplm._compat).  Last on sys.meta_path, this finder is asked only about
+    names that no file holds, so that nplm._compat is imported only then, not at every
+    program's start."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname.startswith("nplm."):
+            return importlib.import_module("nplm._compat").find_spec(fullname)
+        return None
+
+
+if not any(isinstance(f, _MovedModules) for f in _sys.meta_path):
+    _sys.meta_path.append(_MovedModules())
 
 
 _LAZY = {"Model": "nplm.model", "LanguageModel": "nplm.model", "Config": "nplm.model", "LoadMethod": "nplm.model",
@@ -43,9 +55,8 @@ def __getattr__(name):
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    if name in _compat.MOVED:
-        return importlib.import_module(f"nplm.{name}")
-    if name in _SUBPACKAGES:
+    # (no flat-layout name is private: ``from nplm import _kernels`` leaves _compat alone)
+    if name in _SUBPACKAGES or not name.startswith("_") and name in importlib.import_module("nplm._compat").MOVED:
         return importlib.import_module(f"nplm.{name}")
     raise AttributeError(f"module 'nplm' has no attribute {name!r}")
 

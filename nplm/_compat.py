@@ -7,7 +7,6 @@ attribute access to the module(s) that now hold them.
 import importlib
 import importlib.machinery
 import sys
-import types
 import warnings
 
 # old module (under nplm.) -> new module(s), searched in order for each attribute
@@ -38,8 +37,10 @@ def _warn(old, new):
     warnings.warn(f"nplm.{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
 
 
-class _Proxy(types.ModuleType):
-    """A module whose attributes are those of the modules that now hold them."""
+class _Proxy(type(sys)):
+    """A module whose attributes are those of the modules that now hold them (a
+    subclass of types.ModuleType, named without importing types: every program's
+    start imports this module)."""
 
     def __init__(self, old, targets):
         super().__init__(f"nplm.{old}")
@@ -73,16 +74,11 @@ class _Loader:
         pass
 
 
-class _Finder:
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.startswith("nplm.") and fullname[len("nplm."):] in MOVED:
-            return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=fullname == "nplm.formats")
-        return None
-
-
-def install():
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+def find_spec(fullname):
+    """The spec of a flat-layout module name (nplm/__init__.py's finder asks), else None."""
+    if fullname.startswith("nplm.") and fullname[len("nplm."):] in MOVED:
+        return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=fullname == "nplm.formats")
+    return None
 
 
 def moved_attribute(package, name, targets):

@@ -1,9 +1,9 @@
 # Thread counts for the kernels' OpenMP teams, and OpenMP after fork.  Every kernel
 # module shares the process's one OpenMP runtime, so one at-fork handler here covers
 # them all; nplm._kernels imports this module, so it is in place before any kernel runs.
-import operator
 import os
 
+from cpython.number cimport PyNumber_Index
 from openmp cimport omp_set_max_active_levels
 
 
@@ -29,7 +29,7 @@ def thread_count(threads):
     if isinstance(threads, bool):
         raise TypeError(f"threads must be an integer, not {threads!r}")
     try:
-        n = operator.index(threads)
+        n = PyNumber_Index(threads)     # operator.index, without importing operator
     except TypeError:
         raise TypeError(f"threads must be an integer, not {threads!r}") from None
     if not 1 <= n <= MAX_THREADS:

@@ -45,6 +45,23 @@ def test_readme_submodule_names_work_after_import_nplm():
                                      "module 'nplm' has no attribute 'nonesuch'"]
 
 
+def test_flat_layout_module_names_import_with_a_deprecation_warning():
+    """``import nplm.arpa`` (a module name of the flat layout) in a fresh interpreter:
+    a DeprecationWarning at the importing line, and the names of the module that now
+    holds them."""
+    import subprocess
+    import sys
+    code = ("import warnings\nwarnings.simplefilter('always')\nimport nplm.arpa, nplm.formats.quantize\n"
+            "from nplm.backoff.arpa import read_arpa\n"
+            "print(nplm.arpa.read_arpa is read_arpa, nplm.formats.quantize.__name__)")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nplm.__file__)))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["True nplm.formats.quantize"]
+    assert "<string>:3: DeprecationWarning: nplm.arpa is deprecated; use nplm.backoff.arpa" in r.stderr
+    assert "nplm.formats.quantize is deprecated; use nplm.neural.quantize" in r.stderr
+
+
 def test_constants_match():
     for cls in ("LoadMethod", "ARPALoadComplain"):
         k, n = getattr(kenlm, cls), getattr(nplm, cls)

@@ -12,8 +12,8 @@ import nplm
 
 from helpers import DATA, need_shared
 
-IMPORT_MODULES = {"nplm", "nplm._compat", "nplm.errors"}
-QUERY_MODULES = {"nplm", "nplm._compat", "nplm._kernels", "nplm._threads", "nplm.errors", "nplm.io", "nplm.io._mapguard",
+IMPORT_MODULES = {"nplm", "nplm.errors"}
+QUERY_MODULES = {"nplm", "nplm._kernels", "nplm._threads", "nplm.errors", "nplm.io", "nplm.io._mapguard",
                  "nplm.io.files", "nplm.io.resources", "nplm.model"}
 
 MEASURE = """

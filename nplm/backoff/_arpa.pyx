@@ -11,32 +11,19 @@ Writing: ``format_rows`` prints n-gram lines into a byte buffer, floats as the
 shortest decimal that reads back as the same float32 (like double-conversion's
 ``ToShortestSingle``, which lmplz uses).
 """
-from libc.stdint cimport int32_t, int64_t, uint64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp, memset
+from nplm._arpa_float cimport ERR_FLOAT, ERR_NONFINITE, format_float, parse_float
 from nplm._hashing cimport fmix64
-from libc.math cimport ceil, floor, fabs, isfinite, isinf, ldexp, INFINITY
+from libc.math cimport INFINITY
 
-
-cdef extern from "<locale.h>" nogil:
-    ctypedef void* locale_t
-    int LC_ALL_MASK
-    locale_t newlocale(int mask, const char* locale, locale_t base)
-
-cdef extern from "<stdlib.h>" nogil:
-    # glibc: correctly rounded, and independent of the process's LC_NUMERIC.
-    float strtof_l(const char* s, char** end, locale_t loc)
 
 cdef extern from *:
     void __builtin_prefetch(const void* p) noexcept nogil
 
 cdef enum:
     MAX_N = 64   # highest order the reader accepts (arpa.MAX_ORDER)
-
-cdef extern from "<stdio.h>" nogil:
-    int snprintf(char* s, size_t n, const char* fmt, ...)
-
-cdef locale_t _C_LOCALE = newlocale(LC_ALL_MASK, "C", NULL)
 
 # Return codes of Parser.run.  Codes >= ERR_FIRST are errors, described by
 # err_line / err_start / err_tok / err_tok_end / err_other; Python words them.
@@ -45,9 +32,8 @@ cdef enum:
     NEED_INPUT = 1      # the buffer is used up
     NEED_SPACE = 2      # the output arrays are full; grow them and call again
     BACKSLASH = 3       # a '\' line arrived before the header's count was reached
-    ERR_FIRST = 10
-    ERR_FLOAT = 10      # malformed number (token in err_tok..err_tok_end)
-    ERR_NONFINITE = 11  # a number that overflows float32
+    ERR_FIRST = 10      # ERR_FLOAT (10: a malformed number, token in err_tok..err_tok_end)
+    #                     and ERR_NONFINITE (11: overflows float32) are arpa_float.h's
     ERR_POSITIVE = 12   # positive log10 probability
     ERR_TAB = 13        # unigram: no tab after the probability
     ERR_FEW_WORDS = 14  # the line ends before n words
@@ -73,192 +59,8 @@ CLS[ord('\r')] = C_CR
 CLS[ord('\n')] = C_LF
 CLS[0] = C_NUL
 
-# Powers of ten as doubles; entries up to 1e22 are exact.
-cdef double P10[100]
-cdef int _i
-for _i in range(100):
-    P10[_i] = float("1e%d" % _i)
-
-
 # ---------------------------------------------------------------------------
-# Numbers
-
-
-cdef inline uint64_t _f64_bits(double d) noexcept nogil:
-    cdef uint64_t u
-    memcpy(&u, &d, 8)
-    return u
-
-
-cdef int _slow_float(const unsigned char* p, Py_ssize_t n, float* out) noexcept nogil:
-    """Correctly rounded decimal -> float32 through glibc for the rare hard cases."""
-    cdef char buf[512]
-    cdef char* end
-    if n >= 512:
-        return ERR_FLOAT
-    memcpy(buf, p, n)
-    buf[n] = 0
-    out[0] = strtof_l(buf, &end, _C_LOCALE)
-    if end != buf + n:
-        return ERR_FLOAT
-    if not isfinite(out[0]):
-        return ERR_NONFINITE
-    return 0
-
-
-cdef inline int _decimal_to_float(uint64_t mant, int e10, bint neg, float* out) noexcept nogil:
-    """mant * 10^e10 correctly rounded to float32 when that is cheap; -1 otherwise.
-
-    One IEEE operation on exact doubles gives the correctly rounded double d.
-    Rounding d to float32 is then exact too unless d sits exactly halfway between
-    two floats (the only case where double rounding can go wrong) or is
-    subnormal/huge as a float; those return -1 for the slow path."""
-    cdef double d
-    cdef uint64_t bits
-    if mant == 0:
-        out[0] = -0.0 if neg else 0.0
-        return 0
-    if mant >= (<uint64_t>1 << 53) or e10 < -22 or e10 > 22:
-        return -1
-    if e10 >= 0:
-        d = <double>mant * P10[e10]
-    else:
-        d = <double>mant / P10[-e10]
-    if d < 1.1754943508222875e-38 or d > 1e38:
-        return -1
-    bits = _f64_bits(d)
-    if (bits & ((<uint64_t>1 << 29) - 1)) == (<uint64_t>1 << 28):
-        return -1
-    out[0] = <float>(-d if neg else d)
-    return 0
-
-
-cdef inline int parse_float(const unsigned char* p, const unsigned char** endp,
-                            float* out) noexcept nogil:
-    """Parse [+-]digits[.digits][(e|E)[+-]digits] at p into out (correctly rounded).
-
-    Returns 0, ERR_FLOAT (not a number; *endp at the offending byte) or
-    ERR_NONFINITE.  The caller checks what follows the number."""
-    cdef const unsigned char* s = p
-    cdef bint neg = False
-    cdef uint64_t mant = 0
-    cdef int digits = 0, e10 = 0, ex = 0, exsign = 1, exdigits = 0
-    cdef unsigned int d
-    if s[0] == c'-':
-        neg = True
-        s += 1
-    elif s[0] == c'+':
-        s += 1
-    d = s[0] - c'0'
-    while d < 10:
-        mant = mant * 10 + d
-        digits += 1
-        s += 1
-        d = s[0] - c'0'
-    if s[0] == c'.':
-        s += 1
-        d = s[0] - c'0'
-        while d < 10:
-            mant = mant * 10 + d
-            digits += 1
-            e10 -= 1
-            s += 1
-            d = s[0] - c'0'
-    if digits == 0:
-        endp[0] = s
-        return ERR_FLOAT
-    if s[0] == c'e' or s[0] == c'E':
-        s += 1
-        if s[0] == c'-':
-            exsign = -1
-            s += 1
-        elif s[0] == c'+':
-            s += 1
-        d = s[0] - c'0'
-        while d < 10:
-            if ex < 100000:
-                ex = ex * 10 + d
-            exdigits += 1
-            s += 1
-            d = s[0] - c'0'
-        if exdigits == 0:
-            endp[0] = s
-            return ERR_FLOAT
-        e10 += exsign * ex
-    endp[0] = s
-    # More than 19 digits may have overflowed mant (leading zeros included, so
-    # a long "0.000..." also takes the slow path; it is correct, only slower).
-    if digits <= 19 and _decimal_to_float(mant, e10, neg, out) == 0:
-        return 0
-    return _slow_float(p, s - p, out)
-
-
-cdef int _roundtrips(uint64_t c, int q, float target) noexcept nogil:
-    """Does the decimal c * 10^q read back as ``target`` (positive)?"""
-    cdef float got
-    cdef char buf[64]
-    cdef int n
-    if _decimal_to_float(c, q, False, &got) != 0:
-        n = snprintf(buf, 64, "%llue%d", <unsigned long long>c, q)
-        if _slow_float(<const unsigned char*>buf, n, &got) == ERR_FLOAT:
-            return 0
-    return got == target
-
-
-cdef inline void _consider(uint64_t c, int q, float a, double s, double* best_dist,
-                           uint64_t* best) noexcept nogil:
-    """Keep c * 10^q in *best if it reads back as a and is nearer to a (= s * 10^q)
-    than what is there; exact ties go to the even digit, as in double-conversion."""
-    cdef double dist
-    if c == 0 or not _roundtrips(c, q, a):
-        return
-    dist = fabs(<double>c - s)
-    if dist < best_dist[0] or (dist == best_dist[0] and c % 2 == 0):
-        best_dist[0] = dist
-        best[0] = c
-
-
-cdef inline int _shortest_at(float a, int k, int p, uint64_t* best) noexcept nogil:
-    """The p-significant-digit decimal nearest to a that reads back as a, if any.
-
-    k estimates floor(log10(a)).  Scaling in double is not exact, so the
-    neighbours of the scaled value s are tested by an exact round-trip check (the
-    nearest round-tripping candidate on either side of a is one of floor(s),
-    floor(s) + 1, or one further out when s is within rounding error of an
-    integer)."""
-    cdef int q = k - p + 1
-    cdef double s, lo, best_dist = 1e300
-    cdef uint64_t c
-    if q <= 0:
-        s = <double>a * P10[-q] if -q < 100 else 0.0
-    else:
-        s = <double>a / P10[q]
-    lo = floor(s)
-    c = <uint64_t>lo
-    best[0] = 0
-    _consider(c, q, a, s, &best_dist, best)
-    _consider(c + 1, q, a, s, &best_dist, best)
-    if s - lo < 1e-6:
-        _consider(c - 1, q, a, s, &best_dist, best)
-    if lo + 1.0 - s < 1e-6:
-        _consider(c + 2, q, a, s, &best_dist, best)
-    return best[0] != 0
-
-
-cdef inline int _decimal_exponent(float a) noexcept nogil:
-    """floor(log10(a)) for a > 0, give or take one near powers of ten (which the
-    shortest search tolerates); cheaper than log10()."""
-    cdef uint32_t bits
-    cdef int e2, k
-    cdef double t
-    memcpy(&bits, &a, 4)
-    e2 = <int>((bits >> 23) & 0xff)
-    e2 = e2 - 127 if e2 else -127 - 22  # subnormals: rough is fine
-    k = (e2 * 78913) >> 18              # floor(e2 * log10(2))
-    t = <double>a * P10[-k] if k <= 0 else <double>a / P10[k]
-    if t >= 10.0:
-        k += 1
-    return k
+# Numbers (nplm/src/arpa_float.h)
 
 
 cdef inline int parse_prob(const unsigned char* p, const unsigned char** endp,
@@ -277,187 +79,6 @@ cdef inline int parse_prob(const unsigned char* p, const unsigned char** endp,
     return r
 
 
-cdef inline bint _shortest_exact(float a, uint64_t* cp, int* qp) noexcept nogil:
-    """The shortest decimal c * 10^q that reads back as a (> 0, finite), nearest to
-    a, ties to the even c, found from a's rounding interval in exact double
-    arithmetic; False (nothing written) outside the range where that is exact
-    (a below about 1e-4, subnormal, or from 2^53 up).
-
-    a = m * 2^E; the decimals in (lo, hi), ends included when m is even, read back
-    as a.  Scaled by 10^-q (q <= 0), 4m, lo and hi in units of 2^(E-2) are below
-    2^26 and 10^-q = 5^-q * 2^-q with 5^-q < 2^26: every product fits a double's
-    53 bits.  From q = 0 on, multiples of 10^q are sought among the integers of
-    the q = 0 interval in integer arithmetic."""
-    cdef uint32_t bits
-    cdef int e2, q
-    cdef uint64_t m, lo4, hi4, step, first, last, c, best, fl
-    cdef double unit, V, cl, ch, L, H, d, best_d
-    cdef bint even
-    memcpy(&bits, &a, 4)
-    e2 = <int>((bits >> 23) & 0xff)
-    if e2 == 0 or e2 >= 127 + 53:
-        return False
-    m = (bits & 0x7fffff) | 0x800000
-    even = (m & 1) == 0
-    hi4 = 4 * m + 2
-    lo4 = 4 * m - 1 if (m == 0x800000 and e2 > 1) else 4 * m - 2
-    unit = ldexp(1.0, e2 - 152)
-    # 7 significant digits first (the commonest), then up or down to the largest
-    # q whose interval holds an integer (every float32 has a 9-digit decimal).
-    q = min((((e2 - 127) * 78913) >> 18) - 6, 0)      # floor(log10(a)) - 6, or one less
-    if _interval_has(lo4, hi4, unit, even, q, &cl, &ch):
-        while q < 0 and _interval_has(lo4, hi4, unit, even, q + 1, &L, &H):
-            q += 1
-            cl, ch = L, H
-    else:
-        while True:
-            q -= 1
-            if q < -11:
-                return False
-            if _interval_has(lo4, hi4, unit, even, q, &cl, &ch):
-                break
-    V = 4.0 * <double>m * unit * P10[-q]
-    step = 1
-    if q == 0:
-        while (<uint64_t>cl + step * 10 - 1) // (step * 10) * (step * 10) <= <uint64_t>ch:
-            step *= 10
-            q += 1
-    if step == 1:               # the integer in [cl, ch] nearest to V, ties to the even one
-        fl = <uint64_t>floor(V)
-        if <double>fl < cl:
-            fl = <uint64_t>cl
-        elif <double>(fl + 1) <= ch:
-            d = (<double>(fl + 1) - V) - (V - <double>fl)   # (its sign and zero are exact)
-            if d < 0 or (d == 0 and fl % 2 == 1):
-                fl += 1
-        cp[0], qp[0] = fl, q
-        return True
-    # the multiple of step in [cl, ch] nearest to V, ties to the even one
-    first = (<uint64_t>cl + step - 1) // step
-    last = <uint64_t>ch // step
-    fl = <uint64_t>floor(V / <double>step)
-    best, best_d = 0, 0.0
-    for c in range(fl - 1 if fl > 0 else 0, fl + 3):
-        if c < first or c > last:
-            continue
-        d = fabs(<double>(c * step) - V)
-        if best == 0 or d < best_d or (d == best_d and c % 2 == 0):
-            best, best_d = c, d
-    cp[0], qp[0] = best, q
-    return best != 0
-
-
-cdef inline bint _interval_has(uint64_t lo4, uint64_t hi4, double unit, bint even, int q, double* cl,
-                               double* ch) noexcept nogil:
-    """Whether an integer lies in the rounding interval scaled by 10^-q (q <= 0);
-    its first and last ones in *cl, *ch."""
-    cdef double scale = P10[-q] * unit
-    cdef double L = <double>lo4 * scale, H = <double>hi4 * scale
-    cl[0] = ceil(L)
-    ch[0] = floor(H)
-    if not even:
-        if cl[0] == L:
-            cl[0] += 1.0
-        if ch[0] == H:
-            ch[0] -= 1.0
-    return cl[0] <= ch[0]
-
-
-cdef int format_float(float v, char* out) noexcept nogil:
-    """Write the shortest round-tripping decimal of v (finite) in double-conversion's
-    ToShortestSingle style (NO_FLAGS, exponential outside 1e-6 <= |v| < 1e21,
-    ``-0`` for negative zero, ``-inf`` for a log10 probability of zero, which
-    KenLM reads back).  Returns the number of bytes written."""
-    cdef int n = 0, k, p, q
-    cdef uint64_t c = 0, t
-    cdef float a = fabs(v)
-    if isinf(v):
-        memcpy(out, b"-inf" if v < 0 else b"inf", 4 if v < 0 else 3)
-        return 4 if v < 0 else 3
-    if v < 0 or (v == 0 and _f64_bits(<double>v) >> 63):
-        out[0] = c'-'
-        n = 1
-    if a == 0:
-        out[n] = c'0'
-        return n + 1
-    if _shortest_exact(a, &c, &q):
-        return _write_decimal(c, q, out, n)
-    k = _decimal_exponent(a)
-    # Most ARPA numbers have 7-8 significant digits: try 8 first, then walk down.
-    if _shortest_at(a, k, 8, &c):
-        p = 8
-        t = c
-        while p > 1 and _shortest_at(a, k, p - 1, &t):
-            p -= 1
-            c = t
-    else:
-        p = 9
-        while p < 17 and not _shortest_at(a, k, p, &c):
-            p += 1
-    return _write_decimal(c, k - p + 1, out, n)
-
-
-cdef int _write_decimal(uint64_t c, int q, char* out, int n) noexcept nogil:
-    """Write c * 10^q (c > 0) after the n bytes already in out, in double-conversion's
-    layout; returns the length."""
-    cdef int L, first, point, exponent
-    cdef char digits[24]            # c's digits in digits[first:24]
-    cdef uint64_t r
-    while c % 10 == 0:
-        c //= 10
-        q += 1
-    first = 24
-    while c >= 100:
-        r = c % 100
-        c //= 100
-        first -= 2
-        digits[first] = DIGIT_PAIRS[2 * r]
-        digits[first + 1] = DIGIT_PAIRS[2 * r + 1]
-    if c >= 10:
-        first -= 2
-        digits[first] = DIGIT_PAIRS[2 * c]
-        digits[first + 1] = DIGIT_PAIRS[2 * c + 1]
-    else:
-        first -= 1
-        digits[first] = <char>(c'0' + c)
-    L = 24 - first
-    point = L + q               # digits before the decimal point
-    exponent = point - 1
-    if -6 <= exponent < 21:
-        if point <= 0:
-            out[n] = c'0'
-            out[n + 1] = c'.'
-            n += 2
-            memset(out + n, c'0', -point)
-            n += -point
-            memcpy(out + n, digits + first, L)
-            n += L
-        elif point >= L:
-            memcpy(out + n, digits + first, L)
-            n += L
-            memset(out + n, c'0', point - L)
-            n += point - L
-        else:
-            memcpy(out + n, digits + first, point)
-            out[n + point] = c'.'
-            memcpy(out + n + point + 1, digits + first + point, L - point)
-            n += L + 1
-    else:
-        out[n] = digits[first]
-        n += 1
-        if L > 1:
-            out[n] = c'.'
-            memcpy(out + n + 1, digits + first + 1, L - 1)
-            n += L
-        n += snprintf(out + n, 8, "e%d", exponent)
-    return n
-
-
-cdef const char *DIGIT_PAIRS = (b"00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-                                b"4041424344454647484950515253545556575859606162636465666768697071727374757677787980"
-                                b"81828384858687888990919293949596979899")
-
-
 def format_floats(const float[::1] values):  # IN
     """The strings format_float writes, as a list of str (for tests)."""
     cdef char buf[64]
@@ -472,7 +93,7 @@ def format_floats(const float[::1] values):  # IN
 
 def parse_floats(list tokens):
     """parse_float on each bytes token: (float32 array, list of error codes) (tests)."""
-    import numpy as np      # (the module imports without it: the query program's path)
+    import numpy as np      # (the module imports without it)
 
     cdef Py_ssize_t i
     cdef bytes t

@@ -42,7 +42,7 @@ import numpy as np
 from nplm._hashing cimport fmix64
 from nplm._kernels cimport Hint, LMCore, NState, Ret, Vocab, WordId
 from nplm._words cimport is_word_delimiter
-from nplm.backoff._arpa cimport format_float
+from nplm._arpa_float cimport format_float
 
 cdef extern from "nbest.h" nogil:
     size_t nplm_words(const uint8_t *p, size_t n, const uint8_t *limit, uint64_t *key, int64_t *start)
@@ -51,7 +51,7 @@ cdef extern from "nbest.h" nogil:
     void nplm_line_fields(const uint8_t *p, size_t size, int moses, int64_t *fields, int32_t *count)
 
 cdef enum:
-    # longest text format_float writes ("-1.2345678e-38"), with room to spare
+    # longest text format_float writes (22 bytes), with room to spare
     MAX_FLOAT_TEXT = 24
 
 cdef enum:

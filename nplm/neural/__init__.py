@@ -1,7 +1,7 @@
 """Feed-forward neural n-gram models: vocabulary, network, training, query engines
 and normalisation, word classes and trees, sampling, quantisation, the ISI format."""
-from nplm._compat import moved_attribute
+import importlib
 
 
 def __getattr__(name):      # a submodule not imported yet, or a name of the flat layout's nplm.neural
-    return moved_attribute(__name__, name, ("nplm.neural.network",))
+    return importlib.import_module("nplm._compat").moved_attribute(__name__, name, ("nplm.neural.network",))

@@ -1,6 +1,7 @@
 # KenLM's probing and trie tables as kenlm_query.h reads them, and their set-up from a
 # file's layout: shared by the model cores (_klm) and the query program's loop
 # (_query_text), which must not import numpy or nplm._kernels.
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 cdef extern from "kenlm_query.h" nogil:
@@ -70,13 +71,19 @@ cdef extern from "kenlm_query.h" nogil:
 
 
 cdef inline const uint8_t *bytes_at(mem, Py_ssize_t offset, Py_ssize_t size) except NULL:
-    """Pointer to mem[offset:offset + size] (mem: the file, any read-only byte buffer)."""
-    cdef const uint8_t[::1] view = mem
-    if offset < 0 or size < 0 or offset + size > view.shape[0]:
-        raise ValueError(f"bytes {offset}..{offset + size} outside the {view.shape[0]}-byte file")
-    if view.shape[0] == 0:
+    """Pointer to mem[offset:offset + size] (mem: the file, any read-only byte buffer).
+    Through the buffer protocol, not a typed memoryview: Cython's memoryview support
+    imports collections when the module loads (the query program's start)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(mem, &view, PyBUF_SIMPLE)
+    cdef const uint8_t *base = <const uint8_t *>view.buf
+    cdef Py_ssize_t length = view.len
+    PyBuffer_Release(&view)     # mem keeps its memory: the caller holds it
+    if offset < 0 or size < 0 or offset + size > length:
+        raise ValueError(f"bytes {offset}..{offset + size} outside the {length}-byte file")
+    if length == 0:
         raise ValueError("empty file")
-    return &view[0] + offset
+    return base + offset
 
 
 cdef inline int set_probing(klm_probing *m, mem, int order, unigram, list middle, longest, bint rest) except -1:

@@ -19,7 +19,7 @@ from cython.parallel cimport prange
 from posix.unistd cimport read, write
 
 from nplm._words cimport is_word_delimiter
-from nplm.backoff._arpa cimport format_float
+from nplm._arpa_float cimport format_float
 from nplm.backoff.kenlm._klm_tables cimport (
     bytes_at, klm_hash_word, klm_probing, klm_probing_score_run, klm_probing_vocab_index, klm_ret,
     klm_sorted_vocab_index, klm_state, klm_trie, klm_trie_score_run, set_probing, set_trie)

@@ -1,7 +1,6 @@
 """What every program under KenLM's names shares: errors as one line on stderr with
 KenLM's exit codes, never a traceback."""
 
-import functools
 import os
 import sys
 
@@ -83,7 +82,6 @@ def program(name):
     """Decorate ``main(argv)``: OptionError, ProgramError, ValueError and OSError become
     a line on stderr and exit code 1 (or the error's own); Ctrl-C exits 130."""
     def wrap(main):
-        @functools.wraps(main)
         def run(argv=None):
             try:
                 code = main(argv) or 0
@@ -103,8 +101,18 @@ def program(name):
             except (OptionError, ValueError, OSError, MemoryError) as e:
                 print(_message(e) or type(e).__name__, file=sys.stderr)
                 return 1
-        return run
+        return _wraps(run, main)
     return wrap
+
+
+def _wraps(wrapper, wrapped):
+    """functools.wraps without importing functools (and with it collections, a
+    millisecond or two of the query program's start)."""
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__"):
+        setattr(wrapper, attr, getattr(wrapped, attr))
+    wrapper.__dict__.update(wrapped.__dict__)
+    wrapper.__wrapped__ = wrapped
+    return wrapper
 
 
 def abort():
