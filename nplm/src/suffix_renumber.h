@@ -21,6 +21,9 @@
 
 enum { NPLM_RENUMBER_OK = 0, NPLM_RENUMBER_RANGE = -1 };
 
+/* A run's first row, whether taken (stored as -1 - row) or not. */
+#define NPLM_RUN_START(f) ((f) < 0 ? -1 - (f) : (f))
+
 /* Runs up to this long are sorted by insertion, longer ones by merging. */
 #define NPLM_RUN_INSERTION 24
 /* Rows (or runs) ahead of the one being read whose memory is fetched meanwhile:
@@ -110,23 +113,27 @@ static void nplm_sort_u64(uint64_t *v, int64_t g, uint64_t *tmp) {
 }
 
 /* perm (n): the rows of ids (n x k) in suffix order of new_id (vocab words), from
- * the runs of nplm_suffix_runs (first, m + 1 values) and order k-1's rows in their
- * new order (prev_perm, m values).  scratch holds 2 * the longest run. */
-static int nplm_suffix_perm(const int32_t *ids, int64_t n, int k, const int64_t *first, const int64_t *prev_perm,
+ * the runs of nplm_suffix_runs (first, m + 1 values, each run's marked as it is
+ * taken: a row of prev_perm listed twice is refused) and order k-1's rows in
+ * their new order (prev_perm, m values).  scratch holds 2 * the longest run. */
+static int nplm_suffix_perm(const int32_t *ids, int64_t n, int k, int64_t *first, const int64_t *prev_perm,
                             int64_t m, const int32_t *new_id, int64_t vocab, int64_t *perm, uint64_t *scratch,
                             int64_t longest) {
-    int64_t q, j, a, g, t, pos = 0;
+    int64_t q, j, a, g, t, pos = 0, ahead;
     int32_t w;
     for (q = 0; q < m; ++q) {
         if (q + NPLM_RENUMBER_AHEAD < m && (uint64_t)prev_perm[q + NPLM_RENUMBER_AHEAD] < (uint64_t)m)
             __builtin_prefetch(first + prev_perm[q + NPLM_RENUMBER_AHEAD]);
-        if (q + NPLM_RENUMBER_AHEAD / 2 < m && (uint64_t)prev_perm[q + NPLM_RENUMBER_AHEAD / 2] < (uint64_t)m)
-            __builtin_prefetch(ids + (size_t)first[prev_perm[q + NPLM_RENUMBER_AHEAD / 2]] * k);
+        if (q + NPLM_RENUMBER_AHEAD / 2 < m && (uint64_t)prev_perm[q + NPLM_RENUMBER_AHEAD / 2] < (uint64_t)m) {
+            ahead = first[prev_perm[q + NPLM_RENUMBER_AHEAD / 2]];
+            if (ahead >= 0 && ahead < n) __builtin_prefetch(ids + (size_t)ahead * k);
+        }
         j = prev_perm[q];
-        if (j < 0 || j >= m) return NPLM_RENUMBER_RANGE;
+        if (j < 0 || j >= m || first[j] < 0) return NPLM_RENUMBER_RANGE;
         a = first[j];
-        g = first[j + 1] - a;
-        if (g > n - pos || g > longest) return NPLM_RENUMBER_RANGE;   /* a row listed twice */
+        g = NPLM_RUN_START(first[j + 1]) - a;
+        first[j] = -1 - a;              /* taken */
+        if (g > n - pos || g > longest) return NPLM_RENUMBER_RANGE;
         if (g == 1) {
             perm[pos++] = a;
             continue;

@@ -10,7 +10,7 @@ cdef extern from "suffix_renumber.h" nogil:
     int nplm_all_below(const int32_t *v, int64_t count, int64_t bound)
     int64_t nplm_suffix_runs(const int32_t *ids, int64_t n, int k, const int32_t *prev, int64_t m,
                              int64_t *first, int64_t *longest)
-    int nplm_suffix_perm(const int32_t *ids, int64_t n, int k, const int64_t *first, const int64_t *prev_perm,
+    int nplm_suffix_perm(const int32_t *ids, int64_t n, int k, int64_t *first, const int64_t *prev_perm,
                          int64_t m, const int32_t *new_id, int64_t vocab, int64_t *perm, uint64_t *scratch,
                          int64_t longest)
     int nplm_suffix_perm_lsd(const int32_t *ids, int64_t n, int k, const int32_t *new_id, int64_t vocab,

@@ -20,6 +20,7 @@ order is in suffix order (by the last word, then the one before, and so on).
 """
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -130,7 +131,9 @@ class Renumbering:
         ids = self.tables.ids
         while len(self.perms) <= k:
             j = len(self.perms)
-            self.perms.append(_renumber.suffix_permutation(ids[j], self.new_id, ids[j - 1], self.perms[j - 1]))
+            self.perms.append(_renumber.suffix_permutation(np.ascontiguousarray(ids[j], np.int32), self.new_id,
+                                                           np.ascontiguousarray(ids[j - 1], np.int32),
+                                                           self.perms[j - 1]))
         return self.perms[k]
 
     def vocab(self):
@@ -157,7 +160,10 @@ def write(base, tables, payload=b"pb", numbering=None):
     """Write NGramTables ``tables`` as the intermediate files of ``base``, each file
     atomically: in their own numbering and order (as ``renumbered`` leaves them), or
     renumbered by ``numbering`` (a Renumbering of them).  The probability column
-    is ``tables.logprob`` (q for payload q, whose back-offs are written as 0)."""
+    is ``tables.logprob`` (q for payload q, whose back-offs are written as 0).
+
+    A second thread packs and writes each order while this one finds the next
+    order's new order (the kernels and the writes release the GIL)."""
     if payload not in PAYLOADS:
         raise ValueError(f"unknown payload {payload!r}")
     order = len(tables.ids)
@@ -167,12 +173,28 @@ def write(base, tables, payload=b"pb", numbering=None):
         # metadata, whose presence marks a model, comes last
         files = [stack.enter_context(atomic_write(name)) for name in reversed(names)][::-1]
         vocab = tables.vocab if numbering is None else numbering.vocab()
-        files[0].write(b"".join([word_bytes(w) + b"\0" for w in vocab]))
-        for n in range(1, order + 1):
-            k = n - 1
-            ids, logprob = np.ascontiguousarray(tables.ids[k], np.int32), np.ascontiguousarray(tables.logprob[k])
-            backoff = None if n == order or payload == b"q" else np.ascontiguousarray(tables.backoff[k])
-            perm, new_id = (None, None) if numbering is None else (numbering.perm(k), numbering.new_id)
-            files[n].write(_renumber.pack_records(ids, logprob, backoff, perm, new_id))
+        with ThreadPoolExecutor(1) as writer:
+            written = [writer.submit(_put, files[0], b"".join([word_bytes(w) + b"\0" for w in vocab]))]
+            for n in range(1, order + 1):
+                perm = None if numbering is None else numbering.perm(n - 1)
+                written.append(writer.submit(_write_order, files[n], tables, n, payload, perm,
+                                             None if numbering is None else numbering.new_id))
+            for w in written:
+                w.result()
         counts = b" ".join(str(len(p)).encode() for p in tables.logprob)
         files[-1].write(HEADER + b"\nCounts " + counts + b"\nPayload " + payload + b"\n")
+
+
+def _write_order(f, tables, n, payload, perm, new_id):
+    k = n - 1
+    ids, logprob = np.ascontiguousarray(tables.ids[k], np.int32), np.ascontiguousarray(tables.logprob[k])
+    backoff = None if n == len(tables.ids) or payload == b"q" else np.ascontiguousarray(tables.backoff[k])
+    _put(f, _renumber.pack_records(ids, logprob, backoff, perm, new_id))
+
+
+def _put(f, data):
+    """Write and sync now, on the writing thread, so that the commit of the files at
+    the end has nothing left to write."""
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
