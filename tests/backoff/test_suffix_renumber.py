@@ -131,3 +131,23 @@ def test_renumbered_tables_are_lexsorted(tmp_path):
         assert np.array_equal(out.ids[k], new_id[model.ids[k][perm]])
         assert np.array_equal(out.logprob[k], model.logprob[k][perm])
         assert np.array_equal(out.backoff[k], model.backoff[k][perm])
+
+
+@pytest.mark.parametrize("bad_order", [1, 2])
+def test_a_failed_write_leaves_no_file(tmp_path, bad_order):
+    """An order that cannot be written (a word id outside the vocabulary, found by the
+    renumbering or by the writing thread) fails the write, and no file is left."""
+    text = tmp_path / "t.txt"
+    zipf_text(text, 4, words=100, sentences=200, longest=10)
+    model = estimate(str(text), 3, progress=False)
+    intermediate.write(tmp_path / "good", model, numbering=intermediate.Renumbering(model))
+    assert intermediate.read(tmp_path / "good")[0][0] == b"<unk>"
+    numbered = intermediate.Renumbering(model)
+    for k in range(3):
+        numbered.perm(k)            # (the writing thread meets the bad id)
+    model.ids[bad_order] = model.ids[bad_order].copy()
+    model.ids[bad_order][-1, 0] = len(model.vocab)
+    for numbering in (intermediate.Renumbering(model), numbered):
+        with pytest.raises(ValueError):
+            intermediate.write(tmp_path / "bad", model, numbering=numbering)
+    assert sorted(p.name for p in tmp_path.iterdir() if "bad" in p.name) == []

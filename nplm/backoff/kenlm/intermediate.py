@@ -149,7 +149,7 @@ def renumbered(tables, numbering=None):
     ids, logprob, backoff = [], [], []
     for k in range(len(tables.ids)):
         perm = numbering.perm(k)
-        ids.append(_renumber.gather_rows(tables.ids[k], perm, numbering.new_id))
+        ids.append(_renumber.gather_rows(np.ascontiguousarray(tables.ids[k], np.int32), perm, numbering.new_id))
         logprob.append(tables.logprob[k][perm])
         backoff.append(tables.backoff[k][perm])
     return NGramTables(vocab=numbering.vocab(), ids=ids, logprob=logprob, backoff=backoff,
@@ -173,7 +173,8 @@ def write(base, tables, payload=b"pb", numbering=None):
         # metadata, whose presence marks a model, comes last
         files = [stack.enter_context(atomic_write(name)) for name in reversed(names)][::-1]
         vocab = tables.vocab if numbering is None else numbering.vocab()
-        with ThreadPoolExecutor(1) as writer:
+        writer = ThreadPoolExecutor(1)
+        try:
             written = [writer.submit(_put, files[0], b"".join([word_bytes(w) + b"\0" for w in vocab]))]
             for n in range(1, order + 1):
                 perm = None if numbering is None else numbering.perm(n - 1)
@@ -181,6 +182,8 @@ def write(base, tables, payload=b"pb", numbering=None):
                                              None if numbering is None else numbering.new_id))
             for w in written:
                 w.result()
+        finally:
+            writer.shutdown(cancel_futures=True)       # (after a failure, no order more)
         counts = b" ".join(str(len(p)).encode() for p in tables.logprob)
         files[-1].write(HEADER + b"\nCounts " + counts + b"\nPayload " + payload + b"\n")
 
