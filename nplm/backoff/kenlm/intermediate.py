@@ -114,8 +114,9 @@ class Renumbering:
     in the estimate's numbering, each order in suffix order, ``<unk>`` word 0):
     ``new_id`` of each word, and per order the rows in their new suffix order
     (``perms``; order 1's: the old id of each new id).  Each order's comes from the
-    order below it (``_renumber.suffix_permutation``), so ``perms`` fills up as it
-    is iterated."""
+    order below it (``_renumber.suffix_permutation``: the k-grams that extend each
+    (k-1)-gram, contiguous in the old suffix order, follow it in its new place,
+    sorted among themselves), found when ``perm`` first asks for it."""
 
     def __init__(self, tables):
         if not tables.vocab or tables.vocab[0] != "<unk>":
