@@ -48,3 +48,11 @@ m = nplm.Model({str(path)!r})
 assert math.isfinite(m.score("w1 w2 w3"))
 assert len(m.score_sentences(["w1 w2"] * 100)) == 100
 """) == ["scipy"]
+
+
+def test_an_estimate_whose_stderr_is_no_terminal_loads_neither(tmp_path):
+    """(its stage headers and statistics, no bar: tqdm stays unloaded)"""
+    assert _loaded(f"""
+from nplm.backoff.estimate import estimate
+estimate("examples/toy.txt", 3, arpa={str(tmp_path / "toy.arpa")!r}, discount_fallback=True, progress=True)
+""") == []

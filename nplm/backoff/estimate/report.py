@@ -31,11 +31,12 @@ class Report:
         self.say(f"=== {number}/{self.stages} {title} ===")
 
     def start(self, total):
-        """A bar for ``total`` units of work; none when the total is unknown (0)."""
+        """A bar for ``total`` units of work; none when the total is unknown (0) or
+        stderr is no terminal (which spares the import of tqdm)."""
         self.finish()
-        if self.enabled and int(total) > 0:
+        if self.enabled and int(total) > 0 and sys.stderr.isatty():
             self.bar = tqdm(total=int(total), unit="", unit_scale=True, file=sys.stderr, leave=False,
-                            disable=None, mininterval=0.5)
+                            mininterval=0.5)
 
     def update(self, done):
         if self.bar is not None and not self.bar.disable:

@@ -20,9 +20,11 @@ order is in suffix order (by the last word, then the one before, and so on).
 """
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from nplm.backoff.kenlm import _renumber
 from nplm.backoff.kenlm._klm import hash_word
 from nplm.backoff.tables import NGramTables
 from nplm.errors import FormatError
@@ -107,51 +109,62 @@ def hash_order(words):
     return np.concatenate([[0], 1 + np.argsort(hashes, kind="stable")]).astype(np.int64)
 
 
-def suffix_order(ids, vocab_size):
-    """The permutation that puts the rows of ``ids`` (count, n; distinct n-grams of
-    word ids below ``vocab_size``) in suffix order.  The columns are packed into as
-    few uint64 keys as their bits fit, the last word most significant."""
-    n = ids.shape[1]
-    bits = max(1, int(vocab_size - 1).bit_length())
-    per_key = max(1, 64 // bits)
-    keys = []           # most significant first
-    for top in range(n - 1, -1, -per_key):
-        key = np.zeros(len(ids), dtype=np.uint64)
-        for col in range(top, max(top - per_key, -1), -1):
-            key = (key << np.uint64(bits)) | ids[:, col].astype(np.uint64)
-        keys.append(key)
-    if len(keys) == 1:
-        return np.argsort(keys[0])      # (distinct keys: any sort is stable)
-    return np.lexsort(keys[::-1])
+class Renumbering:
+    """How ``lmplz --renumber`` numbers and orders the model ``tables`` (NGramTables
+    in the estimate's numbering, each order in suffix order, ``<unk>`` word 0):
+    ``new_id`` of each word, and per order the rows in their new suffix order
+    (``perms``; order 1's: the old id of each new id).  Each order's comes from the
+    order below it (``_renumber.suffix_permutation``: the k-grams that extend each
+    (k-1)-gram, contiguous in the old suffix order, follow it in its new place,
+    sorted among themselves), found when ``perm`` first asks for it."""
+
+    def __init__(self, tables):
+        if not tables.vocab or tables.vocab[0] != "<unk>":
+            raise ValueError("renumbering needs <unk> as word 0")
+        self.tables = tables
+        old = hash_order(tables.vocab)
+        self.new_id = np.empty(len(old), dtype=np.int32)
+        self.new_id[old] = np.arange(len(old), dtype=np.int32)
+        self.perms = [old]
+
+    def perm(self, k):
+        """Order k+1's rows in their new order."""
+        ids = self.tables.ids
+        while len(self.perms) <= k:
+            j = len(self.perms)
+            self.perms.append(_renumber.suffix_permutation(np.ascontiguousarray(ids[j], np.int32), self.new_id,
+                                                           np.ascontiguousarray(ids[j - 1], np.int32),
+                                                           self.perms[j - 1]))
+        return self.perms[k]
+
+    def vocab(self):
+        return [self.tables.vocab[i] for i in self.perms[0]]
 
 
-def renumbered(tables):
+def renumbered(tables, numbering=None):
     """``tables`` (NGramTables, ``<unk>`` its word 0) with the vocabulary numbered as
     ``lmplz --renumber`` numbers it and each order in suffix order on the new ids:
-    the model ``lmplz --renumber`` prints, and the order of its intermediate files."""
-    if not tables.vocab or tables.vocab[0] != "<unk>":
-        raise ValueError("renumbering needs <unk> as word 0")
-    old = hash_order(tables.vocab)
-    new = np.empty(len(old), dtype=np.int32)
-    new[old] = np.arange(len(old), dtype=np.int32)
-    ids = [np.arange(len(old), dtype=np.int32)[:, None]]
-    logprob = [tables.logprob[0][old]]
-    backoff = [tables.backoff[0][old]]
-    for k in range(1, len(tables.ids)):
-        w = new[tables.ids[k]]
-        perm = suffix_order(w, len(old))
-        ids.append(np.ascontiguousarray(w[perm]))
+    the model ``lmplz --renumber`` prints, and the order of its intermediate files
+    (``numbering``: its Renumbering, if made already)."""
+    numbering = numbering or Renumbering(tables)
+    ids, logprob, backoff = [], [], []
+    for k in range(len(tables.ids)):
+        perm = numbering.perm(k)
+        ids.append(_renumber.gather_rows(np.ascontiguousarray(tables.ids[k], np.int32), perm, numbering.new_id))
         logprob.append(tables.logprob[k][perm])
         backoff.append(tables.backoff[k][perm])
-    return NGramTables(vocab=[tables.vocab[i] for i in old], ids=ids, logprob=logprob, backoff=backoff,
+    return NGramTables(vocab=numbering.vocab(), ids=ids, logprob=logprob, backoff=backoff,
                        comments=list(tables.comments))
 
 
-def write(base, tables, payload=b"pb"):
-    """Write NGramTables ``tables`` (numbered and ordered as ``renumbered`` leaves
-    them) as the intermediate files of ``base``, each file atomically; the
-    probability column is ``tables.logprob`` (q for payload q, whose back-offs are
-    written as 0)."""
+def write(base, tables, payload=b"pb", numbering=None):
+    """Write NGramTables ``tables`` as the intermediate files of ``base``, each file
+    atomically: in their own numbering and order (as ``renumbered`` leaves them), or
+    renumbered by ``numbering`` (a Renumbering of them).  The probability column
+    is ``tables.logprob`` (q for payload q, whose back-offs are written as 0).
+
+    A second thread packs and writes each order while this one finds the next
+    order's new order (the kernels and the writes release the GIL)."""
     if payload not in PAYLOADS:
         raise ValueError(f"unknown payload {payload!r}")
     order = len(tables.ids)
@@ -160,16 +173,32 @@ def write(base, tables, payload=b"pb"):
         # entered last to first, so that they are renamed into place in turn and the
         # metadata, whose presence marks a model, comes last
         files = [stack.enter_context(atomic_write(name)) for name in reversed(names)][::-1]
-        vocab = files[0]
-        for w in tables.vocab:
-            vocab.write(word_bytes(w))
-            vocab.write(b"\0")
-        for n in range(1, order + 1):
-            k = n - 1
-            rec = np.empty(len(tables.logprob[k]), dtype=record_dtype(n))
-            rec["w"] = tables.ids[k]
-            rec["p"] = tables.logprob[k]
-            rec["b"] = 0.0 if n == order or payload == b"q" else tables.backoff[k]
-            files[n].write(memoryview(rec).cast("B"))
+        vocab = tables.vocab if numbering is None else numbering.vocab()
+        writer = ThreadPoolExecutor(1)
+        try:
+            written = [writer.submit(_put, files[0], b"".join([word_bytes(w) + b"\0" for w in vocab]))]
+            for n in range(1, order + 1):
+                perm = None if numbering is None else numbering.perm(n - 1)
+                written.append(writer.submit(_write_order, files[n], tables, n, payload, perm,
+                                             None if numbering is None else numbering.new_id))
+            for w in written:
+                w.result()
+        finally:
+            writer.shutdown(cancel_futures=True)       # (after a failure, no order more)
         counts = b" ".join(str(len(p)).encode() for p in tables.logprob)
         files[-1].write(HEADER + b"\nCounts " + counts + b"\nPayload " + payload + b"\n")
+
+
+def _write_order(f, tables, n, payload, perm, new_id):
+    k = n - 1
+    ids, logprob = np.ascontiguousarray(tables.ids[k], np.int32), np.ascontiguousarray(tables.logprob[k])
+    backoff = None if n == len(tables.ids) or payload == b"q" else np.ascontiguousarray(tables.backoff[k])
+    _put(f, _renumber.pack_records(ids, logprob, backoff, perm, new_id))
+
+
+def _put(f, data):
+    """Write and sync now, on the writing thread, so that the commit of the files at
+    the end has nothing left to write."""
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())

@@ -63,13 +63,13 @@ def run_estimate(s):
             return 0
         # the model in lmplz --renumber's numbering and order: the ARPA's lines
         # follow it, and the intermediate files hold it
-        model = intermediate.renumbered(estimate(text, order, refuse_unk=True, **s))
+        model = estimate(text, order, refuse_unk=True, **s)
+        numbering = intermediate.Renumbering(model)
         if base is not None:
-            intermediate.write(base, model, b"q" if s["collapse_values"] else b"pb")
-        if arpa == "-":
-            write_arpa(model, sys.stdout.buffer)
-        elif arpa is not None:
-            write_arpa(model, arpa)
+            intermediate.write(base, model, b"q" if s["collapse_values"] else b"pb", numbering)
+        if arpa is not None:
+            model = intermediate.renumbered(model, numbering)
+            write_arpa(model, sys.stdout.buffer if arpa == "-" else arpa)
     except DiscountError as e:
         raise fail(str(e).replace(" (Python: discount_fallback=True)", ""), ABORT_EXIT) from None
     except FormatError as e:
