@@ -5,6 +5,7 @@ without a newline, Latin-1 bytes, vertical tabs and other bytes that are or are 
 white space to KenLM).  KenLM binaries take the kernel loop of _query_text, which
 starts without numpy and shares large inputs among threads; its threads, its refusal
 of damaged files and a file truncated under it are tested here too."""
+import gzip
 import random
 import shutil
 import struct
@@ -75,6 +76,29 @@ def test_usage_errors_exit_as_kenlms(args):
     assert a.stdout == b.stdout == b""
     # glibc's getopt names the program as it was called: KenLM's path, our "query"
     assert a.stderr == b.stderr.replace(kenlm_program("query").encode(), b"query")
+
+
+def _arpa_variants(folder):
+    """ARPA files KenLM's query reads besides a plain one: gzip-compressed, and with a
+    unigram listed twice (KenLM uses the first)."""
+    arpa = (ROOT / "examples" / "toy.arpa").read_bytes()
+    (folder / "toy.arpa.gz").write_bytes(gzip.compress(arpa))
+    lines = arpa.split(b"\n")
+    at = next(i for i, line in enumerate(lines) if line.split(b"\t")[1:2] == [b"</s>"])
+    lines.insert(at + 1, b"-1.5\t</s>")
+    first = next(i for i, line in enumerate(lines) if line.startswith(b"ngram 1="))
+    lines[first] = b"ngram 1=%d" % (int(lines[first][8:]) + 1)
+    (folder / "repeated.arpa").write_bytes(b"\n".join(lines))
+    return ["toy.arpa.gz", "repeated.arpa"]
+
+
+def test_arpa_files_of_every_kind_are_scored_as_kenlm_scores_them(tmp_path):
+    for name in _arpa_variants(tmp_path):
+        for flags in ([], ["-n", "-v", "word"]):
+            a, b = ours([*flags, str(tmp_path / name)]), theirs([*flags, str(tmp_path / name)])
+            assert (a.returncode, a.stdout) == (b.returncode, b.stdout) and a.returncode == 0, name
+        # the library's warning as one plain line, not Python's file:line form
+        assert (b"listed again" in a.stderr) == (name == "repeated.arpa") and b"Warning:" not in a.stderr
 
 
 def test_a_missing_model_is_one_line_and_exit_1(tmp_path):

@@ -47,22 +47,34 @@ class KenlmData:
 def read_layout(path, max_order=None):
     """(Header, layout, file size) of a KenLM binary; FormatError naming ``path``.
     ``max_order``: the highest order accepted (default: the query kernels')."""
-    if max_order is None:
-        max_order = importlib.import_module("nplm._kernels").QUERY_MAX_ORDER
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        head = f.read(4096)
+        return _read_layout(f.read(4096), size, lambda offset, n: os.pread(f.fileno(), n, offset), path,
+                            max_order)
 
-        def read(offset, n):
-            if offset + n > size:
-                raise fmt.KenlmFormatError(f"truncated KenLM binary file ({size} bytes; its header places "
-                                           f"data at byte {offset + n})")
-            return os.pread(f.fileno(), n, offset)
-        try:
-            header = fmt.parse_header(head, size, max_order)
-            layout = fmt.layout(header, read)
-        except fmt.KenlmFormatError as e:
-            raise FormatError(str(e), path) from None
+
+def buffer_layout(mem, path, max_order=None):
+    """read_layout of a KenLM binary held in the byte buffer ``mem`` (``path`` names it
+    in errors)."""
+    view = memoryview(mem)
+    return _read_layout(bytes(view[:4096]), len(view), lambda offset, n: bytes(view[offset:offset + n]), path,
+                        max_order)
+
+
+def _read_layout(head, size, pread, path, max_order):
+    if max_order is None:
+        max_order = importlib.import_module("nplm._kernels").QUERY_MAX_ORDER
+
+    def read(offset, n):
+        if offset + n > size:
+            raise fmt.KenlmFormatError(f"truncated KenLM binary file ({size} bytes; its header places "
+                                       f"data at byte {offset + n})")
+        return pread(offset, n)
+    try:
+        header = fmt.parse_header(head, size, max_order)
+        layout = fmt.layout(header, read)
+    except fmt.KenlmFormatError as e:
+        raise FormatError(str(e), path) from None
     if layout.end > size:
         raise FormatError(f"truncated KenLM binary file (or corrupt counts): {size} bytes, but its header "
                           f"({header.model_name}, counts {list(header.counts)}) needs {layout.end}", path)

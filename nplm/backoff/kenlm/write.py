@@ -228,14 +228,24 @@ def build_binary_from_arpa(arpa_path, out, type=None, *, progress=False, message
         check_order(len(counts), arpa_path)
     if opts is None or opts.type != PROBING:
         return build_binary(read_arpa(arpa_path, progress=progress), out, kind, messages=messages, **options)
+    _write_parts(out, _streamed_probing_parts(arpa_path, opts, progress, messages))
+    return kind
+
+
+def probing_from_arpa(arpa_path, messages=sys.stderr):
+    """KenLM's probing file of ``arpa_path`` without its list of words (build_binary -v),
+    built in memory as KenLM's query builds its model of an ARPA file: a uint8 array."""
+    (body,) = _streamed_probing_parts(arpa_path, check_options(PROBING, include_vocab=False), False, messages)
+    return body
+
+
+def _streamed_probing_parts(arpa_path, opts, progress, messages):
     streamed = _StreamedProbing(opts, messages)
     try:
         read_arpa(arpa_path, progress=progress, on_read=streamed.read)
-        parts = streamed.parts()
+        return streamed.parts()
     finally:
         streamed.pool.shutdown(cancel_futures=True)
-    _write_parts(out, parts)
-    return kind
 
 
 NPLM = "nplm"

@@ -3,6 +3,7 @@ KenLM's exit codes, never a traceback."""
 
 import os
 import sys
+import warnings
 
 from nplm.io.places import written_in_place
 
@@ -80,29 +81,40 @@ def _message(e):
 
 def program(name):
     """Decorate ``main(argv)``: OptionError, ProgramError, ValueError and OSError become
-    a line on stderr and exit code 1 (or the error's own); Ctrl-C exits 130."""
+    a line on stderr and exit code 1 (or the error's own); Ctrl-C exits 130; the
+    library's warnings (an ARPA's repeated n-gram, ...) are their message alone."""
     def wrap(main):
         def run(argv=None):
-            try:
-                code = main(argv) or 0
-                sys.stdout.flush()
-                return code
-            except ProgramError as e:
-                if str(e):
-                    print(e, file=sys.stderr)
-                if e.code == ABORT:
-                    abort()
-                return e.code
-            except KeyboardInterrupt:
-                return 130
-            except BrokenPipeError:
-                _silence_stdout()
-                return 1
-            except (OptionError, ValueError, OSError, MemoryError) as e:
-                print(_message(e) or type(e).__name__, file=sys.stderr)
-                return 1
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return _run(main, argv)
         return _wraps(run, main)
     return wrap
+
+
+def _show_warning(message, *rest, **kwargs):
+    print(message, file=sys.stderr)
+
+
+def _run(main, argv):
+    try:
+        code = main(argv) or 0
+        sys.stdout.flush()
+        return code
+    except ProgramError as e:
+        if str(e):
+            print(e, file=sys.stderr)
+        if e.code == ABORT:
+            abort()
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    except (OptionError, ValueError, OSError, MemoryError) as e:
+        print(_message(e) or type(e).__name__, file=sys.stderr)
+        return 1
 
 
 def _wraps(wrapper, wrapped):

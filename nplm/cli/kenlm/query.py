@@ -71,7 +71,17 @@ def score_kenlm_binary(path, load, levels, context, flush):
     reads, scores and prints (nplm.backoff.kenlm.query_text); the CorpusStats."""
     header, layout, _ = query_text.read_layout(path)
     print(f"This binary file contains {header.model_name}.", file=sys.stderr)
-    query = query_text.open_query(path, header, layout, load)
+    return run_text_query(query_text.open_query(path, header, layout, load), levels, context, flush)
+
+
+def score_arpa(path, load, levels, context, flush):
+    """Score standard input with the ARPA file ``path`` as KenLM's query does: the
+    model built as KenLM's probing structure in memory, then the kernel loop."""
+    print_arpa_banner(path)
+    return run_text_query(query_text.arpa_query(path), levels, context, flush)
+
+
+def run_text_query(query, levels, context, flush):
     sys.stdout.flush()
     totals = query.run(sys.stdin.fileno(), sys.stdout.fileno(), "word" in levels, "sentence" in levels,
                        context, flush, query_text.cpu_count())
@@ -80,13 +90,36 @@ def score_kenlm_binary(path, load, levels, context, flush):
 
 def score_model(path, load, levels, context, flush):
     """Score standard input with any other model nplm loads; the CorpusStats."""
+    if arpa_order(path):
+        print_arpa_banner(path)
+    return importlib.import_module("nplm.cli.kenlm._query_model").run(path, load, levels, context, flush)
+
+
+def arpa_order(path):
+    """The order of the ARPA file ``path`` (plain or compressed), or 0 for any other file."""
     kind, stream = importlib.import_module("nplm.io.files").sniff(path)
     stream.close()
-    if kind == "arpa":
-        print("Loading the LM will be faster if you build a binary file.\nReading " + path + "\n"
-              "----5---10---15---20---25---30---35---40---45---50---55---60---65---70---75---80---85---90---95--100\n"
-              + "*" * 100, file=sys.stderr)
-    return importlib.import_module("nplm.cli.kenlm._query_model").run(path, load, levels, context, flush)
+    if kind != "arpa":
+        return 0
+    return len(importlib.import_module("nplm.io.resources").arpa_header_counts(path) or ())
+
+
+def print_arpa_banner(path):
+    """What KenLM's query writes on stderr as it reads an ARPA file."""
+    print("Loading the LM will be faster if you build a binary file.\nReading " + path + "\n"
+          "----5---10---15---20---25---30---35---40---45---50---55---60---65---70---75---80---85---90---95--100\n"
+          + "*" * 100, file=sys.stderr)
+
+
+def scorer(path):
+    """The score_* function for the model at ``path``: KenLM's binaries and the ARPA
+    files KenLM's probing structure holds take the kernel loop (which reads and
+    writes file descriptors), every other model nplm.Model."""
+    if not _real_files():
+        return score_model
+    if reader.is_kenlm_binary(path):
+        return score_kenlm_binary
+    return score_arpa if 2 <= arpa_order(path) <= query_text.MAX_ORDER else score_model
 
 
 def print_usage(start):
@@ -121,8 +154,7 @@ def main(argv=None):
     start = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
     levels, context, flush, load, path = parse(argv)
-    score = score_kenlm_binary if reader.is_kenlm_binary(path) and _real_files() else score_model
-    stats = score(path, load, levels, context, flush)
+    stats = scorer(path)(path, load, levels, context, flush)
     if "summary" in levels:
         sys.stdout.buffer.write(stats.summary().encode())
     sys.stdout.flush()
