@@ -77,7 +77,6 @@ def score_kenlm_binary(path, load, levels, context, flush):
 def score_arpa(path, load, levels, context, flush):
     """Score standard input with the ARPA file ``path`` as KenLM's query does: the
     model built as KenLM's probing structure in memory, then the kernel loop."""
-    print_arpa_banner(path)
     return run_text_query(query_text.arpa_query(path), levels, context, flush)
 
 
@@ -90,8 +89,6 @@ def run_text_query(query, levels, context, flush):
 
 def score_model(path, load, levels, context, flush):
     """Score standard input with any other model nplm loads; the CorpusStats."""
-    if arpa_order(path):
-        print_arpa_banner(path)
     return importlib.import_module("nplm.cli.kenlm._query_model").run(path, load, levels, context, flush)
 
 
@@ -112,14 +109,17 @@ def print_arpa_banner(path):
 
 
 def scorer(path):
-    """The score_* function for the model at ``path``: KenLM's binaries and the ARPA
-    files KenLM's probing structure holds take the kernel loop (which reads and
-    writes file descriptors), every other model nplm.Model."""
-    if not _real_files():
-        return score_model
-    if reader.is_kenlm_binary(path):
+    """The score_* function for the model at ``path``, after KenLM's banner for an ARPA
+    file: KenLM's binaries and the ARPA files KenLM's probing structure holds take the
+    kernel loop (which reads and writes file descriptors), every other model
+    nplm.Model."""
+    real_files = _real_files()
+    if real_files and reader.is_kenlm_binary(path):
         return score_kenlm_binary
-    return score_arpa if 2 <= arpa_order(path) <= query_text.MAX_ORDER else score_model
+    order = arpa_order(path)
+    if order:
+        print_arpa_banner(path)
+    return score_arpa if real_files and 2 <= order <= query_text.MAX_ORDER else score_model
 
 
 def print_usage(start):
