@@ -20,7 +20,6 @@ order is in suffix order (by the last word, then the one before, and so on).
 """
 import contextlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from nplm.backoff.kenlm._klm import hash_word
 from nplm.backoff.tables import NGramTables
 from nplm.errors import FormatError
 from nplm.io.atomic import atomic_write
+from nplm.io.resources import ThreadPool
 from nplm.io.text import word_bytes, word_str
 
 HEADER = b"KenLM intermediate binary file"
@@ -174,7 +174,7 @@ def write(base, tables, payload=b"pb", numbering=None):
         # metadata, whose presence marks a model, comes last
         files = [stack.enter_context(atomic_write(name)) for name in reversed(names)][::-1]
         vocab = tables.vocab if numbering is None else numbering.vocab()
-        writer = ThreadPoolExecutor(1)
+        writer = ThreadPool(max_workers=1, thread_name_prefix="nplm-intermediate")
         try:
             written = [writer.submit(_put, files[0], b"".join([word_bytes(w) + b"\0" for w in vocab]))]
             for n in range(1, order + 1):
